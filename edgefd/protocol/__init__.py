@@ -1,1 +1,90 @@
-"""edgefd.protocol"""
+"""edgefd.protocol: typed payloads and the one binary codec.
+
+>>> import numpy as np
+>>> from edgefd.protocol import Payload, encode, decode
+>>> p = Payload("logits", "client-3", 7, {"z": np.zeros((4, 10), np.float32)}, {"n": 4})
+>>> q = decode(encode(p.with_precision("int8")))
+>>> q.arrays["z"].dtype, q.scalars["n"], q.precision
+(dtype('float32'), 4, {'z': 'int8'})
+
+The bytes :func:`encode` returns are the bytes sent and counted. The wire layout is documented in
+:mod:`edgefd.protocol.codec` (payloads) and :mod:`edgefd.protocol.chunking` (chunk frames).
+Everything a receiver can be made to raise by the bytes it gets is a :class:`ProtocolError`.
+"""
+
+from .chunking import (
+    CHUNK_HEADER_SIZE,
+    CHUNK_MAGIC,
+    Chunk,
+    Reassembler,
+    ReassemblerStats,
+    chunk_count,
+    chunked_size,
+    new_message_id,
+    parse_chunk,
+    split,
+)
+from .codec import (
+    DEFAULT_MAX_BYTES,
+    HEADER_SIZE,
+    MAGIC,
+    VERSION,
+    Header,
+    decode,
+    dequantise_int8,
+    encode,
+    encoded_size,
+    quantise_int8,
+    read_header,
+)
+from .errors import (
+    ChecksumError,
+    InconsistentChunkError,
+    MagicError,
+    MalformedError,
+    NonFiniteError,
+    OversizedError,
+    PayloadError,
+    ProtocolError,
+    TruncatedError,
+    VersionError,
+)
+from .payload import NONFINITE_OK_KINDS, PRECISIONS, Payload, finite_required
+
+__all__ = [
+    "Payload",
+    "PRECISIONS",
+    "NONFINITE_OK_KINDS",
+    "finite_required",
+    "encode",
+    "decode",
+    "encoded_size",
+    "read_header",
+    "Header",
+    "quantise_int8",
+    "dequantise_int8",
+    "MAGIC",
+    "VERSION",
+    "HEADER_SIZE",
+    "DEFAULT_MAX_BYTES",
+    "split",
+    "parse_chunk",
+    "chunk_count",
+    "chunked_size",
+    "new_message_id",
+    "Chunk",
+    "Reassembler",
+    "ReassemblerStats",
+    "CHUNK_MAGIC",
+    "CHUNK_HEADER_SIZE",
+    "ProtocolError",
+    "PayloadError",
+    "MalformedError",
+    "MagicError",
+    "VersionError",
+    "TruncatedError",
+    "ChecksumError",
+    "OversizedError",
+    "NonFiniteError",
+    "InconsistentChunkError",
+]

@@ -1,0 +1,308 @@
+"""The typed payload: named numpy arrays plus small scalars, with a kind, a sender and a round.
+
+A :class:`Payload` validates itself on construction (and again when encoded, in case it was
+mutated), raising :class:`~edgefd.protocol.errors.PayloadError` with the offending field named.
+The limits below are part of the wire format: the decoder enforces the same ones.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Union
+
+import numpy as np
+
+from .errors import PayloadError
+
+__all__ = [
+    "Payload",
+    "Scalar",
+    "DTYPE_CODES",
+    "CODE_DTYPES",
+    "FLOAT_DTYPES",
+    "PRECISIONS",
+    "NONFINITE_OK_KINDS",
+    "finite_required",
+    "MAX_KIND_LEN",
+    "MAX_SENDER_LEN",
+    "MAX_NAME_LEN",
+    "MAX_RANK",
+    "MAX_ARRAYS",
+    "MAX_SCALARS",
+    "MAX_STR_SCALAR_LEN",
+    "MAX_ELEMENTS",
+    "MAX_DIM",
+    "ROUND_MIN",
+    "ROUND_MAX",
+]
+
+Scalar = Union[bool, int, float, str]
+
+#: kind: 1..32 ASCII characters, lowercase letter first, then ``[a-z0-9_.-]``.
+MAX_KIND_LEN = 32
+_KIND_RE = re.compile(r"[a-z][a-z0-9_.\-]*\Z")
+#: sender: 1..64 bytes of UTF-8, no control characters.
+MAX_SENDER_LEN = 64
+#: array and scalar names: 1..64 bytes of UTF-8, no control characters.
+MAX_NAME_LEN = 64
+MAX_RANK = 8
+#: one dimension is a u32 on the wire.
+MAX_DIM = 2**32 - 1
+#: product of the non-zero dimensions of one array (numpy refuses far larger shapes even when empty).
+MAX_ELEMENTS = 2**40
+MAX_ARRAYS = 65535
+MAX_SCALARS = 65535
+#: a string scalar: at most this many bytes of UTF-8 (u16 length on the wire).
+MAX_STR_SCALAR_LEN = 65535
+#: round is an i32 on the wire; -1 means "not in a round" (hello, status).
+ROUND_MIN = -1
+ROUND_MAX = 2**31 - 1
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+#: wire dtype codes (the dtype the receiver gets back).
+DTYPE_CODES: dict[np.dtype, int] = {
+    np.dtype(np.float32): 1,
+    np.dtype(np.float16): 2,
+    np.dtype(np.float64): 3,
+    np.dtype(np.int8): 4,
+    np.dtype(np.uint8): 5,
+    np.dtype(np.int32): 6,
+    np.dtype(np.int64): 7,
+    np.dtype(np.bool_): 8,
+}
+CODE_DTYPES: dict[int, np.dtype] = {code: dt for dt, code in DTYPE_CODES.items()}
+FLOAT_DTYPES = frozenset({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)})
+#: per-array wire precisions a float array may ask for (absent = lossless, the array's own dtype).
+PRECISIONS = ("fp32", "fp16", "int8")
+
+#: Kinds whose payloads may carry NaN/Inf. Every other kind (logits, knowledge, weights, features,
+#: and any kind a method invents) is rejected on decode if a float array or float scalar is not
+#: finite. Default-deny on purpose: a new kind is protected without anyone remembering to add it.
+#: ``decode(..., allow_nonfinite=True/False)`` overrides per call.
+NONFINITE_OK_KINDS: frozenset[str] = frozenset({"metrics", "status"})
+
+
+def finite_required(kind: str) -> bool:
+    """True if payloads of ``kind`` must carry only finite floats (see :data:`NONFINITE_OK_KINDS`)."""
+    return kind not in NONFINITE_OK_KINDS
+
+
+# ---------------------------------------------------------------- shared checks (encode and decode)
+# Each returns an error message or None, so the encoder can raise PayloadError and the decoder
+# MalformedError with the same words.
+
+
+def _kind_problem(kind: object) -> str | None:
+    if not isinstance(kind, str):
+        return f"kind must be str, got {type(kind).__name__}"
+    if not 1 <= len(kind) <= MAX_KIND_LEN:
+        return f"kind must be 1..{MAX_KIND_LEN} characters, got {len(kind)}"
+    if not kind.isascii() or not _KIND_RE.match(kind):
+        return f"kind {kind!r} must match [a-z][a-z0-9_.-]*"
+    return None
+
+
+def _text_problem(what: str, value: object, max_len: int) -> str | None:
+    if not isinstance(value, str):
+        return f"{what} must be str, got {type(value).__name__}"
+    try:
+        n = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"{what} {value!r} is not encodable as UTF-8"
+    if not 1 <= n <= max_len:
+        return f"{what} must be 1..{max_len} bytes of UTF-8, got {n}"
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+        return f"{what} {value!r} contains control characters"
+    return None
+
+
+def _round_problem(rnd: object) -> str | None:
+    if isinstance(rnd, (bool, np.bool_)) or not isinstance(rnd, (int, np.integer)):
+        return f"round must be int, got {type(rnd).__name__}"
+    if not ROUND_MIN <= int(rnd) <= ROUND_MAX:
+        return f"round must be in [{ROUND_MIN}, {ROUND_MAX}], got {int(rnd)}"
+    return None
+
+
+def _shape_problem(what: str, shape: tuple[int, ...]) -> str | None:
+    if len(shape) > MAX_RANK:
+        return f"{what}: rank must be <= {MAX_RANK}, got {len(shape)}"
+    for d in shape:
+        if d > MAX_DIM:
+            return f"{what}: dimension must be <= {MAX_DIM}, got {d}"
+    if math.prod(d for d in shape if d) > MAX_ELEMENTS:
+        return f"{what}: shape {shape} exceeds {MAX_ELEMENTS} elements"
+    return None
+
+
+def _normalise_scalar(name: str, value: object) -> Scalar:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        v = int(value)
+        if not _I64_MIN <= v <= _I64_MAX:
+            raise PayloadError(f"scalar {name!r}: int {v} does not fit int64", field=name)
+        return v
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            n = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise PayloadError(f"scalar {name!r}: string is not encodable as UTF-8", field=name) from None
+        if n > MAX_STR_SCALAR_LEN:
+            raise PayloadError(
+                f"scalar {name!r}: string must be <= {MAX_STR_SCALAR_LEN} bytes of UTF-8, got {n}",
+                field=name,
+            )
+        return value
+    raise PayloadError(
+        f"scalar {name!r}: type must be bool, int, float or str, got {type(value).__name__}", field=name
+    )
+
+
+@dataclass(eq=False)
+class Payload:
+    """One message between a client and the server.
+
+    Construction validates every field (raising :class:`PayloadError`); the dicts are copied, the
+    arrays are not. Compare payloads with :meth:`same_as`, not ``==``.
+    """
+
+    kind: str
+    """Short ASCII name of what this is: "hello", "logits", "knowledge", "weights", "features",
+    "ack", ... (1..32 chars, ``[a-z][a-z0-9_.-]*``). Decides the non-finite policy on decode."""
+    sender: str
+    """Client id or "server" (1..64 bytes UTF-8, no control characters)."""
+    round: int
+    """Round number, -1 for messages outside rounds; i32 on the wire."""
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    """Named arrays; dtypes float32/16/64, int8, uint8, int32, int64, bool; rank <= 8."""
+    scalars: dict[str, Scalar] = field(default_factory=dict)
+    """Small named values: bool, int (int64), float (float64) or str (<= 65535 bytes)."""
+    precision: dict[str, str] = field(default_factory=dict)
+    """Per-array wire precision for float arrays: "fp32", "fp16" or "int8" (symmetric, one float32
+    scale per row = last axis). Absent means lossless (the array's own dtype). Decoding gives back
+    the array's own dtype in every case; after decode this records the precision it travelled at."""
+
+    def __post_init__(self) -> None:
+        self.arrays = dict(self.arrays)
+        self.scalars = dict(self.scalars)
+        self.precision = dict(self.precision)
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Check every field; raises :class:`PayloadError`. Normalises numpy scalars in place."""
+        for problem, fld in (
+            (_kind_problem(self.kind), "kind"),
+            (_text_problem("sender", self.sender, MAX_SENDER_LEN), "sender"),
+            (_round_problem(self.round), "round"),
+        ):
+            if problem:
+                raise PayloadError(problem, field=fld)
+        self.round = int(self.round)
+        if not isinstance(self.arrays, dict) or not isinstance(self.scalars, dict):
+            raise PayloadError("arrays and scalars must be dicts", field="arrays")
+        if len(self.arrays) > MAX_ARRAYS:
+            raise PayloadError(f"at most {MAX_ARRAYS} arrays, got {len(self.arrays)}", field="arrays")
+        if len(self.scalars) > MAX_SCALARS:
+            raise PayloadError(f"at most {MAX_SCALARS} scalars, got {len(self.scalars)}", field="scalars")
+        for name, arr in self.arrays.items():
+            problem = _text_problem("array name", name, MAX_NAME_LEN)
+            if problem:
+                raise PayloadError(problem, field="arrays")
+            if isinstance(arr, np.generic):
+                arr = self.arrays[name] = np.asarray(arr)
+            if not isinstance(arr, np.ndarray):
+                raise PayloadError(
+                    f"array {name!r}: must be numpy.ndarray, got {type(arr).__name__}", field=name
+                )
+            if np.dtype(arr.dtype.type) not in DTYPE_CODES or arr.dtype.fields is not None:
+                allowed = ", ".join(str(d) for d in DTYPE_CODES)
+                raise PayloadError(f"array {name!r}: dtype {arr.dtype} not supported ({allowed})", field=name)
+            problem = _shape_problem(f"array {name!r}", tuple(arr.shape))
+            if problem:
+                raise PayloadError(problem, field=name)
+        for name in list(self.scalars):
+            problem = _text_problem("scalar name", name, MAX_NAME_LEN)
+            if problem:
+                raise PayloadError(problem, field="scalars")
+            self.scalars[name] = _normalise_scalar(name, self.scalars[name])
+        if not isinstance(self.precision, dict):
+            raise PayloadError("precision must be a dict", field="precision")
+        for name, prec in self.precision.items():
+            if name not in self.arrays:
+                raise PayloadError(f"precision given for unknown array {name!r}", field="precision")
+            if prec not in PRECISIONS:
+                raise PayloadError(
+                    f"array {name!r}: precision must be one of {PRECISIONS}, got {prec!r}", field=name
+                )
+            if np.dtype(self.arrays[name].dtype.type) not in FLOAT_DTYPES:
+                raise PayloadError(
+                    f"array {name!r}: precision {prec!r} applies to float arrays only, "
+                    f"dtype is {self.arrays[name].dtype}",
+                    field=name,
+                )
+
+    # ------------------------------------------------------------------ helpers
+    def with_precision(self, precision: str | None, names: Iterable[str] | None = None) -> "Payload":
+        """A copy whose float arrays (all, or those in ``names``) travel at ``precision``
+        ("fp32", "fp16", "int8", or None for lossless). Non-float arrays are left alone."""
+        new = dict(self.precision)
+        targets = self.arrays if names is None else list(names)
+        for name in targets:
+            if name not in self.arrays:
+                raise PayloadError(f"with_precision: unknown array {name!r}", field="precision")
+            if np.dtype(self.arrays[name].dtype.type) not in FLOAT_DTYPES:
+                if names is None:
+                    continue
+                raise PayloadError(f"with_precision: array {name!r} is not a float array", field=name)
+            if precision is None:
+                new.pop(name, None)
+            else:
+                new[name] = precision
+        return Payload(self.kind, self.sender, self.round, self.arrays, self.scalars, new)
+
+    @property
+    def array_bytes(self) -> int:
+        """Bytes of the arrays in memory (their own dtypes), not on the wire."""
+        return sum(int(a.nbytes) for a in self.arrays.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Exact length of ``encode(self)``, computed without encoding."""
+        from .codec import encoded_size
+
+        return encoded_size(self)
+
+    def same_as(self, other: "Payload", *, rtol: float = 0.0, atol: float = 0.0) -> bool:
+        """Field-by-field comparison (arrays: same names, dtypes, shapes; values within tolerance,
+        NaNs equal). ``precision`` is not compared."""
+        if not isinstance(other, Payload):
+            return False
+        if (self.kind, self.sender, self.round) != (other.kind, other.sender, other.round):
+            return False
+        if list(self.arrays) != list(other.arrays) or set(self.scalars) != set(other.scalars):
+            return False
+        for name, a in self.scalars.items():
+            b = other.scalars[name]
+            if type(a) is not type(b):
+                return False
+            if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+                continue
+            if a != b:
+                return False
+        for name, a in self.arrays.items():
+            b = other.arrays[name]
+            if np.dtype(a.dtype.type) != np.dtype(b.dtype.type) or a.shape != b.shape:
+                return False
+            if np.dtype(a.dtype.type) in FLOAT_DTYPES:
+                if not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
+                    return False
+            elif not np.array_equal(a, b):
+                return False
+        return True
+
