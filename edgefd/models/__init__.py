@@ -1,1 +1,41 @@
-"""edgefd.models"""
+"""edgefd.models: the papers' client / server architectures, built by name.
+
+>>> from edgefd.models import build_model, count_parameters
+>>> m = build_model("resnet8", in_channels=3, num_classes=10, input_shape=(3, 32, 32))
+>>> count_parameters(m)
+78042
+
+See ``describe_models()`` for the catalogue and the per-paper modules (``fedcache``, ``fedict``,
+``dfl``, ``fedd2s``, ``fedzkt``, ``generic``) for the architecture details and every place where a
+spec's number needed an interpretation.
+"""
+
+from ._common import SplitModel
+from .fedd2s import LayeredCNN
+from .registry import (
+    DEFAULT_HETERO,
+    ModelEntry,
+    assign_models,
+    build_model,
+    count_bn_buffers,
+    count_parameters,
+    default_model,
+    describe_models,
+    list_models,
+    model_entry,
+)
+
+__all__ = [
+    "DEFAULT_HETERO",
+    "LayeredCNN",
+    "ModelEntry",
+    "SplitModel",
+    "assign_models",
+    "build_model",
+    "count_bn_buffers",
+    "count_parameters",
+    "default_model",
+    "describe_models",
+    "list_models",
+    "model_entry",
+]

@@ -1,0 +1,238 @@
+"""Model registry: build any model of the zoo by name.
+
+Every builder is a plain function ``builder(*, in_channels, num_classes, input_shape, **options)``
+stored in ``_REGISTRY`` (no ``eval`` of strings). ``input_shape`` is the per-sample shape of the
+*data*, without the batch dimension: ``(C, H, W)`` (or ``(H, W)``) for images, ``(T, F)`` for sensor
+windows, ``(D,)`` for feature vectors. Server models that consume client features (FedICT) take the
+image shape too and derive their feature shape from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from torch import nn
+
+from . import dfl, fedcache, fedd2s, fedict, fedzkt, generic
+
+__all__ = [
+    "ModelEntry",
+    "build_model",
+    "list_models",
+    "describe_models",
+    "model_entry",
+    "count_parameters",
+    "count_bn_buffers",
+    "assign_models",
+    "default_model",
+    "DEFAULT_HETERO",
+]
+
+#: input kinds: "image" (N,C,H,W), "vector" (anything, flattened), "sequence" (N,T,F),
+#: "features" (N,16,H,W FedICT features / N,13 TMD features), "noise" (N,nz) -> image
+KINDS = ("image", "vector", "sequence", "features", "noise")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One registered architecture."""
+
+    name: str
+    builder: Callable[..., nn.Module]
+    description: str
+    source: str  #: paper / spec section, or "generic"
+    kind: str = "image"
+    #: square image sizes the model is meant for and tested at (None: not an image model)
+    sizes: tuple[int, ...] = (8, 28, 32)
+    #: building it allocates > ~10 M parameters (tests build it once only)
+    heavy: bool = False
+    #: the model exposes extract(x) / predict(features) (FedICT-style split)
+    split: bool = False
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _e(name, builder, description, source, **kw) -> ModelEntry:
+    return ModelEntry(name=name, builder=builder, description=description, source=source, **kw)
+
+
+_ENTRIES: tuple[ModelEntry, ...] = (
+    # ---- generic --------------------------------------------------------------------------------
+    _e("mlp", generic.build_mlp, "MLP: flatten -> Linear(64) -> ReLU -> Linear(C); any input shape (4,810 params on 8x8, C=10)", "generic; dfl.md §11", kind="vector"),
+    _e("cnn2", generic.build_cnn2, "small CNN: 2x [conv3x3-ReLU-maxpool2] (16, 32 ch) -> Linear(C); 8x8/28x28/32x32", "generic"),
+    _e("cnn1d", generic.build_cnn1d, "1-D CNN for sensor windows (N,T,F): 2x Conv1d(k5)-ReLU (32, 64) -> mean over T -> Linear(C)", "generic", kind="sequence", sizes=()),
+    # ---- FedCache ---------------------------------------------------------------------------------
+    _e("resnet8", fedcache.build_resnet8, "FedCache A^C_1 ResNet-8 (BasicBlock [1,1,1], 16/32/64); 78,042 params @3x32x32,C=10", "fedcache.md §6.2", split=True),
+    _e("resnet16", fedcache.build_resnet16, "FedCache A^C_2 ResNet-16 (BasicBlock [2,2,2]); 175,258 params @3x32x32,C=10", "fedcache.md §6.2", split=True),
+    _e("resnet20", fedcache.build_resnet20, "FedCache A^C_3 ResNet-20 (BasicBlock [3,3,3], conv shortcuts); 272,474 params @3x32x32,C=10", "fedcache.md §6.2", split=True),
+    # ---- FedICT -----------------------------------------------------------------------------------
+    _e("fedict_c1", fedict.build_fedict_client(1), "FedICT A^C_1: conv-BN-ReLU extractor (16ch) | GAP -> Linear; 634 params @3x32x32,C=10", "fedict.md §6.3", split=True),
+    _e("fedict_c2", fedict.build_fedict_client(2), "FedICT A^C_2: extractor | BasicBlock(16) -> GAP -> Linear; 5,306 params", "fedict.md §6.3", split=True),
+    _e("fedict_c3", fedict.build_fedict_client(3), "FedICT A^C_3: extractor | 2 Bottlenecks -> GAP -> Linear(64); 10,586 params", "fedict.md §6.3", split=True),
+    _e("fedict_c4", fedict.build_fedict_client(4), "FedICT A^C_4: extractor | 2 BasicBlocks(16) -> GAP -> Linear; 9,978 params", "fedict.md §6.3", split=True),
+    _e("fedict_c5", fedict.build_fedict_client(5), "FedICT A^C_5: same function as A^C_4 (code's dead layer2 dropped); 9,978 params", "fedict.md §6.3", split=True),
+    _e("fedict_server", fedict.build_fedict_server, "FedICT A^S_1 server on 16xHxW features: Bottleneck ResNet [6,6,6], no stem; 590,858 params", "fedict.md §6.3", kind="features"),
+    _e("fedict_server_small", fedict.build_fedict_server_small, "FedICT scaled server on 16xHxW features: Bottleneck [1,1,1]; 127,178 params", "fedict.md §11.2", kind="features"),
+    _e("fedict_fc6", fedict.build_fedict_fc(6), "FedICT TMD A^C_6 SUBSTITUTE: Linear(D->13)-ReLU | 13->16->C", "fedict.md §6.3", kind="vector", split=True),
+    _e("fedict_fc7", fedict.build_fedict_fc(7), "FedICT TMD A^C_7 SUBSTITUTE: Linear(D->13)-ReLU | 13->24->C", "fedict.md §6.3", kind="vector", split=True),
+    _e("fedict_fc8", fedict.build_fedict_fc(8), "FedICT TMD A^C_8 SUBSTITUTE: Linear(D->13)-ReLU | 13->48->C", "fedict.md §6.3", kind="vector", split=True),
+    _e("fedict_fc_server", fedict.build_fedict_fc_server, "FedICT TMD A^S_2 SUBSTITUTE on 13-d features: 13->64->64->C", "fedict.md §6.3", kind="features", sizes=()),
+    # ---- DFL --------------------------------------------------------------------------------------
+    _e("dfl_cnn_mnist", dfl.build_dfl_cnn_mnist, "DFL MNIST CNN: conv5(20)-conv5(50) -> FC 50 -> C; 66,130 params @1x28x28,C=10", "dfl.md §6.3", sizes=(28, 32)),
+    _e("dfl_cnn_cifar", dfl.build_dfl_cnn_cifar, "DFL CIFAR CNN (LeNet-5): conv5(6)-conv5(16) -> 120 -> 84 -> C; 62,006 params @3x32x32,C=10", "dfl.md §6.3", sizes=(28, 32)),
+    _e("dfl_cnn_femnist", dfl.build_dfl_cnn_femnist, "DFL FEMNIST CNN: conv5(16)-conv5(32) -> FC 256 -> C; 160,510 params @1x28x28,C=62", "dfl.md §6.3", sizes=(28, 32)),
+    _e("resnet20a", dfl.build_resnet20a, "CIFAR ResNet-20 (He et al.) with option-A shortcuts (DFL); 269,722 params @3x32x32,C=10", "dfl.md §6.3"),
+    _e("mobilenet_v2", dfl.build_tv_mobilenet_v2, "torchvision MobileNetV2 (DFL), first conv adapted; 2,236,682 params @3ch,C=10", "dfl.md §6.3"),
+    _e("vgg16", dfl.build_tv_vgg16, "torchvision VGG-16 (DFL), first conv adapted, needs >=32x32; 134,301,514 params @3ch,C=10 (heavy)", "dfl.md §6.3", sizes=(32,), heavy=True),
+    # ---- FedD2S -----------------------------------------------------------------------------------
+    _e("fedd2s_m1", fedd2s.build_fedd2s_m1, "FedD2S M1 [C8,C16,C32,F32,F16,F(C)], layer-splittable; 23,146 params @3x32x32,C=10", "fedd2s.md §6.3"),
+    _e("fedd2s_m2", fedd2s.build_fedd2s_m2, "FedD2S M2 [C16,C64,C128,F128,F32,F(C)], layer-splittable; 237,054 params @1x28x28,C=62", "fedd2s.md §6.3"),
+    # ---- FedZKT -----------------------------------------------------------------------------------
+    _e("shufflenetv2_x0_5", fedzkt.build_shufflenetv2(0.5), "FedZKT device A: ShuffleNetV2 net size 0.5 (kuangliu); 352,042 params @3x32x32", "fedzkt.md §6.3"),
+    _e("shufflenetv2_x1_0", fedzkt.build_shufflenetv2(1.0), "FedZKT device B: ShuffleNetV2 net size 1.0 (kuangliu); 1,263,854 params", "fedzkt.md §6.3"),
+    _e("mobilenetv2_x0_8", fedzkt.build_mobilenetv2(0.8), "FedZKT device C: MobileNetV2 (kuangliu) width x0.8; 1,563,050 params", "fedzkt.md §6.3"),
+    _e("mobilenetv2_x0_6", fedzkt.build_mobilenetv2(0.6), "FedZKT device D: MobileNetV2 (kuangliu) width x0.6; 971,018 params", "fedzkt.md §6.3"),
+    _e("mobilenetv2_x1_0", fedzkt.build_mobilenetv2(1.0), "kuangliu CIFAR MobileNetV2 x1.0 (FedZKT reference); 2,296,922 params", "fedzkt.md §2.3"),
+    _e("lenet", fedzkt.build_lenet, "FedZKT device E: LeNet (kuangliu), Glorot init; 62,006 params @3x32x32", "fedzkt.md §6.3", sizes=(28, 32)),
+    _e("zkt_s1_cnn", fedzkt.build_zkt_s1_cnn, "FedZKT MNIST device S1: McMahan CNN conv5(32)-conv5(64) -> 512; 1,663,370 params @1x28x28", "fedzkt.md §6.3"),
+    _e("zkt_s2_fc", fedzkt.build_zkt_s2_fc, "FedZKT MNIST device S2: MLP D -> 200 -> 200 -> C; 199,210 params @1x28x28", "fedzkt.md §6.3", kind="vector"),
+    _e("zkt_s3_lenet5", fedzkt.build_zkt_s3_lenet5, "FedZKT MNIST device S3: LeNet-5 (pad 2); 61,706 params @1x28x28", "fedzkt.md §6.3", sizes=(28, 32)),
+    _e("zkt_s4_lenet3", fedzkt.build_zkt_s4_lenet3, "FedZKT MNIST device S4: 3x conv3x3 (8,16,32) -> 64 -> C; 25,034 params @1x28x28", "fedzkt.md §6.3"),
+    _e("zkt_s5_lenet_wide", fedzkt.build_zkt_s5_lenet_wide, "FedZKT MNIST device S5: conv5(16)-conv5(32) -> 256 -> C; 220,874 params @1x28x28", "fedzkt.md §6.3", sizes=(28, 32)),
+    _e("resnet18", fedzkt.build_resnet18, "FedZKT global model: ResNet-18 (kuangliu), adaptive pool; 11,173,962 params @3ch,C=10", "fedzkt.md §6.3", heavy=True),
+    _e("zkt_generator", fedzkt.build_zkt_generator, "FedZKT generator (DFAD GeneratorA): noise (N,nz) -> (N,C,H,W), H,W % 4 == 0", "fedzkt.md §6.3", kind="noise"),
+    _e("zkt_generator_mlp", fedzkt.build_zkt_generator_mlp, "FedZKT small-recipe MLP generator: noise (N,32) -> (N,C,H,W)", "fedzkt.md §11", kind="noise"),
+    _e("zkt_tiny_a", fedzkt.build_zkt_tiny_a, "FedZKT small-recipe device A: softmax regression", "fedzkt.md §11", kind="vector"),
+    _e("zkt_tiny_b", fedzkt.build_zkt_tiny_b, "FedZKT small-recipe device B: MLP D -> 32 -> C", "fedzkt.md §11", kind="vector"),
+    _e("zkt_tiny_c", fedzkt.build_zkt_tiny_c, "FedZKT small-recipe device C: MLP D -> 64 -> 64 -> C", "fedzkt.md §11", kind="vector"),
+    _e("zkt_tiny_d", fedzkt.build_zkt_tiny_d, "FedZKT small-recipe device D: conv3x3(8)-pool -> Linear(C)", "fedzkt.md §11"),
+    _e("zkt_tiny_e", fedzkt.build_zkt_tiny_e, "FedZKT small-recipe device E: conv3x3(16)-conv3x3(32)-pool -> 64 -> C", "fedzkt.md §11"),
+    _e("zkt_tiny_global", fedzkt.build_zkt_tiny_global, "FedZKT small-recipe global: conv3x3(32)-conv3x3(64)-pool -> 128 -> C", "fedzkt.md §11"),
+)
+
+_REGISTRY: dict[str, ModelEntry] = {e.name: e for e in _ENTRIES}
+assert len(_REGISTRY) == len(_ENTRIES), "duplicate model name"
+
+#: default heterogeneous assignment for images (FedCache's A^C_1..A^C_3, round-robin)
+DEFAULT_HETERO: tuple[str, ...] = ("resnet8", "resnet16", "resnet20")
+#: default heterogeneous assignment for sensor windows / feature vectors
+DEFAULT_HETERO_SENSOR: tuple[str, ...] = ("mlp", "cnn1d")
+
+
+def list_models() -> list[str]:
+    """Names of all registered models, sorted. ``describe_models()`` gives the one-line descriptions."""
+    return sorted(_REGISTRY)
+
+
+def describe_models() -> dict[str, str]:
+    """``{name: one-line description}`` for every registered model, sorted by name."""
+    return {name: _REGISTRY[name].description for name in sorted(_REGISTRY)}
+
+
+def _unknown(name: str) -> ValueError:
+    return ValueError(f"unknown model {name!r}; known models: {', '.join(list_models())}")
+
+
+def model_entry(name: str) -> ModelEntry:
+    """The registry entry of ``name`` (``ValueError`` listing the known names if unknown)."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise _unknown(name) from None
+
+
+def build_model(name: str, *, in_channels: int, num_classes: int, input_shape: Sequence[int] | tuple[int, ...], **options) -> nn.Module:
+    """Build the registered model ``name`` on the CPU.
+
+    Args:
+        name: a name from ``list_models()``.
+        in_channels: channels of the data (1 or 3 for images; for ``cnn1d`` 1 or F).
+        num_classes: output width (ignored by generators).
+        input_shape: per-sample data shape without batch dimension, e.g. ``(3, 32, 32)``,
+            ``(1, 28, 28)``, ``(28, 28)``, ``(T, F)`` or ``(D,)``.
+        **options: builder-specific extras (e.g. ``hidden=(128,)`` for ``mlp``, ``nz=100`` for
+            ``zkt_generator``); unknown options raise ``TypeError``.
+
+    The result is deterministic given ``torch.manual_seed`` and carries ``model.model_name``.
+    """
+    entry = model_entry(name)
+    if int(in_channels) < 1:
+        raise ValueError(f"in_channels must be >= 1, got {in_channels}")
+    if int(num_classes) < 1:
+        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
+    shape = tuple(int(s) for s in input_shape)
+    if not shape or min(shape) < 1:
+        raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
+    model = entry.builder(in_channels=int(in_channels), num_classes=int(num_classes), input_shape=shape, **options)
+    model.model_name = name
+    return model
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameter scalars: weights, biases, BN affine gamma/beta."""
+    return int(sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only))
+
+
+def count_bn_buffers(model: nn.Module) -> int:
+    """Float BN running-statistics scalars (running mean + var), R_k of FedZKT's byte formula."""
+    total = 0
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            total += m.running_mean.numel() + m.running_var.numel()
+    return int(total)
+
+
+def default_model(input_shape: Sequence[int] | None = None) -> str:
+    """A sensible homogeneous default for a data shape: ``cnn2`` for images (C,H,W), ``cnn1d`` for
+    sensor windows (T,F), ``mlp`` for vectors."""
+    if input_shape is None:
+        return "cnn2"
+    n = len(tuple(input_shape))
+    return {3: "cnn2", 2: "cnn1d"}.get(n, "mlp")
+
+
+def assign_models(
+    spec: str,
+    num_clients: int,
+    *,
+    default: str | None = None,
+    hetero: Iterable[str] | None = None,
+    input_shape: Sequence[int] | None = None,
+) -> list[str]:
+    """Per-client model names.
+
+    ``spec``:
+      - ``"homo"``: every client gets ``default`` (or ``default_model(input_shape)`` if not given);
+      - ``"hetero"``: ``hetero`` (default ``DEFAULT_HETERO``: resnet8,resnet16,resnet20 for images,
+        ``DEFAULT_HETERO_SENSOR`` for (T,F)/(D,) shapes) assigned round-robin;
+      - ``"NAME,NAME,..."``: those names assigned round-robin (client k gets names[k % len]).
+
+    Unknown names raise ``ValueError`` listing the known ones.
+    """
+    if not isinstance(spec, str):
+        raise ValueError(f"model spec must be a string, got {type(spec).__name__}")
+    if isinstance(num_clients, bool) or int(num_clients) != num_clients or num_clients < 1:
+        raise ValueError(f"num_clients must be a positive integer, got {num_clients!r}")
+    key = spec.strip().lower()
+    if not key:
+        raise ValueError("empty model spec; use 'homo', 'hetero' or a comma list of model names")
+    if key == "homo":
+        names = [default if default is not None else default_model(input_shape)]
+    elif key == "hetero":
+        if hetero is not None:
+            names = list(hetero)
+        elif input_shape is not None and len(tuple(input_shape)) != 3:
+            names = list(DEFAULT_HETERO_SENSOR)
+        else:
+            names = list(DEFAULT_HETERO)
+    else:
+        names = [n.strip() for n in key.split(",")]
+        if any(not n for n in names):
+            raise ValueError(f"empty model name in spec {spec!r}")
+    if not names:
+        raise ValueError("empty heterogeneous model list")
+    for n in names:
+        if n not in _REGISTRY:
+            raise _unknown(n)
+    return [names[k % len(names)] for k in range(int(num_clients))]
+
