@@ -6,14 +6,23 @@
 """
 
 from .dataset import Dataset, DatasetNotFoundError
+from .partition import ClientSplit, PartitionConfig, label_counts, parse_scheme, partition, partition_labels
+from .plot import plot_label_counts
 from .registry import DatasetInfo, clear_cache, default_data_root, list_datasets, load_dataset
 
 __all__ = [
+    "ClientSplit",
     "Dataset",
     "DatasetInfo",
     "DatasetNotFoundError",
+    "PartitionConfig",
     "clear_cache",
     "default_data_root",
+    "label_counts",
     "list_datasets",
     "load_dataset",
+    "parse_scheme",
+    "partition",
+    "partition_labels",
+    "plot_label_counts",
 ]
