@@ -140,7 +140,7 @@ def cases(quick: bool) -> list[Case]:
     return out
 
 
-def run(config: BenchConfig, progress: Callable[[str], None] = print) -> tuple[float, list[Record]]:
+def measure(config: BenchConfig, progress: Callable[[str], None] = print) -> tuple[float, list[Record]]:
     """Measure the copy bandwidth, then every case under both backends."""
     if not kernels.cpp_available():
         raise RuntimeError("the C++ extension is not built; `pip install .` builds it")
@@ -179,10 +179,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write one record per kernel and shape to FILE")
 
 
-def main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     config = BenchConfig(threads=args.threads, repeats=args.repeats, quick=args.quick)
     print(HEADER)
-    bandwidth, records = run(config)
+    bandwidth, records = measure(config)
     if args.json:
         with open(args.json, "w") as handle:
             json.dump({"copy_gbps": round(bandwidth, 2), "threads": config.threads,

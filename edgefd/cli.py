@@ -1,0 +1,80 @@
+"""The `edgefd` command.
+
+Each subcommand lives in the module that owns its work and exposes ``add_arguments(parser)`` and
+a ``run(args) -> int``; this file only wires them together, so ``edgefd --help`` and every
+``edgefd SUBCOMMAND --help`` list what exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from dataclasses import dataclass
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    module: str
+    help: str
+
+
+# `edgefd bench NAME` has its own list of benchmarks.
+BENCHMARKS = {
+    "kernels": Subcommand("kernels", "edgefd.bench.kernels", "C++ kernels vs their torch references"),
+}
+
+SUBCOMMANDS = [
+    Subcommand("partition", "edgefd.data.partition_cli", "split a dataset across clients and show label counts"),
+]
+
+
+def _load(module: str):
+    return importlib.import_module(module)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="edgefd",
+        description="Federated knowledge distillation for edge devices.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_load('edgefd').__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    bench = commands.add_parser("bench", help="run a benchmark and print its figures",
+                                description="Benchmarks print figures; nothing here asserts on time.")
+    which = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    for item in BENCHMARKS.values():
+        sub = which.add_parser(item.name, help=item.help, description=item.help)
+        sub.set_defaults(_module=item.module)
+        _load(item.module).add_arguments(sub)
+
+    for item in SUBCOMMANDS:
+        sub = commands.add_parser(item.name, help=item.help, description=item.help)
+        sub.set_defaults(_module=item.module)
+        _load(item.module).add_arguments(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    module = getattr(args, "_module", None)
+    if module is None:
+        # `edgefd` or `edgefd bench` alone: show what can be run.
+        if args.command == "bench":
+            parser.parse_args(["bench", "--help"])
+        parser.print_help()
+        return 2
+    try:
+        return int(_load(module).run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

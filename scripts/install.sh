@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for edgefd: system packages, the pinned torch build, and edgefd itself
+# (compiling its C++ kernels). Safe to run again: every step is skipped or a no-op when done.
+#
+#   bash scripts/install.sh           # runtime only
+#   bash scripts/install.sh --test    # runtime + test tools
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="datasets"
+if [[ "${1:-}" == "--test" ]]; then
+  extras="datasets,test"
+fi
+
+# System packages: a C++ toolchain and CMake for the kernels, the real Fashion-MNIST files.
+apt_packages=(g++ cmake ninja-build dataset-fashion-mnist)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then sudo=""; else sudo="sudo"; fi
+  echo "installing system packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# torch first, pinned: an unpinned torch may resolve to a multi-GB build this machine cannot use,
+# and PyPI's torchvision only imports beside the matching torch.
+case "$(uname -m)" in
+  aarch64) torch_pins=(torch==2.9.1 torchvision==0.24.1) ;;
+  *) torch_pins=(torch==2.14.1 torchvision==0.29.1) ;;
+esac
+python3 -m pip install -q "${torch_pins[@]}"
+
+# edgefd, built in place (editable) so that tests and benchmarks run against this checkout.
+python3 -m pip install -q scikit-build-core pybind11
+python3 -m pip install -q --no-build-isolation -e ".[${extras}]"
+python3 -c "import edgefd.kernels as k; assert k.cpp_available(), 'C++ kernels failed to build'; print('edgefd installed; C++ kernels built')"

@@ -1,0 +1,23 @@
+"""`edgefd bench kernels --quick` runs end to end and writes the records the issue names."""
+
+import json
+
+from edgefd import cli
+
+FIELDS = {"kernel", "shape", "cpp_ms", "torch_ms", "speedup", "gbps", "bandwidth_fraction"}
+
+
+def test_quick_benchmark_writes_one_record_per_kernel(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    assert cli.main(["bench", "kernels", "--quick", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["copy_gbps"] > 0
+    kernels_seen = {record["kernel"].split()[0] for record in report["records"]}
+    assert kernels_seen == {"weighted_kl", "sl_loss", "labelwise_mean", "gather_mean"}
+    for record in report["records"]:
+        assert FIELDS <= record.keys()
+        assert record["cpp_ms"] > 0 and record["torch_ms"] > 0
+        ratio = record["torch_ms"] / record["cpp_ms"]
+        assert abs(record["speedup"] - ratio) <= 0.05 * ratio
+    table = capsys.readouterr().out
+    assert "copy bandwidth" in table and "weighted_kl" in table
