@@ -128,7 +128,7 @@ def parse_scheme(text: str) -> Scheme:
 def partition(
     dataset: Dataset,
     num_clients: int,
-    scheme: str = "iid",
+    scheme: str,
     seed: int = 0,
     *,
     test_fraction: Optional[float] = None,
@@ -155,7 +155,7 @@ def partition_labels(
     train_y: np.ndarray,
     test_y: np.ndarray,
     num_clients: int,
-    scheme: str = "iid",
+    scheme: str,
     seed: int = 0,
     *,
     num_classes: Optional[int] = None,

@@ -8,6 +8,7 @@ Loaded datasets are cached per process because every simulated client asks for t
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ class DatasetSpec:
     available: Callable[[Path], bool]
     """Cheap check that ``load`` would find its files (nothing is read)."""
     download: Optional[Callable[[Path], None]] = None
-    """Fetches the files into the root with torchvision; None when there is nothing to download."""
+    """Fetches the files into the root with torchvision; None for bundled datasets (nothing to fetch)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,6 @@ def _package_has(package: str, parts: tuple[str, ...]) -> Callable[[Path], bool]
 
 
 def _sklearn_available(root: Path) -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("sklearn") is not None
 
 
@@ -199,7 +198,8 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, download: boo
     ValueError for an unknown name.
     """
     spec = _spec(name)
-    return _load_cached(spec.name, str(_resolve_root(root)), bool(download))
+    bundled = spec.download is None  # ignores root, so one cache entry serves every root
+    return _load_cached(spec.name, "" if bundled else str(_resolve_root(root)), bool(download))
 
 
 @functools.lru_cache(maxsize=8)

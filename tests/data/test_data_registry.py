@@ -91,8 +91,8 @@ def test_fmnist_from_the_debian_package(tmp_path: Path):
     assert np.all(np.bincount(ds.test_y.numpy()) == 1000)
 
 
-def test_loads_are_cached_per_process():
-    assert load_dataset("digits") is load_dataset("DIGITS")
+def test_loads_are_cached_per_process(tmp_path: Path):
+    assert load_dataset("digits") is load_dataset("DIGITS") is load_dataset("digits", root=tmp_path)
     clear_cache()
     assert load_dataset("digits") is not None
 
