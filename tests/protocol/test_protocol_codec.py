@@ -400,5 +400,6 @@ def test_random_payload_roundtrip(p):
             assert np.array_equal(a, b)
         elif prec == "int8" and a.size:
             check_int8_bound(a, b)
-    # re-encoding what was decoded is stable
-    assert encode(q) == encode(decode(encode(q)))
+    # what was decoded re-encodes, and a lossless second trip changes nothing
+    assert decode(encode(q.with_precision(None))).same_as(q)
+    assert len(encode(q)) == len(data)
