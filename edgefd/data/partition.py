@@ -323,8 +323,8 @@ def _natural(
     test_fraction: Optional[float],
 ) -> list[ClientSplit]:
     """One client per group. With fewer clients than groups, a seeded sample of the groups takes
-    part (as LEAF samples users). A client's test split is its group's own test samples; datasets
-    without test groups get a label-matched draw instead."""
+    part (as LEAF samples users). A client's test split is its group's own test samples, unless
+    the dataset has no test groups or ``test_fraction`` is given: then a label-matched draw."""
     if train_groups is None:
         raise ValueError("the 'natural' scheme needs a dataset with groups (subjects / writers), e.g. 'watch'")
     groups = np.unique(train_groups)

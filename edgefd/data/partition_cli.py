@@ -1,7 +1,8 @@
 """``edgefd partition``: show how a dataset would be split over clients, as a table and a plot.
 
 ``edgefd/cli.py`` owns the command line; it calls :func:`add_arguments` to build the sub-command
-and :func:`run` to execute it.
+and :func:`run` to execute it. The dataset modules (and so torch) are imported only in ``run``,
+to keep ``edgefd --help`` quick.
 """
 
 from __future__ import annotations
@@ -11,11 +12,6 @@ import sys
 
 import numpy as np
 
-from .dataset import DatasetNotFoundError
-from .partition import label_counts, partition
-from .plot import plot_label_counts
-from .registry import REGISTRY, load_dataset
-
 EXIT_OK = 0
 EXIT_USAGE = 2
 """Returned for a missing dataset or a bad option (argparse's code for usage errors)."""
@@ -23,7 +19,8 @@ EXIT_USAGE = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``partition`` options to ``parser``."""
-    parser.add_argument("--dataset", default="digits", help=f"dataset name (default: digits); one of: {', '.join(REGISTRY)}")
+    parser.add_argument("--dataset", default="digits", help="dataset name (default: digits; --list shows them all)")
+    parser.add_argument("--list", action="store_true", help="list the datasets, and whether each is available here, then exit")
     parser.add_argument("--clients", type=int, default=10, help="number of clients (default: 10)")
     parser.add_argument(
         "--partition",
@@ -44,6 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Partition, print the per-client table, optionally plot; 0 on success, 2 on a usage error."""
+    from .dataset import DatasetNotFoundError
+    from .partition import label_counts, partition
+    from .plot import plot_label_counts
+    from .registry import list_datasets, load_dataset
+
+    if args.list:
+        for info in list_datasets(args.data_root):
+            print(f"{info.name:<16} {'available' if info.available else 'missing  '}  {info.description}")
+        return EXIT_OK
     try:
         dataset = load_dataset(args.dataset, root=args.data_root, download=args.download)
         splits = partition(dataset, args.clients, args.partition, args.seed, test_fraction=args.test_fraction)

@@ -6,6 +6,7 @@ cannot be tested on small files; the layout (``root/train_32x32.mat``) is the on
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +44,8 @@ def load_svhn(root: Path) -> Dataset:
             f"Put the official cropped-digits .mat files in DIR/ and pass root=DIR (CLI: --data-root DIR), "
             f"or use download=True (CLI: --download) where a network is available."
         )
-    try:
-        import scipy.io  # noqa: F401
-    except ImportError as e:  # pragma: no cover - scipy comes with scikit-learn
-        raise DatasetNotFoundError("SVHN needs scipy to read its .mat files: pip install scipy") from e
+    if importlib.util.find_spec("scipy") is None:  # pragma: no cover - scipy comes with scikit-learn
+        raise DatasetNotFoundError("SVHN needs scipy to read its .mat files: pip install scipy")
     train_x, train_y = read_svhn_mat(folder / SVHN_FILES[0])
     test_x, test_y = read_svhn_mat(folder / SVHN_FILES[1])
     return image_dataset("svhn", train_x, train_y, test_x, test_y, 10)

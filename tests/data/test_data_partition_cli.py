@@ -19,7 +19,7 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_defaults():
     args = parse()
     assert (args.dataset, args.clients, args.partition, args.seed) == ("digits", 10, "dirichlet:0.5", 0)
-    assert args.data_root is None and args.plot is None and args.download is False
+    assert args.data_root is None and args.plot is None and args.download is False and args.list is False
 
 
 def test_prints_a_table_of_label_counts(capsys: pytest.CaptureFixture[str]):
@@ -52,6 +52,12 @@ def test_missing_dataset_prints_the_advice_and_returns_2(tmp_path: Path, capsys:
     assert captured.out == ""
     assert "cifar-10-batches-py" in captured.err and "--data-root" in captured.err
     assert "Traceback" not in captured.err
+
+
+def test_list_shows_availability(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert run(parse("--list", "--data-root", str(tmp_path))) == 0
+    rows = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
+    assert rows["digits"] == "available" and rows["cifar10"] == "missing"
 
 
 def test_bad_partition_returns_2(capsys: pytest.CaptureFixture[str]):
