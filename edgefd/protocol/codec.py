@@ -84,7 +84,7 @@ Decoding checks, in this order, and raises (all subclasses of :class:`ProtocolEr
 ``OversizedError`` (buffer above ``max_bytes``), ``MagicError``, ``TruncatedError`` (shorter than the
 header), ``VersionError`` (version or flags), ``OversizedError`` (claimed size above ``max_bytes``),
 ``TruncatedError`` / ``MalformedError`` (buffer shorter / longer than 32 + body_len),
-``ChecksumError``, then ``MalformedError`` for anything inconsistent in the body, then
+``ChecksumError``, then ``MalformedError`` for any header field or body content out of its rules, then
 ``NonFiniteError`` if the kind forbids NaN/Inf (see :data:`NONFINITE_OK_KINDS`). Sizes claimed by
 the header or table are compared with the buffer before anything is allocated from them.
 """
