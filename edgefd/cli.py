@@ -19,6 +19,8 @@ class Subcommand:
     name: str
     module: str
     help: str
+    entry: str = "run"
+    """The module's function that takes the parsed arguments and returns the exit code."""
 
 
 # `edgefd bench NAME` has its own list of benchmarks.
@@ -27,6 +29,9 @@ BENCHMARKS = {
 }
 
 SUBCOMMANDS = [
+    Subcommand("simulate", "edgefd.simulate", "run a method on one machine and write its results", "run_cli"),
+    Subcommand("report", "edgefd.metrics.report", "compare finished runs in a table and one plot"),
+    Subcommand("methods", "edgefd.algorithms.describe", "list the methods and their hyperparameters"),
     Subcommand("partition", "edgefd.data.partition_cli", "split a dataset across clients and show label counts"),
 ]
 
@@ -48,12 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     which = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     for item in BENCHMARKS.values():
         sub = which.add_parser(item.name, help=item.help, description=item.help)
-        sub.set_defaults(_module=item.module)
+        sub.set_defaults(_entry=(item.module, item.entry))
         _load(item.module).add_arguments(sub)
 
     for item in SUBCOMMANDS:
         sub = commands.add_parser(item.name, help=item.help, description=item.help)
-        sub.set_defaults(_module=item.module)
+        sub.set_defaults(_entry=(item.module, item.entry))
         _load(item.module).add_arguments(sub)
     return parser
 
@@ -62,15 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    module = getattr(args, "_module", None)
-    if module is None:
+    entry = getattr(args, "_entry", None)
+    if entry is None:
         # `edgefd` or `edgefd bench` alone: show what can be run.
         if args.command == "bench":
             parser.parse_args(["bench", "--help"])
         parser.print_help()
         return 2
     try:
-        return int(_load(module).run(args) or 0)
+        module, function = entry
+        return int(getattr(_load(module), function)(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

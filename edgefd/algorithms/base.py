@@ -1,0 +1,250 @@
+"""The one interface every federated method implements, and the registry of methods.
+
+A method is two roles that exchange :class:`~edgefd.protocol.Payload` s in rounds:
+
+    client role:  hello() -> Payload | None                  one-time upload (histogram, hashes, ...)
+                  train_round(round, downlink) -> Payload | None
+                  evaluate(state) -> dict                    accuracy on its local test split
+    server role:  start(hellos) -> None
+                  downlink(round, client_id) -> Payload | None
+                  aggregate(round, uplinks) -> dict          update server state from what arrived
+                  evaluation_state(client_id) -> Payload | None
+
+The runtime owns rounds, sampling, deadlines, seeds and transports; a method owns only its
+maths and never sees the network. Every payload a role returns is encoded, counted and decoded
+by the transport before the other side sees it, so roles must not share Python objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgefd.protocol import Payload
+from edgefd.runtime.training import TrainConfig, evaluate_model
+
+
+@dataclass
+class ClientData:
+    """What one client holds locally. Sample ids are stable: knowledge is keyed by them, never by
+    batch position."""
+
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    train_ids: torch.Tensor
+    """Global index of each training sample in the dataset's train split (int64)."""
+    num_classes: int
+
+
+@dataclass
+class ClientContext:
+    """Everything a client role is built from."""
+
+    client_id: str
+    model: nn.Module
+    model_name: str
+    data: ClientData
+    train: TrainConfig
+    rng: np.random.Generator
+    """This client's own random stream (one per client: results do not depend on the order in
+    which clients run)."""
+    torch_generator: torch.Generator
+    """The same stream for torch (batch order, dropout-free sampling)."""
+    precision: str = "fp32"
+    """Wire precision for knowledge arrays: "fp32", "fp16" or "int8"."""
+
+
+class ClientRole(ABC):
+    """The part of a method that runs on a device."""
+
+    def __init__(self, context: ClientContext, params: Any) -> None:
+        self.context = context
+        self.params = params
+        self.client_id = context.client_id
+        self.model = context.model
+        self.data = context.data
+
+    def hello(self) -> Payload | None:
+        """One-time upload before round 1 (None: nothing to say)."""
+        return None
+
+    @abstractmethod
+    def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
+        """Train locally with what the server sent, and return the uplink."""
+
+    def evaluate(self, state: Payload | None = None) -> dict[str, float]:
+        """Accuracy of this client's deliverable model on its local test split.
+
+        ``state`` is what :meth:`ServerRole.evaluation_state` returned for this client, for methods
+        whose deliverable lives on the server (FedAvg's global model)."""
+        return evaluate_model(self.model, self.data.test_x, self.data.test_y, self.context.train.eval_batch_size)
+
+
+@dataclass
+class ServerContext:
+    """Everything a server role is built from."""
+
+    client_ids: list[str]
+    num_classes: int
+    input_shape: tuple[int, ...]
+    client_models: dict[str, str]
+    """Architecture name of each client's model."""
+    build_model: Callable[[str], nn.Module]
+    """Builds a fresh model by zoo name for this dataset (server-side models, global models)."""
+    train: TrainConfig
+    """Optimisation settings for server-side training, where a method has any."""
+    seed: int
+    precision: str = "fp32"
+    """Wire precision for knowledge arrays."""
+
+
+class ServerRole(ABC):
+    """The part of a method that runs on the workstation."""
+
+    def __init__(self, context: ServerContext, params: Any) -> None:
+        self.context = context
+        self.params = params
+        self.client_ids = context.client_ids
+        self.num_classes = context.num_classes
+
+    def start(self, hellos: dict[str, Payload]) -> None:
+        """Receive the clients' one-time uploads."""
+
+    @abstractmethod
+    def downlink(self, round: int, client_id: str) -> Payload | None:
+        """What this client gets at the start of the round (None: nothing)."""
+
+    @abstractmethod
+    def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        """Update the server state from the uplinks that arrived before the deadline."""
+
+    def evaluation_state(self, client_id: str) -> Payload | None:
+        """The server-side model a client's accuracy is measured with (None: the client's own).
+
+        A measurement hook, not a message: it is handed over in-process and not counted as sent."""
+        return None
+
+
+@dataclass
+class MethodSpec:
+    name: str
+    summary: str
+    client: type[ClientRole]
+    server: type[ServerRole]
+    params: type
+    """A dataclass of the method's hyperparameters, defaults from its paper."""
+
+
+_REGISTRY: dict[str, MethodSpec] = {}
+
+
+def register(name: str, summary: str, client: type[ClientRole], server: type[ServerRole], params: type) -> None:
+    if name in _REGISTRY:
+        raise ValueError(f"method {name!r} is registered twice")
+    _REGISTRY[name] = MethodSpec(name, summary, client, server, params)
+
+
+def get_method(name: str) -> MethodSpec:
+    _load_builtin_methods()
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(_REGISTRY))}")
+    return _REGISTRY[name]
+
+
+def list_methods() -> list[MethodSpec]:
+    _load_builtin_methods()
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def _load_builtin_methods() -> None:
+    import edgefd.algorithms  # noqa: F401  (its __init__ imports every method module)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hyperparameters from text (`--param NAME=VALUE`, TOML tables)
+
+
+def _convert(value: Any, annotation: Any, name: str) -> Any:
+    if isinstance(annotation, str):
+        annotation = eval_annotation(annotation)
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or str(origin) == "types.UnionType":
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() == "none"):
+            return None
+        annotation = options[0]
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"param {name}: expected true/false, got {value!r}")
+    if annotation in (int, float, str):
+        try:
+            converted = annotation(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"param {name}: expected {annotation.__name__}, got {value!r}") from None
+        if annotation is int and isinstance(value, float) and value != converted:
+            raise ValueError(f"param {name}: expected an integer, got {value!r}")
+        return converted
+    return value
+
+
+_ANNOTATIONS = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def eval_annotation(text: str) -> Any:
+    """Resolves the string annotations of `from __future__ import annotations` dataclasses."""
+    parts = [p.strip() for p in text.split("|")]
+    types = [type(None) if p == "None" else _ANNOTATIONS.get(p, str) for p in parts]
+    return types[0] if len(types) == 1 else typing.Union[tuple(types)]
+
+
+def make_params(params_type: type, values: dict[str, Any]) -> Any:
+    """Build a params dataclass from name -> value (strings are converted by field type)."""
+    fields = {f.name: f for f in dataclasses.fields(params_type)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown param(s) {', '.join(unknown)} for {params_type.__name__}; "
+                         f"known: {', '.join(fields) or '(none)'}")
+    converted = {name: _convert(value, fields[name].type, name) for name, value in values.items()}
+    return params_type(**converted)
+
+
+def parse_param_assignments(items: list[str]) -> dict[str, str]:
+    """`["beta=1.5", "temperature=3"]` -> {"beta": "1.5", "temperature": "3"}."""
+    values = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param {item!r}: expected NAME=VALUE")
+        values[name.strip()] = value.strip()
+    return values
+
+
+def describe_params(params_type: type) -> list[tuple[str, Any, str]]:
+    """(name, default, doc) of each field, for `--help` and docs."""
+    out = []
+    for f in dataclasses.fields(params_type):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        out.append((f.name, default, f.metadata.get("doc", "")))
+    return out
+
+
+def param(default: Any, doc: str) -> Any:
+    """A params dataclass field with a one-line description (shown by `edgefd methods`)."""
+    return field(default=default, metadata={"doc": doc})
+

@@ -1,0 +1,82 @@
+"""FedAvg (McMahan et al. 2017): sample-weighted averaging of full model states.
+
+The deliverable is the global model, so a client's accuracy is the global model's accuracy on
+that client's local test split (personalised test sets, global model).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+from torch import nn
+
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
+from edgefd.protocol import Payload
+from edgefd.runtime.training import evaluate_model, load_state_arrays, make_optimizer, state_arrays, train_epochs
+
+
+@dataclass
+class FedAvgParams:
+    """FedAvg has no hyperparameters beyond the shared training settings."""
+
+
+def weighted_average(states: list[dict[str, np.ndarray]], weights: list[float]) -> dict[str, np.ndarray]:
+    """Per-entry weighted mean; integer buffers (BatchNorm's batch counter) are rounded back."""
+    total = float(sum(weights))
+    if total <= 0:
+        raise ValueError("weighted_average: weights sum to zero")
+    out = {}
+    for name in states[0]:
+        acc = sum(np.asarray(s[name], dtype=np.float64) * (w / total) for s, w in zip(states, weights))
+        dtype = states[0][name].dtype
+        out[name] = np.rint(acc).astype(dtype) if np.issubdtype(dtype, np.integer) else acc.astype(dtype)
+    return out
+
+
+class FedAvgClient(ClientRole):
+    def __init__(self, context: ClientContext, params: FedAvgParams) -> None:
+        super().__init__(context, params)
+        self._eval_model = copy.deepcopy(self.model)
+
+    def train_round(self, round: int, downlink: Payload | None) -> Payload:
+        if downlink is not None:
+            load_state_arrays(self.model, downlink.arrays)
+        y = self.data.train_y
+        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh each round
+        train_epochs(self.model, self.data.train_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+                     optimizer, self.context.train, self.context.torch_generator)
+        return Payload("weights", self.client_id, round, state_arrays(self.model), {"samples": len(y)})
+
+    def evaluate(self, state: Payload | None = None) -> dict[str, float]:
+        if state is None:
+            return super().evaluate()
+        load_state_arrays(self._eval_model, state.arrays)
+        return evaluate_model(self._eval_model, self.data.test_x, self.data.test_y,
+                              self.context.train.eval_batch_size)
+
+
+class FedAvgServer(ServerRole):
+    def __init__(self, context: ServerContext, params: FedAvgParams) -> None:
+        super().__init__(context, params)
+        names = set(context.client_models.values())
+        if len(names) != 1:
+            raise ValueError(f"fedavg averages one architecture; clients have {sorted(names)} (use --models homo)")
+        self.global_state = state_arrays(context.build_model(names.pop()))
+
+    def downlink(self, round: int, client_id: str) -> Payload:
+        return Payload("weights", "server", round, self.global_state)
+
+    def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        if uplinks:
+            ordered = [uplinks[c] for c in sorted(uplinks)]
+            self.global_state = weighted_average([p.arrays for p in ordered],
+                                                 [float(p.scalars["samples"]) for p in ordered])
+        return {}
+
+    def evaluation_state(self, client_id: str) -> Payload:
+        return Payload("weights", "server", 0, self.global_state)
+
+
+register("fedavg", "sample-weighted averaging of model weights", FedAvgClient, FedAvgServer, FedAvgParams)

@@ -1,0 +1,39 @@
+"""Local: every client trains on its own data and never communicates (the lower baseline)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
+from edgefd.protocol import Payload
+from edgefd.runtime.training import make_optimizer, train_epochs
+
+
+@dataclass
+class LocalParams:
+    """Local training has no hyperparameters of its own (see the shared training settings)."""
+
+
+class LocalClient(ClientRole):
+    def __init__(self, context: ClientContext, params: LocalParams) -> None:
+        super().__init__(context, params)
+        self.optimizer = make_optimizer(self.model.parameters(), context.train)
+
+    def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
+        y = self.data.train_y
+        train_epochs(self.model, self.data.train_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+                     self.optimizer, self.context.train, self.context.torch_generator)
+        return None
+
+
+class LocalServer(ServerRole):
+    def downlink(self, round: int, client_id: str) -> Payload | None:
+        return None
+
+    def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        return {}
+
+
+register("local", "no federation: each client trains alone", LocalClient, LocalServer, LocalParams)

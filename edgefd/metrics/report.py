@@ -1,0 +1,41 @@
+"""`edgefd report DIR...`: a comparison table of finished runs and one plot of all of them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from edgefd.metrics.plots import plot_curves
+from edgefd.metrics.results import load_run
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="DIR", help="folders written by `edgefd simulate --out`")
+    parser.add_argument("--plot", metavar="FILE", default="report.png", help="where to draw the curves")
+
+
+def _pct(value) -> str:
+    return "   n/a" if value is None else f"{100 * value:6.2f}"
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = {}
+    rows = []
+    for folder in args.runs:
+        try:
+            summary, lines = load_run(folder)
+        except (FileNotFoundError, ValueError) as error:
+            print(f"edgefd report: {error}", file=sys.stderr)
+            return 2
+        label = f"{summary.get('algo', '?')} {Path(folder).name}"
+        runs[label] = lines
+        rows.append((label, summary))
+    print(f"{'run':<36} {'final %':>8} {'best %':>8} {'MB up':>10} {'MB down':>10} {'seconds':>8}")
+    for label, s in rows:
+        print(f"{label:<36} {_pct(s.get('final_accuracy')):>8} {_pct(s.get('best_accuracy')):>8} "
+              f"{s.get('bytes_up_total', 0) / 1e6:>10.3f} {s.get('bytes_down_total', 0) / 1e6:>10.3f} "
+              f"{s.get('wall_seconds', float('nan')):>8.1f}")
+    plot_curves(runs, args.plot)
+    print(f"plot: {args.plot}")
+    return 0

@@ -1,0 +1,88 @@
+"""Run results on disk: `metrics.jsonl` (one line per round, written as rounds finish, so a
+crashed run keeps what it did) and `summary.json` (the whole run, with its resolved config)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from edgefd.runtime.loop import RoundRecord
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+TIMING_FIELDS = ("seconds",)
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN: write null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def record_line(record: RoundRecord, bytes_up_cumulative: int, bytes_down_cumulative: int) -> dict[str, Any]:
+    line = asdict(record)
+    line["bytes_up_cumulative"] = bytes_up_cumulative
+    line["bytes_down_cumulative"] = bytes_down_cumulative
+    return _clean(line)
+
+
+class RunWriter:
+    """Appends round lines to metrics.jsonl and writes summary.json atomically at the end."""
+
+    def __init__(self, out_dir: str | os.PathLike) -> None:
+        self.out = Path(out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.out / METRICS_FILE
+        self.metrics_path.write_text("")
+        self.lines: list[dict[str, Any]] = []
+        self._up = 0
+        self._down = 0
+
+    def add(self, record: RoundRecord) -> dict[str, Any]:
+        self._up += record.bytes_up
+        self._down += record.bytes_down
+        line = record_line(record, self._up, self._down)
+        self.lines.append(line)
+        with self.metrics_path.open("a") as handle:
+            handle.write(json.dumps(line, sort_keys=True) + "\n")
+        return line
+
+    def write_summary(self, summary: dict[str, Any]) -> Path:
+        path = self.out / SUMMARY_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(_clean(summary), indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
+    """Final and best accuracy and byte totals over the round lines."""
+    evaluated = [line for line in lines if line.get("accuracy") is not None]
+    trained = [line for line in evaluated if line["round"] > 0]
+    return {
+        "final_accuracy": evaluated[-1]["accuracy"] if evaluated else None,
+        "final_accuracy_std": evaluated[-1]["accuracy_std"] if evaluated else None,
+        "best_accuracy": max(line["accuracy"] for line in trained) if trained else None,
+        "bytes_up_total": sum(line["bytes_up"] for line in lines),
+        "bytes_down_total": sum(line["bytes_down"] for line in lines),
+    }
+
+
+def load_run(run_dir: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(summary, round lines) of a finished run directory; a clear error if it is not one."""
+    run = Path(run_dir)
+    summary_path, metrics_path = run / SUMMARY_FILE, run / METRICS_FILE
+    if not metrics_path.is_file():
+        raise FileNotFoundError(f"{run}: no {METRICS_FILE} (is this an `edgefd simulate --out` folder?)")
+    lines = [json.loads(text) for text in metrics_path.read_text().splitlines() if text.strip()]
+    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {"run": str(run), **summarise(lines)}
+    return summary, lines
