@@ -114,6 +114,12 @@ class LayeredCNN(nn.Module):
             outs.append(x)
         return outs
 
+    def as_multi_output(self) -> nn.Module:
+        """A module sharing this model's parameters whose ``forward(x)`` returns the tuple
+        ``(H_1, ..., H_L)``: export it to ONNX so that one inference pass yields ``H_1`` and
+        ``H_{l}`` for any distillation layer l (fedd2s.md §2.5)."""
+        return _MultiOutput(self)
+
     # ---- parameters of parts ---------------------------------------------------------------------
     def layer_parameter_counts(self) -> list[int]:
         """Parameters of block l, for l = 1..L."""
@@ -150,6 +156,15 @@ class LayeredCNN(nn.Module):
             if idx >= l:
                 out[key] = value
         return out
+
+
+class _MultiOutput(nn.Module):
+    def __init__(self, model: LayeredCNN):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(self.model.forward_all(x))
 
 
 def _build(name: str, cfg):

@@ -157,3 +157,22 @@ def test_onnx_export_matches_torch(name, shape, in_ch):
         ref = m(x).numpy()
     assert y.shape == ref.shape
     assert abs(y - ref).max() < 1e-4
+
+
+def test_onnx_export_fedd2s_all_layer_outputs():
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    m = build_model("fedd2s_m1", in_channels=3, num_classes=10, input_shape=(3, 32, 32)).eval()
+    x = torch.randn(2, 3, 32, 32)
+    buf = io.BytesIO()
+    names = [f"H{l}" for l in range(1, 7)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m.as_multi_output(), (x,), buf, dynamo=False, input_names=["x"], output_names=names)
+    sess = ort.InferenceSession(buf.getvalue())
+    outs = sess.run(names, {"x": x.numpy()})
+    with torch.no_grad():
+        refs = m.forward_all(x)
+    for got, ref, shape in zip(outs, refs, m.layer_output_shapes):
+        assert got.shape == (2, *shape)
+        assert abs(got - ref.numpy()).max() < 1e-4
