@@ -17,16 +17,24 @@
 #define EDGEFD_MULTIVERSION
 #endif
 
+// Helpers called from a multiversioned function must be inlined into each clone: a call to an
+// out-of-line copy would run the baseline (SSE) code and lose the AVX2 speed.
+#if defined(__GNUC__)
+#define EDGEFD_INLINE inline __attribute__((always_inline))
+#else
+#define EDGEFD_INLINE inline
+#endif
+
 namespace edgefd {
 
 // __builtin_bit_cast (GCC 11+, Clang 9+) rather than memcpy: it keeps loops vectorisable.
-inline float bits_to_float(std::int32_t i) { return __builtin_bit_cast(float, i); }
+EDGEFD_INLINE float bits_to_float(std::int32_t i) { return __builtin_bit_cast(float, i); }
 
-inline std::int32_t float_to_bits(float f) { return __builtin_bit_cast(std::int32_t, f); }
+EDGEFD_INLINE std::int32_t float_to_bits(float f) { return __builtin_bit_cast(std::int32_t, f); }
 
 // exp(x); saturates at about 1.2e-38 below x = -87.3 (instead of 0) and at exp(88.4) above.
 // Branch-free so that loops over it vectorise.
-inline float fast_exp(float x) {
+EDGEFD_INLINE float fast_exp(float x) {
     constexpr float kMax = 88.3762626647949f;
     constexpr float kMin = -87.3365447504f;  // below this 2^n would leave the normal range
     constexpr float kLog2e = 1.44269504088896341f;
@@ -50,7 +58,7 @@ inline float fast_exp(float x) {
 
 // log(x) for finite x > 0 (normal range). x <= 0 gives a large negative number, never NaN;
 // callers only pass positive sums and probabilities they have checked.
-inline float fast_log(float x) {
+EDGEFD_INLINE float fast_log(float x) {
     constexpr float kSqrtHalf = 0.707106781186547524f;
     constexpr float kLn2Hi = 0.693359375f;
     constexpr float kLn2Lo = -2.12194440e-4f;

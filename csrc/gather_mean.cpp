@@ -16,7 +16,7 @@ namespace {
 
 void check_neighbours(const std::int64_t* neighbours, std::int64_t n, std::int64_t R, std::int64_t M) {
     std::int64_t first_bad = std::numeric_limits<std::int64_t>::max();
-#pragma omp parallel for schedule(static) reduction(min : first_bad)
+#pragma omp parallel for schedule(static) reduction(min : first_bad) if (n * R >= kParallelGrain)
     for (std::int64_t k = 0; k < n * R; ++k) {
         const std::int64_t j = neighbours[k];
         if (j < -1 || j >= M) first_bad = std::min(first_bad, k);
@@ -27,11 +27,24 @@ void check_neighbours(const std::int64_t* neighbours, std::int64_t n, std::int64
 
 }  // namespace
 
+// Rows ahead of the current one whose neighbours' cache rows are prefetched: the lookups are
+// random, so without it each one waits for memory in turn.
+constexpr std::int64_t kPrefetchRows = 4;
+
 void gather_mean(const float* cache, std::int64_t M, std::int64_t C, const std::int64_t* neighbours,
                  std::int64_t n, std::int64_t R, float* out) {
     std::int64_t first_bad = std::numeric_limits<std::int64_t>::max();
-#pragma omp parallel for schedule(static) reduction(min : first_bad)
+#pragma omp parallel for schedule(static) reduction(min : first_bad) if (n * (R + C) >= kParallelGrain)
     for (std::int64_t i = 0; i < n; ++i) {
+        if (i + kPrefetchRows < n) {
+            const std::int64_t* ahead = neighbours + (i + kPrefetchRows) * R;
+            for (std::int64_t r = 0; r < R; ++r) {
+                const std::int64_t j = ahead[r];
+                if (j >= 0 && j < M) {
+                    for (std::int64_t c = 0; c < C; c += 16) __builtin_prefetch(cache + j * C + c);
+                }
+            }
+        }
         float* o = out + i * C;
         std::fill(o, o + C, 0.0f);
         const std::int64_t* ids = neighbours + i * R;

@@ -11,6 +11,11 @@
 
 namespace edgefd {
 
+// Work (elements touched) below which a kernel runs on the calling thread alone. Waking an
+// OpenMP team costs more than a small batch takes, and its threads would then spin against
+// torch's own pool during training steps.
+constexpr std::int64_t kParallelGrain = 1 << 15;
+
 struct KernelError : std::invalid_argument {
     using std::invalid_argument::invalid_argument;
 };

@@ -11,7 +11,7 @@ namespace edgefd {
 namespace {
 
 // Writes softmax(x) into out.
-inline void softmax_row(const float* x, std::int64_t C, float* out) {
+EDGEFD_INLINE void softmax_row(const float* x, std::int64_t C, float* out) {
     float mx = x[0];
 #pragma omp simd reduction(max : mx)
     for (std::int64_t c = 0; c < C; ++c) mx = x[c] > mx ? x[c] : mx;
@@ -42,10 +42,30 @@ float sl_row(const float* s, const float* t, std::int64_t K, std::int64_t C, std
     softmax_row(s, C, q);
     std::fill(w.m.begin(), w.m.end(), 0.0f);
     for (std::int64_t k = 0; k < K; ++k) {
-        float* pk = w.p.data() + k * C;
-        softmax_row(t + k * plane, C, pk);
+        // exp and sum in one pass; the teacher's probabilities are kept only when its gradient
+        // is wanted, otherwise they go straight into the running mean.
+        const float* tk = t + k * plane;
+        float* pk = w.p.data() + (gt ? k * C : 0);
+        float mx = tk[0];
+#pragma omp simd reduction(max : mx)
+        for (std::int64_t c = 0; c < C; ++c) mx = tk[c] > mx ? tk[c] : mx;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (std::int64_t c = 0; c < C; ++c) {
+            pk[c] = fast_exp(tk[c] - mx);
+            sum += pk[c];
+        }
+        const float inv = 1.0f / sum;
+        if (gt) {
 #pragma omp simd
-        for (std::int64_t c = 0; c < C; ++c) m[c] += pk[c];
+            for (std::int64_t c = 0; c < C; ++c) {
+                pk[c] *= inv;
+                m[c] += pk[c];
+            }
+        } else {
+#pragma omp simd
+            for (std::int64_t c = 0; c < C; ++c) m[c] += pk[c] * inv;
+        }
     }
     const float inv_k = 1.0f / static_cast<float>(K);
     float row = 0.0f, sq = 0.0f;
@@ -83,7 +103,7 @@ double sl_loss_forward(const float* student, const float* teacher, std::int64_t 
     const float inv_b = 1.0f / static_cast<float>(B);
     double total = 0.0;
 
-#pragma omp parallel reduction(+ : total)
+#pragma omp parallel reduction(+ : total) if ((K + 1) * B * C >= kParallelGrain)
     {
         Scratch scratch(K, C);
 #pragma omp for schedule(static)

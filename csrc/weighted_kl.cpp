@@ -15,7 +15,7 @@ struct RowSoftmax {
 };
 
 // Fills e[c] = exp(x[c] / T - max(x) / T).
-inline RowSoftmax exp_row(const float* x, std::int64_t C, float inv_t, float* e) {
+EDGEFD_INLINE RowSoftmax exp_row(const float* x, std::int64_t C, float inv_t, float* e) {
     float mx = x[0];
 #pragma omp simd reduction(max : mx)
     for (std::int64_t c = 0; c < C; ++c) mx = x[c] > mx ? x[c] : mx;
@@ -30,40 +30,65 @@ inline RowSoftmax exp_row(const float* x, std::int64_t C, float inv_t, float* e)
 }
 
 // One row: returns sum_c v_c p_c (log p_c - log q_c); writes coef * (q_c S - v_c p_c) into g
-// when g is not null (S = sum_c v_c p_c). es and ep are scratch rows of length C.
-EDGEFD_MULTIVERSION
-float kl_row(const float* s, const float* t, std::int64_t C, float inv_t, const float* v, bool teacher_is_prob,
-             float coef, float* es, float* ep, float* g) {
+// when g is not null (S = sum_c v_c p_c). es and ep are scratch rows of length C; v is null for
+// unit class weights (a separate instantiation, so the common case loads no weights).
+//
+// With teacher logits, log p_c - log q_c = (t_c - s_c)/T - K, K = (shift + log-sum of the teacher)
+// - (the student's), so the loss needs no per-element log and comes out of the same pass that
+// exponentiates the teacher: row = (sum_c v_c e_c (t_c - s_c) / T - K sum_c v_c e_c) / sum_c e_c.
+template <bool kWeighted>
+EDGEFD_INLINE float kl_row_impl(const float* s, const float* t, std::int64_t C, float inv_t, const float* v,
+                                bool teacher_is_prob, float coef, float* es, float* ep, float* g) {
     const RowSoftmax q = exp_row(s, C, inv_t, es);
-    float row = 0.0f, weighted_p = 0.0f;
+    float row = 0.0f, weighted_p = 0.0f, p_scale = 1.0f;  // p_c = ep_c * p_scale
     if (teacher_is_prob) {
 #pragma omp simd reduction(+ : row, weighted_p)
         for (std::int64_t c = 0; c < C; ++c) {
             const float p = t[c];
+            const float vc = kWeighted ? v[c] : 1.0f;
             const float log_q = s[c] * inv_t - q.shift - q.log_sum;
-            row += p > 0.0f ? v[c] * p * (fast_log(p) - log_q) : 0.0f;  // 0 log 0 = 0
-            weighted_p += v[c] * p;
+            row += p > 0.0f ? vc * p * (fast_log(p) - log_q) : 0.0f;  // 0 log 0 = 0
+            weighted_p += vc * p;
             ep[c] = p;
         }
     } else {
-        const RowSoftmax p_row = exp_row(t, C, inv_t, ep);
-        const float inv_sum = 1.0f / p_row.sum;
-#pragma omp simd reduction(+ : row, weighted_p)
+        float mx = t[0];
+#pragma omp simd reduction(max : mx)
+        for (std::int64_t c = 0; c < C; ++c) mx = t[c] > mx ? t[c] : mx;
+        const float shift = mx * inv_t;
+        float sum = 0.0f, weighted = 0.0f, gap = 0.0f;
+#pragma omp simd reduction(+ : sum, weighted, gap)
         for (std::int64_t c = 0; c < C; ++c) {
-            const float p = ep[c] * inv_sum;
-            const float log_p = t[c] * inv_t - p_row.shift - p_row.log_sum;
-            const float log_q = s[c] * inv_t - q.shift - q.log_sum;
-            row += v[c] * p * (log_p - log_q);
-            weighted_p += v[c] * p;
-            ep[c] = p;
+            const float e = fast_exp(t[c] * inv_t - shift);
+            const float vc = kWeighted ? v[c] : 1.0f;
+            ep[c] = e;
+            sum += e;
+            weighted += vc * e;
+            gap += vc * e * (t[c] - s[c]);
         }
+        p_scale = 1.0f / sum;
+        const float k = (shift + fast_log(sum)) - (q.shift + q.log_sum);
+        row = (gap * inv_t - k * weighted) * p_scale;
+        weighted_p = weighted * p_scale;
     }
     if (g) {
-        const float inv_sum_q = 1.0f / q.sum;
+        const float q_scale = weighted_p / q.sum;
+        const float pv_scale = coef * p_scale;
+        const float qv_scale = coef * q_scale;
 #pragma omp simd
-        for (std::int64_t c = 0; c < C; ++c) g[c] = coef * (es[c] * inv_sum_q * weighted_p - v[c] * ep[c]);
+        for (std::int64_t c = 0; c < C; ++c) {
+            const float vc = kWeighted ? v[c] : 1.0f;
+            g[c] = qv_scale * es[c] - pv_scale * vc * ep[c];
+        }
     }
     return row;
+}
+
+EDGEFD_MULTIVERSION
+float kl_row(const float* s, const float* t, std::int64_t C, float inv_t, const float* v, bool teacher_is_prob,
+             float coef, float* es, float* ep, float* g) {
+    return v ? kl_row_impl<true>(s, t, C, inv_t, v, teacher_is_prob, coef, es, ep, g)
+             : kl_row_impl<false>(s, t, C, inv_t, v, teacher_is_prob, coef, es, ep, g);
 }
 
 }  // namespace
@@ -74,15 +99,9 @@ double weighted_kl_forward(const float* student, const float* teacher, std::int6
     const float inv_t = 1.0f / temperature;
     // d loss / d student_ic = T/B * w_i * (q_ic S_i - v_c p_ic)
     const float grad_scale = temperature / static_cast<float>(B);
-    // Unit class weights as a real array keep the inner loops free of branches (and vectorised).
-    std::vector<float> unit_weights;
-    if (!class_weight) {
-        unit_weights.assign(C, 1.0f);
-        class_weight = unit_weights.data();
-    }
     double total = 0.0;
 
-#pragma omp parallel reduction(+ : total)
+#pragma omp parallel reduction(+ : total) if (B * C >= kParallelGrain)
     {
         std::vector<float> es(C), ep(C);
 #pragma omp for schedule(static)

@@ -213,22 +213,30 @@ def weighted_kl(
 
 
 class _WeightedKL(torch.autograd.Function):
-    """Forward computes the gradient too (same pass over the rows); backward only scales it."""
+    """Forward computes the gradient too (same pass over the rows); backward only scales it.
+
+    The gradient is kept on ctx (not saved_tensors) and released in backward, so that autograd
+    can hand the buffer itself to ``.grad`` instead of copying it."""
 
     @staticmethod
     def forward(ctx, student, teacher, temperature, sample_weight, class_weight, teacher_is_prob):
         grad = torch.empty_like(student) if ctx.needs_input_grad[0] else None
         loss = _cpp.weighted_kl(student.detach().numpy(), teacher.numpy(), temperature, _numpy(sample_weight),
                                 _numpy(class_weight), teacher_is_prob, _numpy(grad))
-        ctx.save_for_backward(grad)
+        ctx.grad = grad
         return student.new_tensor(loss)
 
     @staticmethod
     def backward(ctx, grad_output):
-        (grad,) = ctx.saved_tensors
-        if grad is None:
-            return (None,) * 6
-        return (grad if bool(grad_output == 1) else grad * grad_output), None, None, None, None, None
+        grad, ctx.grad = ctx.grad, None
+        return _scaled(grad, grad_output), None, None, None, None, None
+
+
+def _scaled(grad: torch.Tensor | None, grad_output: torch.Tensor) -> torch.Tensor | None:
+    """d loss/d input times the incoming gradient (no copy for the usual `loss.backward()`)."""
+    if grad is None or bool(grad_output == 1):
+        return grad
+    return grad * grad_output
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,15 +270,13 @@ class _SLLoss(torch.autograd.Function):
         grad_s = torch.empty_like(student) if ctx.needs_input_grad[0] else None
         grad_t = torch.empty_like(teacher) if ctx.needs_input_grad[1] else None
         loss = _cpp.sl_loss(student.detach().numpy(), teacher.detach().numpy(), _numpy(grad_s), _numpy(grad_t))
-        ctx.save_for_backward(grad_s, grad_t)
+        ctx.grads = (grad_s, grad_t)
         return student.new_tensor(loss)
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad_s, grad_t = ctx.saved_tensors
-        unit = bool(grad_output == 1)
-        scale = (lambda g: g if g is None or unit else g * grad_output)
-        return scale(grad_s), scale(grad_t)
+        (grad_s, grad_t), ctx.grads = ctx.grads, None
+        return _scaled(grad_s, grad_output), _scaled(grad_t, grad_output)
 
 
 # ----------------------------------------------------------------------------------------------
