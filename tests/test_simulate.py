@@ -1,0 +1,85 @@
+"""`edgefd simulate` end to end on digits: outputs, determinism, config file, errors."""
+
+import json
+
+import pytest
+
+from edgefd import cli
+from edgefd.simulate import SimulationConfig, run
+
+QUICK = dict(dataset="digits", clients=4, rounds=2, seed=3)
+
+
+def read_lines(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def without_timing(lines):
+    return [{k: v for k, v in line.items() if k != "seconds"} for line in lines]
+
+
+def test_writes_metrics_summary_and_plot(tmp_path):
+    summary = run(SimulationConfig(algo="fd", out=str(tmp_path), **QUICK), progress=False)
+    lines = read_lines(tmp_path)
+    assert [line["round"] for line in lines] == [0, 1, 2]
+    for line in lines:
+        assert {"round", "accuracy", "accuracy_std", "bytes_up", "bytes_down", "seconds"} <= line.keys()
+    written = json.loads((tmp_path / "summary.json").read_text())
+    for key in ("algo", "dataset", "clients", "rounds", "seed", "final_accuracy", "best_accuracy",
+                "bytes_up_total", "bytes_down_total", "wall_seconds", "config"):
+        assert key in written
+    assert written["final_accuracy"] == lines[-1]["accuracy"] == summary["final_accuracy"]
+    assert written["bytes_up_total"] == sum(line["bytes_up"] for line in lines) > 0
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("algo", ["local", "fedavg", "fd"])
+def test_same_seed_same_metrics(tmp_path, algo):
+    run(SimulationConfig(algo=algo, out=str(tmp_path / "a"), **QUICK), progress=False)
+    run(SimulationConfig(algo=algo, out=str(tmp_path / "b"), **QUICK), progress=False)
+    assert without_timing(read_lines(tmp_path / "a")) == without_timing(read_lines(tmp_path / "b"))
+
+
+def test_different_seed_differs(tmp_path):
+    run(SimulationConfig(algo="fd", out=str(tmp_path / "a"), **QUICK), progress=False)
+    run(SimulationConfig(algo="fd", out=str(tmp_path / "b"), **{**QUICK, "seed": 4}), progress=False)
+    assert without_timing(read_lines(tmp_path / "a")) != without_timing(read_lines(tmp_path / "b"))
+
+
+def test_cli_with_toml_config_and_param_override(tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text('algo = "fd"\ndataset = "digits"\nclients = 3\nrounds = 1\n[params]\nbeta = 0.5\n')
+    out = tmp_path / "out"
+    code = cli.main(["simulate", "--config", str(config), "--param", "temperature=2", "--out", str(out), "--quiet"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["params"] == {"beta": 0.5, "temperature": 2.0, "exclude_self": False}
+    assert summary["clients"] == 3
+    assert "final accuracy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--algo", "nope"], "unknown method 'nope'"),
+    (["--dataset", "cifar10", "--data-root", "{tmp}"], "cifar10"),
+    (["--param", "beta"], "expected NAME=VALUE"),
+    (["--param", "gamma=1"], "unknown param(s) gamma"),
+    (["--param", "beta=abc"], "param beta: expected float"),
+    (["--rounds", "0"], "rounds: must be >= 1"),
+])
+def test_bad_input_gives_one_clear_error(tmp_path, capsys, argv, message):
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert cli.main(["simulate", "--quiet", "--clients", "2", "--rounds", "1", "--out", str(tmp_path / "o")] + argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_report_compares_runs(tmp_path, capsys):
+    run(SimulationConfig(algo="local", out=str(tmp_path / "local"), **QUICK), progress=False)
+    run(SimulationConfig(algo="fd", out=str(tmp_path / "fd"), **QUICK), progress=False)
+    plot = tmp_path / "cmp.png"
+    assert cli.main(["report", str(tmp_path / "local"), str(tmp_path / "fd"), "--plot", str(plot)]) == 0
+    table = capsys.readouterr().out
+    assert "local local" in table and "fd fd" in table
+    assert plot.stat().st_size > 1000
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
