@@ -120,11 +120,11 @@ def set_num_threads(n: int) -> None:
 # Validation shared by both backends
 
 
-def _check_float(t: object, name: str, ndim: int) -> torch.Tensor:
+def _check_tensor(t: object, name: str, ndim: int, dtype: torch.dtype) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.float32:
-        raise ValueError(f"{name}: expected dtype float32, got {t.dtype}")
+    if t.dtype != dtype:
+        raise ValueError(f"{name}: expected dtype {str(dtype).removeprefix('torch.')}, got {t.dtype}")
     if t.device.type != "cpu":
         raise ValueError(f"{name}: expected a CPU tensor, got device {t.device}")
     if t.dim() != ndim:
@@ -132,20 +132,14 @@ def _check_float(t: object, name: str, ndim: int) -> torch.Tensor:
     if not t.is_contiguous():
         raise ValueError(f"{name}: expected a contiguous tensor (call .contiguous())")
     return t
+
+
+def _check_float(t: object, name: str, ndim: int) -> torch.Tensor:
+    return _check_tensor(t, name, ndim, torch.float32)
 
 
 def _check_index(t: object, name: str, ndim: int) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int64:
-        raise ValueError(f"{name}: expected dtype int64, got {t.dtype}")
-    if t.device.type != "cpu":
-        raise ValueError(f"{name}: expected a CPU tensor, got device {t.device}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
-    if not t.is_contiguous():
-        raise ValueError(f"{name}: expected a contiguous tensor (call .contiguous())")
-    return t
+    return _check_tensor(t, name, ndim, torch.int64)
 
 
 def _check_size(t: torch.Tensor, name: str, dim: int, expected: int, what: str) -> None:
