@@ -86,7 +86,7 @@ def measure(dataset: str = "fmnist", clients: int = 10, rounds: int = 3, threads
         plain_times.append(time.perf_counter() - start)
         progress(f"round {r}: engine {engine_times[-1]:.2f} s, plain loop {plain_times[-1]:.2f} s")
     engine, plain = statistics.median(engine_times), statistics.median(plain_times)
-    return EngineBenchResult(dataset, clients, rounds, round(engine, 3), round(plain, 3), round(engine / plain - 1, 4))
+    return EngineBenchResult(dataset, clients, rounds, round(engine, 6), round(plain, 6), round(engine / plain - 1, 6))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
