@@ -34,51 +34,66 @@ EDGEFD_INLINE RowSoftmax exp_row(const float* x, std::int64_t C, float inv_t, fl
 // unit class weights (a separate instantiation, so the common case loads no weights).
 //
 // With teacher logits, log p_c - log q_c = (t_c - s_c)/T - K, K = (shift + log-sum of the teacher)
-// - (the student's), so the loss needs no per-element log and comes out of the same pass that
-// exponentiates the teacher: row = (sum_c v_c e_c (t_c - s_c) / T - K sum_c v_c e_c) / sum_c e_c.
+// - (the student's), so the loss needs no per-element log. Three passes over the row: both
+// maxima; both exponentials (two independent chains in one loop, which the CPU overlaps) with
+// their sums; the gradient.
 template <bool kWeighted>
-EDGEFD_INLINE float kl_row_impl(const float* s, const float* t, std::int64_t C, float inv_t, const float* v,
-                                bool teacher_is_prob, float coef, float* es, float* ep, float* g) {
-    const RowSoftmax q = exp_row(s, C, inv_t, es);
-    float row = 0.0f, weighted_p = 0.0f, p_scale = 1.0f;  // p_c = ep_c * p_scale
-    if (teacher_is_prob) {
-#pragma omp simd reduction(+ : row, weighted_p)
-        for (std::int64_t c = 0; c < C; ++c) {
-            const float p = t[c];
-            const float vc = kWeighted ? v[c] : 1.0f;
-            const float log_q = s[c] * inv_t - q.shift - q.log_sum;
-            row += p > 0.0f ? vc * p * (fast_log(p) - log_q) : 0.0f;  // 0 log 0 = 0
-            weighted_p += vc * p;
-            ep[c] = p;
-        }
-    } else {
-        float mx = t[0];
-#pragma omp simd reduction(max : mx)
-        for (std::int64_t c = 0; c < C; ++c) mx = t[c] > mx ? t[c] : mx;
-        const float shift = mx * inv_t;
-        float sum = 0.0f, weighted = 0.0f, gap = 0.0f;
-#pragma omp simd reduction(+ : sum, weighted, gap)
-        for (std::int64_t c = 0; c < C; ++c) {
-            const float e = fast_exp(t[c] * inv_t - shift);
-            const float vc = kWeighted ? v[c] : 1.0f;
-            ep[c] = e;
-            sum += e;
-            weighted += vc * e;
-            gap += vc * e * (t[c] - s[c]);
-        }
-        p_scale = 1.0f / sum;
-        const float k = (shift + fast_log(sum)) - (q.shift + q.log_sum);
-        row = (gap * inv_t - k * weighted) * p_scale;
-        weighted_p = weighted * p_scale;
+EDGEFD_INLINE float kl_row_logits(const float* s, const float* t, std::int64_t C, float inv_t, const float* v,
+                                  float coef, float* es, float* ep, float* g) {
+    float max_s = s[0], max_t = t[0];
+#pragma omp simd reduction(max : max_s, max_t)
+    for (std::int64_t c = 0; c < C; ++c) {
+        max_s = s[c] > max_s ? s[c] : max_s;
+        max_t = t[c] > max_t ? t[c] : max_t;
     }
+    const float shift_s = max_s * inv_t, shift_t = max_t * inv_t;
+    float sum_s = 0.0f, sum_t = 0.0f, weighted = 0.0f, gap = 0.0f;
+#pragma omp simd reduction(+ : sum_s, sum_t, weighted, gap)
+    for (std::int64_t c = 0; c < C; ++c) {
+        const float eq = fast_exp(s[c] * inv_t - shift_s);
+        const float e = fast_exp(t[c] * inv_t - shift_t);
+        const float vc = kWeighted ? v[c] : 1.0f;
+        es[c] = eq;
+        ep[c] = e;
+        sum_s += eq;
+        sum_t += e;
+        weighted += vc * e;
+        gap += vc * e * (t[c] - s[c]);
+    }
+    const float p_scale = 1.0f / sum_t;
+    const float k = (shift_t + fast_log(sum_t)) - (shift_s + fast_log(sum_s));
+    const float weighted_p = weighted * p_scale;
     if (g) {
-        const float q_scale = weighted_p / q.sum;
+        const float qv_scale = coef * weighted_p / sum_s;
         const float pv_scale = coef * p_scale;
-        const float qv_scale = coef * q_scale;
 #pragma omp simd
         for (std::int64_t c = 0; c < C; ++c) {
             const float vc = kWeighted ? v[c] : 1.0f;
             g[c] = qv_scale * es[c] - pv_scale * vc * ep[c];
+        }
+    }
+    return (gap * inv_t - k * weighted) * p_scale;
+}
+
+// The same for a teacher given as probabilities (0 log 0 = 0).
+template <bool kWeighted>
+EDGEFD_INLINE float kl_row_probs(const float* s, const float* p, std::int64_t C, float inv_t, const float* v,
+                                 float coef, float* es, float* g) {
+    const RowSoftmax q = exp_row(s, C, inv_t, es);
+    float row = 0.0f, weighted_p = 0.0f;
+#pragma omp simd reduction(+ : row, weighted_p)
+    for (std::int64_t c = 0; c < C; ++c) {
+        const float vc = kWeighted ? v[c] : 1.0f;
+        const float log_q = s[c] * inv_t - q.shift - q.log_sum;
+        row += p[c] > 0.0f ? vc * p[c] * (fast_log(p[c]) - log_q) : 0.0f;
+        weighted_p += vc * p[c];
+    }
+    if (g) {
+        const float q_scale = coef * weighted_p / q.sum;
+#pragma omp simd
+        for (std::int64_t c = 0; c < C; ++c) {
+            const float vc = kWeighted ? v[c] : 1.0f;
+            g[c] = q_scale * es[c] - coef * vc * p[c];
         }
     }
     return row;
@@ -87,8 +102,10 @@ EDGEFD_INLINE float kl_row_impl(const float* s, const float* t, std::int64_t C, 
 EDGEFD_MULTIVERSION
 float kl_row(const float* s, const float* t, std::int64_t C, float inv_t, const float* v, bool teacher_is_prob,
              float coef, float* es, float* ep, float* g) {
-    return v ? kl_row_impl<true>(s, t, C, inv_t, v, teacher_is_prob, coef, es, ep, g)
-             : kl_row_impl<false>(s, t, C, inv_t, v, teacher_is_prob, coef, es, ep, g);
+    if (teacher_is_prob)
+        return v ? kl_row_probs<true>(s, t, C, inv_t, v, coef, es, g) : kl_row_probs<false>(s, t, C, inv_t, v, coef, es, g);
+    return v ? kl_row_logits<true>(s, t, C, inv_t, v, coef, es, ep, g)
+             : kl_row_logits<false>(s, t, C, inv_t, v, coef, es, ep, g);
 }
 
 }  // namespace
