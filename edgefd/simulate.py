@@ -156,13 +156,14 @@ def build(config: SimulationConfig) -> Simulation:
         data = ClientData(dataset.train_x[train_idx], dataset.train_y[train_idx], dataset.test_x[test_idx],
                           dataset.test_y[test_idx], train_idx, dataset.num_classes)
         context = ClientContext(cid, make_model(name), name, data, train, np.random.default_rng(stream),
-                                torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])), config.precision)
+                                torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])), config.precision,
+                                config.rounds)
         clients[cid] = method.client(context, params)
         model_names[cid] = name
 
     torch.manual_seed(_torch_seed(_seed_stream(config.seed, 2)))
     server_context = ServerContext(sorted(clients), dataset.num_classes, tuple(dataset.input_shape), model_names,
-                                   make_model, train, config.seed, config.precision)
+                                   make_model, train, config.seed, config.precision, config.rounds)
     server = method.server(server_context, params)
     federation = Federation(server, clients, InProcessTransport(), config.loop_config(),
                             np.random.default_rng(_seed_stream(config.seed, 3)))

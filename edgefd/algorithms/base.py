@@ -61,6 +61,8 @@ class ClientContext:
     """The same stream for torch (batch order, dropout-free sampling)."""
     precision: str = "fp32"
     """Wire precision for knowledge arrays: "fp32", "fp16" or "int8"."""
+    total_rounds: int = 1
+    """Rounds in the run (schedules such as DFL's loss weight depend on it)."""
 
 
 class ClientRole(ABC):
@@ -105,6 +107,8 @@ class ServerContext:
     seed: int
     precision: str = "fp32"
     """Wire precision for knowledge arrays."""
+    total_rounds: int = 1
+    """Rounds in the run."""
 
 
 class ServerRole(ABC):
