@@ -1,10 +1,12 @@
 """Federated methods: one module per method, each holding its client role and its server role.
 
-Importing this package registers every method; look them up with
-:func:`edgefd.algorithms.base.get_method`.
+Every module of this package that calls :func:`edgefd.algorithms.base.register` is imported
+here, so adding a method is adding a file. Look methods up with :func:`get_method`.
 """
 
-from edgefd.algorithms import fd, fedavg, local  # noqa: F401  (registration side effects)
+import importlib
+import pkgutil
+
 from edgefd.algorithms.base import (
     ClientContext,
     ClientData,
@@ -15,6 +17,12 @@ from edgefd.algorithms.base import (
     get_method,
     list_methods,
 )
+
+_NOT_METHODS = {"base", "describe"}
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in _NOT_METHODS and not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "ClientContext",
