@@ -1,0 +1,190 @@
+"""FedCache's knowledge cache: per-sample logits on the server, related by hash similarity.
+
+The server keeps, for every registered training sample of every client, one row of the latest
+logits it uploaded (zeros at first, paper Eq. 9) and, built once from the clients' hashes, the
+ids of its R most cosine-similar samples *of the same label*, itself excluded (Eq. 10-11; spec
+§2.5, §3.4, §9 A4/A13). A client's knowledge is the mean of its neighbours' cached rows
+(Eq. 12, 16, 17), computed with the `gather_mean` kernel over the whole neighbour table at once.
+
+Rows are laid out client after client in registration order, so one client's rows are a slice
+and a round's lookups copy nothing but the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from edgefd import kernels
+
+
+@dataclass
+class RelationConfig:
+    """How the neighbour table is built (defaults: the authors' code, spec §5)."""
+
+    neighbours: int = 16
+    """R: related samples per sample."""
+    method: str = "hnsw"
+    """"hnsw" (hnswlib, approximate, the paper's) or "exact" (matrix product + top-R)."""
+    m: int = 64
+    """hnswlib M (graph degree)."""
+    ef_construction: int = 1000
+    ef: int = 1000
+    """hnswlib search breadth; raised to R + 1 when smaller."""
+    threads: int = 2
+    seed: int = 100
+
+    def validate(self) -> None:
+        if self.neighbours < 1:
+            raise ValueError(f"neighbours: must be >= 1, got {self.neighbours}")
+        if self.method not in ("hnsw", "exact"):
+            raise ValueError(f"knn method: expected 'hnsw' or 'exact', got {self.method!r}")
+        if self.m < 2 or self.ef_construction < 1 or self.ef < 1:
+            raise ValueError("hnsw parameters: M >= 2, ef_construction >= 1 and ef >= 1 are required")
+
+
+def _normalised(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+def _exact_class(vectors: np.ndarray, r: int, block: int = 4096) -> np.ndarray:
+    """Top-r most cosine-similar other rows of each row; ties go to the smaller index."""
+    unit = torch.from_numpy(_normalised(vectors))
+    n = len(unit)
+    out = np.empty((n, r), dtype=np.int64)
+    for start in range(0, n, block):
+        sims = (unit[start:start + block] @ unit.T).numpy()
+        rows = np.arange(start, min(start + block, n))
+        sims[rows - start, rows] = -np.inf  # never yourself
+        # partial top-(r) by similarity, then an exact order: descending similarity, ascending id
+        candidates = np.argpartition(-sims, r - 1, axis=1)[:, :r] if r < n else np.argsort(-sims, axis=1)[:, :r]
+        cand_sims = np.take_along_axis(sims, candidates, axis=1)
+        order = np.lexsort((candidates, -cand_sims), axis=1)
+        out[start:start + len(rows)] = np.take_along_axis(candidates, order, axis=1)
+    return out
+
+
+def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig) -> np.ndarray:
+    import hnswlib
+
+    n, dim = vectors.shape
+    index = hnswlib.Index(space="cosine", dim=dim)
+    index.init_index(max_elements=n, ef_construction=config.ef_construction, M=config.m, random_seed=config.seed)
+    index.set_num_threads(config.threads)
+    index.add_items(vectors, np.arange(n))
+    index.set_ef(max(config.ef, r + 1))
+    found, _ = index.knn_query(vectors, k=r + 1)
+    found = found.astype(np.int64)
+    # Drop the query itself by id (not "the first hit": duplicates may share a hash, spec A4).
+    # Stable-sort "is self" to the back, then keep the first r; a row that missed itself loses
+    # its farthest hit instead.
+    is_self = found == np.arange(n)[:, None]
+    order = np.argsort(is_self, axis=1, kind="stable")
+    return np.take_along_axis(found, order, axis=1)[:, :r]
+
+
+def build_relations(hashes: np.ndarray, labels: np.ndarray, config: RelationConfig) -> np.ndarray:
+    """Neighbour table [N, R] (int64 row ids, -1 where a class has fewer than R + 1 members)."""
+    config.validate()
+    hashes = np.ascontiguousarray(hashes, dtype=np.float32)
+    labels = np.asarray(labels, dtype=np.int64)
+    if hashes.ndim != 2 or len(hashes) != len(labels):
+        raise ValueError(f"hashes {hashes.shape} and labels {labels.shape} do not match")
+    if not np.isfinite(hashes).all():
+        raise ValueError("hashes contain NaN or Inf")
+    table = np.full((len(labels), config.neighbours), -1, dtype=np.int64)
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        r = min(config.neighbours, len(members) - 1)  # spec A13: R_eff = n_c - 1 for small classes
+        if r <= 0:
+            continue
+        vectors = hashes[members]
+        local = _exact_class(vectors, r) if config.method == "exact" else _hnsw_class(vectors, r, config)
+        table[members, :r] = members[local]
+    return table
+
+
+class KnowledgeCache:
+    """Registered samples, their neighbour table and their latest logits."""
+
+    def __init__(self, num_classes: int) -> None:
+        self.num_classes = num_classes
+        self._hashes: list[np.ndarray] = []
+        self._labels: list[np.ndarray] = []
+        self.slices: dict[str, slice] = {}
+        self._ids: dict[str, np.ndarray] = {}
+        self._sorted_ids: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.labels = np.zeros(0, np.int64)
+        self.neighbours = np.zeros((0, 0), np.int64)
+        self.knowledge = torch.zeros((0, num_classes))
+        self.size = 0
+
+    def register(self, client_id: str, sample_ids: np.ndarray, labels: np.ndarray, hashes: np.ndarray) -> None:
+        """Adds one client's samples (before `build`)."""
+        if client_id in self.slices:
+            raise ValueError(f"client {client_id!r} registered twice")
+        sample_ids = np.asarray(sample_ids, dtype=np.int64)
+        labels = np.asarray(labels, dtype=np.int64)
+        n = len(sample_ids)
+        if len(labels) != n or len(hashes) != n:
+            raise ValueError(f"client {client_id!r}: {n} ids, {len(labels)} labels, {len(hashes)} hashes")
+        if n and (labels.min() < 0 or labels.max() >= self.num_classes):
+            raise ValueError(f"client {client_id!r}: labels outside [0, {self.num_classes})")
+        if len(np.unique(sample_ids)) != n:
+            raise ValueError(f"client {client_id!r}: repeated sample ids")
+        if self._hashes and hashes.shape[1:] != self._hashes[0].shape[1:]:
+            raise ValueError(f"client {client_id!r}: hash size {hashes.shape[1:]} differs from the others' "
+                             f"{self._hashes[0].shape[1:]} (all clients must use the same encoder)")
+        self.slices[client_id] = slice(self.size, self.size + n)
+        self._ids[client_id] = sample_ids
+        order = np.argsort(sample_ids, kind="stable")
+        self._sorted_ids[client_id] = (sample_ids[order], order)
+        self._hashes.append(np.asarray(hashes, dtype=np.float32))
+        self._labels.append(labels)
+        self.size += n
+
+    def build(self, config: RelationConfig) -> None:
+        """Builds the neighbour table from every registered hash; the hashes are then freed."""
+        hashes = np.concatenate(self._hashes) if self._hashes else np.zeros((0, 1), np.float32)
+        self.labels = np.concatenate(self._labels) if self._labels else np.zeros(0, np.int64)
+        self.neighbours = build_relations(hashes, self.labels, config)
+        self.knowledge = torch.zeros((self.size, self.num_classes))
+        self._hashes = []
+        self._labels = []
+
+    def sample_ids(self, client_id: str) -> np.ndarray:
+        """The client's sample ids in registration order (the order `fetch` answers in)."""
+        return self._ids[client_id]
+
+    def rows(self, client_id: str, sample_ids: np.ndarray) -> np.ndarray:
+        """Cache rows of this client's samples, by stable sample id (any order)."""
+        if client_id not in self.slices:
+            raise ValueError(f"unknown client {client_id!r}")
+        known, order = self._sorted_ids[client_id]
+        sample_ids = np.asarray(sample_ids, dtype=np.int64)
+        at = np.searchsorted(known, sample_ids)
+        at = np.minimum(at, max(len(known) - 1, 0))
+        if len(sample_ids) and (len(known) == 0 or not np.array_equal(known[at], sample_ids)):
+            bad = sample_ids[known[at] != sample_ids][:5] if len(known) else sample_ids[:5]
+            raise ValueError(f"client {client_id!r}: sample ids {bad.tolist()} were never registered")
+        return self.slices[client_id].start + order[at]
+
+    def fetch(self, client_id: str) -> torch.Tensor:
+        """Mean of the cached neighbours' logits for each of the client's samples, in
+        registration order (Eq. 12, 16, 17)."""
+        table = torch.from_numpy(self.neighbours[self.slices[client_id]])
+        return kernels.gather_mean(self.knowledge, table)
+
+    def fetch_all(self) -> torch.Tensor:
+        """The same for every registered sample (one kernel call: a whole round's lookups)."""
+        return kernels.gather_mean(self.knowledge, torch.from_numpy(self.neighbours))
+
+    def update(self, rows: np.ndarray, logits: np.ndarray) -> None:
+        """Overwrites those rows with the new logits (Eq. 13)."""
+        logits = np.asarray(logits, dtype=np.float32)
+        if logits.shape != (len(rows), self.num_classes):
+            raise ValueError(f"logits: expected shape {(len(rows), self.num_classes)}, got {logits.shape}")
+        self.knowledge[torch.from_numpy(np.asarray(rows, dtype=np.int64))] = torch.from_numpy(logits)

@@ -1,0 +1,117 @@
+"""Hash encoders: frozen, public embedding functions that every client applies to its samples.
+
+FedCache relates samples by the cosine similarity of these embeddings ("hashes" in the paper).
+Every client must use the same encoder. Three are available, named by a spec string:
+
+``pixels``              the standardised pixels, flattened (no weights needed; the built-in
+                        stand-in of the spec's small-scale recipe, §11.2).
+``mobilenet[:WEIGHTS]`` torchvision's MobileNetV3-Small trunk (features + average pool, 576-d),
+                        the paper's encoder: inputs are expanded to 3 channels, resized to 224
+                        and normalised with ImageNet statistics (spec §2.5, §9 A12/A14). With
+                        ImageNet weights from a file (``WEIGHTS``, a state_dict saved by
+                        torch) it gives the paper's behaviour; without a file its weights are
+                        random (seeded), which is only good for tests.
+``onnx:PATH``           any ONNX model mapping a batch of inputs to a batch of vectors, run with
+                        onnxruntime, which is how a device runs the encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class HashEncoder:
+    """A named, frozen batch function from inputs to float32 embeddings."""
+
+    name: str
+    encode_batch: Callable[[torch.Tensor], np.ndarray]
+    batch_size: int = 256
+
+    def __call__(self, x: torch.Tensor) -> np.ndarray:
+        parts = [self.encode_batch(x[i:i + self.batch_size]) for i in range(0, len(x), self.batch_size)]
+        if not parts:
+            return np.zeros((0, 0), np.float32)
+        out = np.concatenate(parts).astype(np.float32, copy=False)
+        return out.reshape(len(x), -1)
+
+
+def _pixels(x: torch.Tensor) -> np.ndarray:
+    return x.reshape(len(x), -1).numpy()
+
+
+def mobilenet_trunk(weights: str | None = None, seed: int = 0) -> nn.Module:
+    """MobileNetV3-Small without its classifier: [B, 3, H, W] -> [B, 576]."""
+    from torchvision.models import mobilenet_v3_small
+
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = mobilenet_v3_small(weights=None)
+    if weights is not None:
+        path = Path(weights)
+        if not path.is_file():
+            raise FileNotFoundError(f"mobilenet encoder weights: no such file {path}")
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        trunk_missing = [k for k in missing if not k.startswith("classifier.")]
+        if trunk_missing:
+            raise ValueError(f"mobilenet encoder weights {path}: missing trunk entries {trunk_missing[:3]}...")
+    trunk = nn.Sequential(model.features, model.avgpool, nn.Flatten(1))
+    return trunk.eval()
+
+
+def _mobilenet_encoder(weights: str | None) -> HashEncoder:
+    trunk = mobilenet_trunk(weights)
+    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+
+    @torch.no_grad()
+    def encode(x: torch.Tensor) -> np.ndarray:
+        if x.dim() != 4:
+            raise ValueError(f"mobilenet encoder: expected images [B, C, H, W], got shape {tuple(x.shape)}")
+        images = x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
+        images = nn.functional.interpolate(images, size=(224, 224), mode="bilinear", align_corners=False)
+        # inputs arrive standardised per dataset; map them to [0, 1] per image, then ImageNet stats
+        low = images.amin(dim=(1, 2, 3), keepdim=True)
+        high = images.amax(dim=(1, 2, 3), keepdim=True)
+        images = (images - low) / (high - low).clamp(min=1e-6)
+        return trunk((images - mean) / std).numpy()
+
+    return HashEncoder("mobilenet" if weights is None else f"mobilenet:{weights}", encode, batch_size=64)
+
+
+def _onnx_encoder(path: str) -> HashEncoder:
+    import onnxruntime as ort
+
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"onnx encoder: no such file {file}")
+    session = ort.InferenceSession(str(file), providers=["CPUExecutionProvider"])
+    input_name = session.get_inputs()[0].name
+
+    def encode(x: torch.Tensor) -> np.ndarray:
+        (out,) = session.run(None, {input_name: x.numpy().astype(np.float32)})[:1]
+        return np.asarray(out, dtype=np.float32).reshape(len(x), -1)
+
+    return HashEncoder(f"onnx:{path}", encode)
+
+
+def build_encoder(spec: str) -> HashEncoder:
+    """``pixels`` | ``mobilenet`` | ``mobilenet:WEIGHTS.pt`` | ``onnx:PATH``."""
+    kind, _, arg = spec.partition(":")
+    if kind == "pixels" and not arg:
+        return HashEncoder("pixels", _pixels)
+    if kind == "mobilenet":
+        return _mobilenet_encoder(arg or None)
+    if kind == "onnx" and arg:
+        return _onnx_encoder(arg)
+    raise ValueError(f"encoder {spec!r}: expected pixels, mobilenet[:WEIGHTS] or onnx:PATH")

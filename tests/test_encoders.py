@@ -1,0 +1,51 @@
+"""Hash encoders: the stand-in, MobileNetV3-Small (weights from a file) and any ONNX file."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from edgefd.encoders import build_encoder, mobilenet_trunk
+
+
+def test_pixels_encoder_flattens():
+    x = torch.randn(5, 1, 8, 8)
+    out = build_encoder("pixels")(x)
+    assert out.shape == (5, 64) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, x.reshape(5, -1).numpy())
+
+
+def test_mobilenet_encoder_gives_576_d_and_loads_weights_from_a_file(tmp_path):
+    x = torch.randn(3, 1, 28, 28)
+    random_weights = build_encoder("mobilenet")(x)
+    assert random_weights.shape == (3, 576)
+    from torchvision.models import mobilenet_v3_small
+
+    torch.manual_seed(123)
+    saved = mobilenet_v3_small(weights=None)
+    path = tmp_path / "mnv3.pt"
+    torch.save(saved.state_dict(), path)
+    loaded = build_encoder(f"mobilenet:{path}")(x)
+    assert loaded.shape == (3, 576)
+    assert not np.allclose(loaded, random_weights)  # the file's weights are in use
+    trunk = mobilenet_trunk(str(path))
+    for a, b in zip(trunk.state_dict().values(), nn.Sequential(saved.features).state_dict().values()):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        build_encoder(f"mobilenet:{tmp_path / 'missing.pt'}")
+
+
+def test_onnx_encoder_matches_torch(tmp_path):
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten()).eval()
+    path = tmp_path / "enc.onnx"
+    torch.onnx.export(net, (torch.randn(2, 1, 8, 8),), str(path), input_names=["x"], output_names=["h"],
+                      dynamo=False, dynamic_axes={"x": {0: "batch"}, "h": {0: "batch"}})
+    x = torch.randn(7, 1, 8, 8)
+    out = build_encoder(f"onnx:{path}")(x)
+    np.testing.assert_allclose(out, net(x).detach().numpy(), atol=1e-5)
+
+
+def test_unknown_encoder_is_a_clear_error():
+    with pytest.raises(ValueError, match="expected pixels, mobilenet"):
+        build_encoder("sift")
