@@ -1,0 +1,298 @@
+"""DFL (Liu et al., "Efficient Federated Learning for AIoT Applications Using Knowledge
+Distillation", IEEE IoT-J 2023): FedAvg plus a per-class soft-target table.
+
+Every selected client receives the global model ``w`` and the global soft-target table ``Y``
+(``C x C``, row ``c`` = the mean model output over samples of class ``c``), trains with
+
+    loss = rho_r * CE(z, y) + (1 - rho_r) * kappa * KL(teacher(Y[y]) || softmax(z / tau))
+
+(the ``weighted_kl`` kernel, teacher row looked up by the sample's hard label), with the dynamic
+weight ``rho_r = max(1 - r / R, threshold)`` (paper Eq. 6, 1-based round r), then runs its updated
+model over its whole training set and uploads its model together with its label-wise mean table
+(the ``labelwise_mean`` kernel) and per-class counts. The server averages the models by sample
+count (Eq. 1) and the tables per row (Eq. 2 / E2b), replacing ``Y``. ``threshold=1`` is FedAvg,
+bit for bit. The deliverable is the global model, evaluated like FedAvg's.
+
+Spec: ``specs/dfl.md``. Choices the spec makes where the paper is silent, all followed here:
+
+- tau = 1 and kappa = 1 by default (§9.1); with tau != 1, kappa defaults to tau^2 (§3 E3, §8 K2).
+- ``Y`` holds averaged raw logits and a row's teacher is ``softmax(Y[c] / tau)`` (§9.2,
+  ``soft_targets="logits"``); ``"probs"`` averages softmax outputs instead.
+- KL(teacher || student) (§9.3), averaged over the batch ("batchmean", §9.4); ``kl_reduction=
+  "torch_mean"`` divides the KL term by C as well (PyTorch's ``KLDivLoss()`` default).
+- rho is constant within a round, r is 1-based, R is the run's ``--rounds`` (§9.5, §9.6); with
+  rho == 1 the KL term is skipped entirely, so the loss is the very CE FedAvg computes (§4 notes).
+- ``Y`` starts at zeros (uniform teachers) in logits mode, 1/C in probs mode (§9.7, E8).
+- Classes a client lacks: the client sends zero rows plus its per-class counts, and the server
+  weights row c of client k by ``n_k * [n_kc > 0]`` ("masked", the spec's default, §9.8 / E2b);
+  a row nobody reported keeps its previous value. ``aggregation="paper"`` is Eq. 2 verbatim
+  (``n_k``, absent rows count as zeros); ``"class_count"`` weights by ``n_kc`` (§9.9, extension).
+- ``Y`` is replaced every round, no EMA (§9.10).
+- Soft targets are computed after local training, in eval mode, without gradients, over all of the
+  client's training samples, grouped by true label (§9.23, E7). This pass uses no RNG and does
+  not touch BatchNorm statistics, so it cannot change the weights.
+- Plain SGD, fresh each round, batch reshuffled every epoch (§9.12, §9.13): the shared trainer,
+  called exactly as FedAvg calls it. The optimiser settings are the run's (``--momentum 0
+  --weight-decay 0`` gives the spec's plain SGD; the run's defaults are not the spec's).
+- Partial participation and stragglers are the runtime's; the server renormalises over the
+  uploads that arrived (§4 notes). The paper's 80/20 split is ``--partition dominant:0.8`` (§6.2).
+
+Where this module departs from the letter of the spec, and why:
+
+- The uplink carries the client's updated model ``w_k`` instead of ``delta = w_k - w`` (§2.2).
+  Same number of floats, same bytes; the server computes Eq. 1 as ``sum_k n_k w_k / sum_k n_k``,
+  which equals ``w + sum_k n_k delta_k / sum_k n_k`` with the global step of 1 (E1, §9.11). This is
+  FedAvg's own arithmetic (``fedavg.weighted_average``), and it is what makes ``threshold=1``
+  bit-identical to ``--algo fedavg`` (§11 hard check 1): a float32 delta loses low bits to
+  cancellation, and ``w + mean(delta)`` rounds differently from ``mean(w_k)``.
+- Integer buffers (BatchNorm's ``num_batches_tracked``) are averaged and rounded as FedAvg does,
+  not copied from the server as §9.21 suggests, for the same bit-identity; BatchNorm only reads
+  that counter when its momentum is None.
+- ``class_counts`` travel as int32 (the codec has no uint32; same 4 bytes as §2.2's uint32), and
+  ``n_k`` as the int64 scalar ``samples`` FedAvg also sends; the round is in the codec header.
+
+Wire (bytes = §2.3's formula plus the codec's header and table entries): downlink ``weights``
+(every state entry, float32) + ``dfl/soft_targets`` (C x C); uplink the same + ``dfl/class_counts``
+(C, int32) + scalar ``samples``. The soft-target table is float32 by default, float64 with
+``soft_target_dtype=float64`` (the paper's 8 bytes per element, Sec. IV-B3, §2.2), and travels at
+the run's ``--precision`` when that is fp16 or int8 (model weights are always sent losslessly).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgefd import kernels
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.algorithms.fedavg import weighted_average
+from edgefd.protocol import Payload
+from edgefd.runtime.training import (
+    evaluate_model,
+    load_state_arrays,
+    make_optimizer,
+    predict_logits,
+    state_arrays,
+    train_epochs,
+)
+
+SOFT_TARGETS = "dfl/soft_targets"
+CLASS_COUNTS = "dfl/class_counts"
+_RESERVED = (SOFT_TARGETS, CLASS_COUNTS)
+KIND = "dfl"
+
+SOFT_TARGET_SPACES = ("logits", "probs")
+AGGREGATIONS = ("masked", "paper", "class_count")
+KL_REDUCTIONS = ("batchmean", "torch_mean")
+SCHEDULES = ("dynamic", "fixed")
+SOFT_TARGET_DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+@dataclass
+class DFLParams:
+    """DFL's hyperparameters; defaults from the paper, or the spec where the paper is silent."""
+
+    threshold: float = param(0.6, "lower bound of the CE weight rho = max(1 - r/R, threshold) (paper Eq. 6, "
+                                  "Sec. IV-C); 1 = FedAvg, 0 = DFL-DRw/T")
+    temperature: float = param(1.0, "softmax temperature tau of the KD term (not in the paper: 1, spec §9.1)")
+    kappa: float | None = param(None, "factor on the KL term; None = tau^2 (1 at tau = 1, spec §9.1, E3)")
+    soft_targets: str = param("logits", "what the table averages: 'logits' (teacher = softmax(row/tau)) or "
+                                        "'probs' (softmax outputs) (spec §9.2)")
+    aggregation: str = param("masked", "soft-target row weights: 'masked' (n_k if the client has the class), "
+                                       "'paper' (n_k, Eq. 2), 'class_count' (n_kc) (spec E2b, §9.8-9)")
+    kl_reduction: str = param("batchmean", "'batchmean' (KL per sample) or 'torch_mean' (also / C, the "
+                                           "KLDivLoss() default) (spec §9.4)")
+    schedule: str = param("dynamic", "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the "
+                                     "DFL-FR ablation, spec §6.4, §9.22)")
+    soft_target_dtype: str = param("float32", "wire dtype of the table: 'float32' (edgefd) or 'float64' "
+                                              "(the paper's 8 B/element, spec §2.2)")
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"param threshold: must be in [0, 1], got {self.threshold}")
+        if not (self.temperature > 0 and np.isfinite(self.temperature)):
+            raise ValueError(f"param temperature: must be a finite number > 0, got {self.temperature}")
+        if self.kappa is not None and not (self.kappa >= 0 and np.isfinite(self.kappa)):
+            raise ValueError(f"param kappa: must be a finite number >= 0, got {self.kappa}")
+        for name, allowed in (("soft_targets", SOFT_TARGET_SPACES), ("aggregation", AGGREGATIONS),
+                              ("kl_reduction", KL_REDUCTIONS), ("schedule", SCHEDULES),
+                              ("soft_target_dtype", tuple(SOFT_TARGET_DTYPES))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+
+    @property
+    def kl_factor(self) -> float:
+        """kappa; None means tau^2."""
+        return self.temperature ** 2 if self.kappa is None else float(self.kappa)
+
+
+def rho(round: int, total_rounds: int, threshold: float, schedule: str = "dynamic") -> float:
+    """The CE weight of round ``round`` (1-based) of ``total_rounds``: ``max(1 - r/R, threshold)``
+    (Eq. 6), or ``threshold`` itself for the fixed-ratio ablation. The KD weight is ``1 - rho``."""
+    if total_rounds < 1:
+        raise ValueError(f"total_rounds: must be >= 1, got {total_rounds}")
+    if schedule == "fixed":
+        return float(threshold)
+    if schedule != "dynamic":
+        raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    return max(1.0 - round / total_rounds, float(threshold))
+
+
+def initial_soft_targets(num_classes: int, space: str) -> np.ndarray:
+    """E8: zeros in logits mode (uniform teachers), 1/C in probs mode."""
+    fill = 0.0 if space == "logits" else 1.0 / num_classes
+    return np.full((num_classes, num_classes), fill, dtype=np.float64)
+
+
+def aggregate_soft_targets(tables: list[np.ndarray], counts: list[np.ndarray], samples: list[float],
+                           previous: np.ndarray, mode: str = "masked") -> np.ndarray:
+    """Spec §8 K3 (Eq. 2 / E2b): ``Y[c] = sum_k a_kc Y_k[c] / sum_k a_kc`` in float64, clients in
+    the given order, with ``a_kc`` = ``n_k [n_kc > 0]`` (masked), ``n_k`` (paper) or ``n_kc``
+    (class_count); a row whose weights sum to 0 keeps ``previous[c]``. Returns float64."""
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"mode: expected one of {', '.join(AGGREGATIONS)}, got {mode!r}")
+    previous = np.asarray(previous, dtype=np.float64)
+    acc = np.zeros_like(previous)
+    den = np.zeros(previous.shape[0], dtype=np.float64)
+    for table, count, n in zip(tables, counts, samples):
+        count = np.asarray(count, dtype=np.float64)
+        if mode == "paper":
+            weight = np.full_like(count, float(n))
+        elif mode == "masked":
+            weight = float(n) * (count > 0)
+        else:
+            weight = count
+        acc += weight[:, None] * np.asarray(table, dtype=np.float64)
+        den += weight
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den[:, None] > 0, acc / np.where(den > 0, den, 1.0)[:, None], previous)
+
+
+def dfl_loss(logits: torch.Tensor, labels: torch.Tensor, teacher_table: torch.Tensor, rho_value: float,
+             params: DFLParams) -> torch.Tensor:
+    """Eq. 3: ``rho CE(z, y) + (1 - rho) kappa KL(teacher(Y[y]) || softmax(z / tau))``, batch-averaged.
+
+    With ``rho == 1`` this is exactly ``F.cross_entropy(logits, labels)`` (the KL term is not
+    computed), so DFL at threshold 1 takes FedAvg's gradient path bit for bit."""
+    ce = nn.functional.cross_entropy(logits, labels)
+    if rho_value == 1.0:
+        return ce
+    kl = kernels.weighted_kl(logits, teacher_table[labels], temperature=params.temperature,
+                             teacher_is_prob=params.soft_targets == "probs")
+    # the kernel already multiplies by tau^2; rescale to kappa
+    factor = params.kl_factor / params.temperature ** 2
+    if params.kl_reduction == "torch_mean":
+        factor /= logits.shape[1]
+    if rho_value == 0.0:
+        return factor * kl
+    return rho_value * ce + (1.0 - rho_value) * factor * kl
+
+
+def _check_state_names(state: dict[str, np.ndarray]) -> None:
+    clash = sorted(set(state) & set(_RESERVED))
+    if clash:
+        raise ValueError(f"dfl: the model has state entries named {clash}, reserved for the soft-target table")
+
+
+class DFLClient(ClientRole):
+    def __init__(self, context: ClientContext, params: DFLParams) -> None:
+        super().__init__(context, params)
+        _check_state_names(self.model.state_dict())
+        self._eval_model = copy.deepcopy(self.model)
+        self.last_rho: float | None = None
+
+    def rho(self, round: int) -> float:
+        return rho(round, self.context.total_rounds, self.params.threshold, self.params.schedule)
+
+    def train_round(self, round: int, downlink: Payload | None) -> Payload:
+        y = self.data.train_y
+        rho_value = 1.0
+        if downlink is not None:
+            arrays = dict(downlink.arrays)
+            table = arrays.pop(SOFT_TARGETS)
+            load_state_arrays(self.model, arrays)
+            rho_value = self.rho(round)
+            teacher = torch.from_numpy(np.ascontiguousarray(table, dtype=np.float32))
+        self.last_rho = rho_value
+        if rho_value == 1.0:  # pure CE: FedAvg's loss, literally
+            loss_fn = lambda logits, idx: nn.functional.cross_entropy(logits, y[idx])  # noqa: E731
+        else:
+            loss_fn = lambda logits, idx: dfl_loss(logits, y[idx], teacher, rho_value, self.params)  # noqa: E731
+        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh each round, as FedAvg
+        train_epochs(self.model, self.data.train_x, loss_fn, optimizer, self.context.train,
+                     self.context.torch_generator)
+
+        means, counts = self.label_wise_outputs()
+        arrays = state_arrays(self.model)
+        arrays[SOFT_TARGETS] = means.astype(SOFT_TARGET_DTYPES[self.params.soft_target_dtype])
+        arrays[CLASS_COUNTS] = counts.astype(np.int32)
+        payload = Payload(KIND, self.client_id, round, arrays, {"samples": len(y)})
+        return _with_knowledge_precision(payload, self.context.precision)
+
+    def label_wise_outputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """E7: per-class mean output of the updated model over all local training samples (eval
+        mode, no grad, no RNG), grouped by true label; absent classes give zero rows."""
+        classes = self.data.num_classes
+        if len(self.data.train_x) == 0:
+            return np.zeros((classes, classes), np.float32), np.zeros(classes, np.int64)
+        logits = predict_logits(self.model, self.data.train_x, self.context.train.eval_batch_size)
+        if self.params.soft_targets == "probs":
+            logits = torch.softmax(logits / self.params.temperature, dim=1)
+        means, counts = kernels.labelwise_mean(logits.contiguous(), self.data.train_y, classes)
+        return means.numpy(), counts.numpy()
+
+    def evaluate(self, state: Payload | None = None) -> dict[str, float]:
+        if state is None:
+            return super().evaluate()
+        load_state_arrays(self._eval_model, state.arrays)
+        return evaluate_model(self._eval_model, self.data.test_x, self.data.test_y,
+                              self.context.train.eval_batch_size)
+
+
+def _with_knowledge_precision(payload: Payload, precision: str) -> Payload:
+    """The soft-target table travels at the run's knowledge precision; weights stay lossless."""
+    return payload if precision == "fp32" else payload.with_precision(precision, [SOFT_TARGETS])
+
+
+class DFLServer(ServerRole):
+    def __init__(self, context: ServerContext, params: DFLParams) -> None:
+        super().__init__(context, params)
+        names = set(context.client_models.values())
+        if len(names) != 1:
+            raise ValueError(f"dfl averages one architecture; clients have {sorted(names)} (use --models homo)")
+        self.global_state = state_arrays(context.build_model(names.pop()))  # the same draw as FedAvg's
+        _check_state_names(self.global_state)
+        self.soft_targets = self._wire(initial_soft_targets(self.num_classes, params.soft_targets))
+
+    def _wire(self, table: np.ndarray) -> np.ndarray:
+        return table.astype(SOFT_TARGET_DTYPES[self.params.soft_target_dtype])
+
+    def downlink(self, round: int, client_id: str) -> Payload:
+        arrays = {**self.global_state, SOFT_TARGETS: self.soft_targets}
+        return _with_knowledge_precision(Payload(KIND, "server", round, arrays), self.context.precision)
+
+    def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        metrics = {"rho": rho(round, self.context.total_rounds, self.params.threshold, self.params.schedule)}
+        if not uplinks:
+            return metrics
+        ordered = [uplinks[c] for c in sorted(uplinks)]
+        samples = [float(p.scalars["samples"]) for p in ordered]
+        models = [{k: v for k, v in p.arrays.items() if k not in _RESERVED} for p in ordered]
+        self.global_state = weighted_average(models, samples)  # Eq. 1, FedAvg's arithmetic
+        counts = [p.arrays[CLASS_COUNTS] for p in ordered]
+        table = aggregate_soft_targets([p.arrays[SOFT_TARGETS] for p in ordered], counts, samples,
+                                       self.soft_targets, self.params.aggregation)  # Eq. 2 / E2b
+        self.soft_targets = self._wire(table)
+        metrics["labels_covered"] = float((np.sum(counts, axis=0) > 0).sum())
+        return metrics
+
+    def evaluation_state(self, client_id: str) -> Payload:
+        return Payload("weights", "server", 0, self.global_state)
+
+
+register("dfl", "FedAvg plus label-wise soft targets with a dynamic CE/KD weight (Liu et al., DFL)",
+         DFLClient, DFLServer, DFLParams)
