@@ -26,6 +26,7 @@ class Subcommand:
 # `edgefd bench NAME` has its own list of benchmarks.
 BENCHMARKS = {
     "kernels": Subcommand("kernels", "edgefd.bench.kernels", "C++ kernels vs their torch references"),
+    "cache": Subcommand("cache", "edgefd.bench.cache", "FedCache's knowledge cache at scale (HNSW relations, lookups)"),
     "engine": Subcommand("engine", "edgefd.bench.engine", "simulation engine vs a plain PyTorch loop (FedAvg)"),
 }
 

@@ -1,0 +1,146 @@
+"""`edgefd bench cache`: FedCache's knowledge cache at scale.
+
+For N samples of d-dimensional hashes in C classes (clustered Gaussian data, so that nearest
+neighbours mean something) it measures, per HNSW setting: the time to build the relations (one
+hnswlib index per class, R nearest same-class neighbours each), the time of one round's lookups
+for all N samples (`gather_mean` over the whole neighbour table) and of writing N new logit rows,
+the peak memory of the process that did it, and recall@R against exact search on a sample of
+queries. Each setting runs in its own process so that its peak memory is its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import resource
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass
+class CacheBenchConfig:
+    samples: int = 1_000_000
+    dim: int = 64
+    classes: int = 10
+    neighbours: int = 16
+    m: int = 16
+    ef_construction: int = 200
+    ef: int = 64
+    threads: int = 2
+    recall_queries: int = 1000
+    seed: int = 0
+
+
+@dataclass
+class CacheBenchResult:
+    config: CacheBenchConfig
+    build_seconds: float
+    lookup_seconds: float
+    update_seconds: float
+    peak_rss_mb: float
+    recall: float
+
+
+def clustered_hashes(n: int, dim: int, classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each class is a mixture of 8 Gaussian clusters: neighbours exist at every scale."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((classes * 8, dim), dtype=np.float32) * 2
+    labels = rng.integers(0, classes, size=n)
+    cluster = labels * 8 + rng.integers(0, 8, size=n)
+    hashes = centres[cluster]
+    hashes += rng.standard_normal((n, dim), dtype=np.float32)
+    return hashes, labels
+
+
+def _exact_neighbours(hashes: np.ndarray, labels: np.ndarray, queries: np.ndarray, r: int) -> list[set[int]]:
+    unit = hashes / np.linalg.norm(hashes, axis=1, keepdims=True)
+    out = []
+    for q in queries:
+        same = np.flatnonzero(labels == labels[q])
+        same = same[same != q]
+        sims = unit[same] @ unit[q]
+        out.append(set(same[np.argpartition(-sims, r - 1)[:r]].tolist()))
+    return out
+
+
+def _measure(config: CacheBenchConfig) -> CacheBenchResult:
+    import torch
+
+    from edgefd import kernels
+    from edgefd.cache import RelationConfig, build_relations
+
+    kernels.set_num_threads(config.threads)
+    hashes, labels = clustered_hashes(config.samples, config.dim, config.classes, config.seed)
+    relations = RelationConfig(config.neighbours, "hnsw", config.m, config.ef_construction, config.ef,
+                               config.threads)
+    start = time.perf_counter()
+    table = build_relations(hashes, labels, relations)
+    build = time.perf_counter() - start
+
+    knowledge = torch.randn(config.samples, config.classes)
+    neighbours = torch.from_numpy(table)
+    kernels.gather_mean(knowledge, neighbours)  # warm-up
+    start = time.perf_counter()
+    kernels.gather_mean(knowledge, neighbours)
+    lookup = time.perf_counter() - start
+    new_logits = torch.randn(config.samples, config.classes)
+    rows = torch.from_numpy(np.random.default_rng(1).permutation(config.samples))
+    start = time.perf_counter()
+    knowledge[rows] = new_logits
+    update = time.perf_counter() - start
+
+    queries = np.random.default_rng(2).choice(config.samples, size=config.recall_queries, replace=False)
+    exact = _exact_neighbours(hashes, labels, queries, config.neighbours)
+    recall = float(np.mean([len(set(table[q].tolist()) & e) / config.neighbours for q, e in zip(queries, exact)]))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return CacheBenchResult(config, round(build, 2), round(lookup, 4), round(update, 4), round(peak, 1),
+                            round(recall, 4))
+
+
+def _worker(config: CacheBenchConfig, queue) -> None:
+    queue.put(_measure(config))
+
+
+def measure(config: CacheBenchConfig) -> CacheBenchResult:
+    """Runs one setting in a fresh process (its peak memory is then its own)."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_worker, args=(config, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = CacheBenchConfig()
+    parser.add_argument("--samples", type=int, default=defaults.samples)
+    parser.add_argument("--dim", type=int, default=defaults.dim)
+    parser.add_argument("--classes", type=int, default=defaults.classes)
+    parser.add_argument("--neighbours", type=int, default=defaults.neighbours)
+    parser.add_argument("--m", type=int, action="append", help="HNSW M to measure (repeatable; default 16 and 64)")
+    parser.add_argument("--ef-construction", type=int, default=defaults.ef_construction)
+    parser.add_argument("--ef", type=int, default=defaults.ef)
+    parser.add_argument("--threads", type=int, default=defaults.threads)
+    parser.add_argument("--json", metavar="FILE", help="write the results to FILE")
+
+
+def run(args: argparse.Namespace) -> int:
+    results = []
+    for m in args.m or [16, 64]:
+        config = CacheBenchConfig(args.samples, args.dim, args.classes, args.neighbours, m, args.ef_construction,
+                                  args.ef, args.threads)
+        print(f"N={config.samples:,} d={config.dim} C={config.classes} R={config.neighbours} M={m} "
+              f"ef_construction={config.ef_construction} ef={config.ef}: building ...", flush=True)
+        result = measure(config)
+        results.append(result)
+        print(f"  relations {result.build_seconds:.1f} s, lookups for all {config.samples:,} samples "
+              f"{result.lookup_seconds:.3f} s, cache update {result.update_seconds:.3f} s, "
+              f"peak memory {result.peak_rss_mb:.0f} MB, recall@{config.neighbours} {result.recall:.3f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([asdict(r) for r in results], handle, indent=2)
+    return 0
