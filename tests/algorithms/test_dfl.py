@@ -1,0 +1,321 @@
+"""DFL (specs/dfl.md): the rho schedule, soft-target aggregation and loss by hand, bit-for-bit
+identity with FedAvg at threshold 1, the wire bytes against §2.3, and short runs on digits."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from edgefd import kernels
+from edgefd.algorithms.base import describe_params, make_params
+from edgefd.algorithms.dfl import (
+    CLASS_COUNTS,
+    SOFT_TARGETS,
+    DFLParams,
+    DFLServer,
+    aggregate_soft_targets,
+    dfl_loss,
+    rho,
+)
+from edgefd.protocol import Payload, encode
+from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime.transport import DOWN, UP
+from edgefd.simulate import SimulationConfig, build, run
+
+# digits, a handful of clients, a few rounds: every run here takes a second or two. One thread: on
+# a shared 2-core machine a second torch thread mostly waits (and slows everyone's tests down).
+QUICK = dict(dataset="digits", clients=5, rounds=3, lr=0.05, seed=1, threads=1)
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    """`build` sets the process-wide thread count; give the next test module what it had."""
+    threads = torch.get_num_threads()
+    yield
+    kernels.set_num_threads(threads)
+
+
+def simulation(algo, params=None, **settings):
+    return build(SimulationConfig(algo=algo, params=dict(params or {}), **{**QUICK, **settings}))
+
+
+# ----------------------------------------------------------------------------------------------
+# rho schedule (Eq. 6, spec E6 and §11 hard check 2)
+
+
+def test_rho_schedule_matches_the_hand_computed_values():
+    for r, expected in [(1, 0.99), (2, 0.98), (39, 0.61), (40, 0.6), (41, 0.6), (100, 0.6)]:
+        assert rho(r, 100, 0.6) == pytest.approx(expected, abs=1e-12)
+    assert [rho(r, 10, 0.6) for r in range(1, 11)] == pytest.approx([0.9, 0.8, 0.7] + [0.6] * 7, abs=1e-12)
+    assert [rho(r, 4, 0.0) for r in range(1, 5)] == [0.75, 0.5, 0.25, 0.0]  # DFL-DRw/T reaches 0
+    assert all(rho(r, 10, 1.0) == 1.0 for r in range(1, 11))  # threshold 1: FedAvg, exactly
+    assert [rho(r, 10, 0.6, "fixed") for r in (1, 5, 10)] == [0.6, 0.6, 0.6]  # DFL-FR ablation
+    with pytest.raises(ValueError, match="schedule"):
+        rho(1, 10, 0.6, "cosine")
+
+
+def test_params_defaults_docs_and_text_conversion():
+    p = DFLParams()
+    assert (p.threshold, p.temperature, p.kl_factor) == (0.6, 1.0, 1.0)
+    assert (p.soft_targets, p.aggregation, p.kl_reduction, p.schedule, p.soft_target_dtype) == (
+        "logits", "masked", "batchmean", "dynamic", "float32")
+    assert all(doc for _, _, doc in describe_params(DFLParams))
+    q = make_params(DFLParams, {"threshold": "1", "temperature": "2", "kappa": "none"})
+    assert (q.threshold, q.temperature, q.kappa, q.kl_factor) == (1.0, 2.0, None, 4.0)  # kappa = tau^2
+    assert make_params(DFLParams, {"kappa": "0.5"}).kl_factor == 0.5
+    for bad in ({"threshold": "1.5"}, {"temperature": "0"}, {"aggregation": "mean"}, {"soft_targets": "x"},
+                {"kl_reduction": "sum"}, {"soft_target_dtype": "float16"}):
+        with pytest.raises(ValueError):
+            make_params(DFLParams, bad)
+
+
+# ----------------------------------------------------------------------------------------------
+# soft-target aggregation (Eq. 2 / E2b, spec §8 K3)
+
+YA = np.array([[1.0, 2.0, 3.0], [0.5, -1.25, 7.0], [0.0, 0.0, 0.0]], np.float32)  # a lacks class 2
+YB = np.array([[3.0, 6.0, -1.0], [0.0, 0.0, 0.0], [0.1, 0.2, 0.3]], np.float32)   # b lacks class 1
+COUNTS_A = np.array([6, 4, 0], np.int32)   # n_a = 10
+COUNTS_B = np.array([20, 0, 10], np.int32)  # n_b = 30
+PREV = np.full((3, 3), 9.0)
+
+
+def test_masked_aggregation_by_hand_absent_classes_do_not_dilute():
+    y = aggregate_soft_targets([YA, YB], [COUNTS_A, COUNTS_B], [10, 30], PREV, "masked")
+    np.testing.assert_allclose(y[0], (10 * YA[0].astype(float) + 30 * YB[0]) / 40, rtol=1e-15)  # [2.5, 5, 0]
+    np.testing.assert_allclose(y[0], [2.5, 5.0, 0.0], rtol=1e-7)
+    np.testing.assert_array_equal(y[1], YA[1].astype(np.float64))  # only a has class 1: its row exactly
+    np.testing.assert_array_equal(y[2], YB[2].astype(np.float64))  # only b has class 2
+    nobody = aggregate_soft_targets([YA], [np.array([6, 0, 0])], [6], PREV, "masked")
+    np.testing.assert_array_equal(nobody[1:], PREV[1:])  # rows nobody reported keep their value
+
+
+def test_paper_and_class_count_aggregation_by_hand():
+    paper = aggregate_soft_targets([YA, YB], [COUNTS_A, COUNTS_B], [10, 30], PREV, "paper")
+    np.testing.assert_allclose(paper[1], YA[1] * 10 / 40, rtol=1e-7)  # Eq. 2 verbatim: diluted by b's zeros
+    np.testing.assert_allclose(paper[2], YB[2] * 30 / 40, rtol=1e-7)
+    by_count = aggregate_soft_targets([YA, YB], [COUNTS_A, COUNTS_B], [10, 30], PREV, "class_count")
+    np.testing.assert_allclose(by_count[0], (6 * YA[0].astype(float) + 20 * YB[0]) / 26, rtol=1e-15)
+    np.testing.assert_array_equal(by_count[1], YA[1].astype(np.float64))
+    with pytest.raises(ValueError, match="mode"):
+        aggregate_soft_targets([YA], [COUNTS_A], [10], PREV, "mean")
+
+
+def test_server_aggregates_models_like_fedavg_and_tables_per_row():
+    sim = simulation("dfl", clients=2, rounds=1)
+    server: DFLServer = sim.server
+    np.testing.assert_array_equal(server.soft_targets, np.zeros((10, 10), np.float32))  # E8: zeros
+    state = server.global_state
+    first = {k: np.full_like(v, 1.0) for k, v in state.items()}
+    second = {k: np.full_like(v, 5.0) for k, v in state.items()}
+    ya, yb = np.zeros((10, 10), np.float32), np.zeros((10, 10), np.float32)
+    ya[0], yb[0], yb[3] = 2.0, 6.0, 1.5
+    ca, cb = np.zeros(10, np.int32), np.zeros(10, np.int32)
+    ca[0], cb[0], cb[3] = 10, 20, 10
+    uplinks = {
+        "client-0": Payload("dfl", "client-0", 1, {**first, SOFT_TARGETS: ya, CLASS_COUNTS: ca}, {"samples": 10}),
+        "client-1": Payload("dfl", "client-1", 1, {**second, SOFT_TARGETS: yb, CLASS_COUNTS: cb}, {"samples": 30}),
+    }
+    metrics = server.aggregate(1, uplinks)
+    for name in state:
+        np.testing.assert_array_equal(server.global_state[name], np.full_like(state[name], 4.0))  # (10 + 150) / 40
+    np.testing.assert_allclose(server.soft_targets[0], 5.0)  # (10*2 + 30*6) / 40
+    np.testing.assert_array_equal(server.soft_targets[3], 1.5)  # client-1 only
+    np.testing.assert_array_equal(server.soft_targets[5], 0.0)  # nobody: previous (zeros)
+    assert metrics == {"rho": 0.6, "labels_covered": 2.0}  # R = 1: rho_1 = max(1 - 1/1, 0.6)
+
+
+# ----------------------------------------------------------------------------------------------
+# the local loss (Eq. 3, spec E3 and the §8 K2 oracles)
+
+
+def loss_and_grad(z, y, table, rho_value, params):
+    z = torch.tensor(z, dtype=torch.float32, requires_grad=True)
+    loss = dfl_loss(z, torch.tensor(y), torch.tensor(table, dtype=torch.float32), rho_value, params)
+    loss.backward()
+    return loss.item(), z.grad.numpy()
+
+
+def test_loss_matches_the_spec_oracles():
+    # z = [0, 0], y = 0, q = [0.75, 0.25], rho = 0.5; logits mode: the row log(q) has softmax q
+    table = [[math.log(0.75), math.log(0.25)], [0.0, 0.0]]
+    loss, grad = loss_and_grad([[0.0, 0.0]], [0], table, 0.5, DFLParams())
+    assert loss == pytest.approx(0.4119796083, rel=1e-6)
+    np.testing.assert_allclose(grad, [[-0.375, 0.375]], atol=1e-6)
+    # z = [2, 0, -1], y = 1, q = [0.2, 0.7, 0.1], rho = 0.6; probs mode: the row is q itself
+    table = [[1 / 3] * 3, [0.2, 0.7, 0.1], [1 / 3] * 3]
+    loss, grad = loss_and_grad([[2.0, 0.0, -1.0]], [1], table, 0.6, DFLParams(soft_targets="probs"))
+    assert loss == pytest.approx(1.7291185985, rel=1e-6)
+    np.testing.assert_allclose(grad, [[0.7637947345, -0.7658048006, 0.0020100661]], atol=1e-6)
+
+
+def test_loss_on_a_tiny_batch_is_rho_ce_plus_one_minus_rho_kd_by_hand():
+    z = np.array([[1.0, -0.5, 0.25, 2.0], [0.0, 0.3, -1.0, 0.5], [-2.0, 1.5, 0.5, 0.0]])
+    y = [3, 1, 1]
+    table = np.array([[0.0, 1.0, 2.0, 3.0], [1.0, 4.0, -1.0, 0.5], [2.0, 2.0, 0.0, 0.0], [0.5, 0.0, 0.0, 3.0]])
+    tau, r = 2.0, 0.7
+
+    def log_softmax(v):
+        return v - np.log(np.exp(v - v.max()).sum()) - v.max()
+
+    ce = np.mean([-log_softmax(z[i])[y[i]] for i in range(3)])
+    kl = np.mean([np.sum(np.exp(log_softmax(table[y[i]] / tau)) * (log_softmax(table[y[i]] / tau)
+                                                                    - log_softmax(z[i] / tau))) for i in range(3)])
+    loss, _ = loss_and_grad(z, y, table, r, DFLParams(temperature=tau))  # kappa = tau^2 = 4
+    assert loss == pytest.approx(r * ce + (1 - r) * tau**2 * kl, rel=1e-6)
+    loss, _ = loss_and_grad(z, y, table, r, DFLParams(temperature=tau, kappa=1.0, kl_reduction="torch_mean"))
+    assert loss == pytest.approx(r * ce + (1 - r) * kl / 4, rel=1e-6)  # KLDivLoss() 'mean': / (B C)
+    loss, _ = loss_and_grad(z, y, table, 0.0, DFLParams())
+    assert loss == pytest.approx(np.mean([np.sum(np.exp(log_softmax(table[y[i]])) * (
+        log_softmax(table[y[i]]) - log_softmax(z[i]))) for i in range(3)]), rel=1e-6)  # rho 0: KD only
+    # against torch's own losses (the spec's reference for randomized tests)
+    zt, yt, qt = torch.tensor(z, dtype=torch.float32), torch.tensor(y), torch.tensor(table, dtype=torch.float32)
+    reference = r * F.cross_entropy(zt, yt) + (1 - r) * tau**2 * F.kl_div(
+        F.log_softmax(zt / tau, 1), torch.softmax(qt[yt] / tau, 1), reduction="batchmean")
+    assert loss_and_grad(z, y, table, r, DFLParams(temperature=tau))[0] == pytest.approx(reference.item(), rel=1e-5)
+
+
+def test_loss_at_rho_one_is_plain_cross_entropy_bit_for_bit():
+    z = torch.randn(7, 10, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    y = torch.arange(7) % 10
+    nan_table = torch.full((10, 10), float("nan"))  # never looked at: the KL term is skipped
+    ours = dfl_loss(z, y, nan_table, 1.0, DFLParams())
+    (grad_ours,) = torch.autograd.grad(ours, z)
+    plain = F.cross_entropy(z, y)
+    (grad_plain,) = torch.autograd.grad(plain, z)
+    assert torch.equal(ours, plain) and torch.equal(grad_ours, grad_plain)
+
+
+# ----------------------------------------------------------------------------------------------
+# threshold 1 is FedAvg, bit for bit (spec §11 hard check 1, Table V's T = 1)
+
+
+@pytest.mark.parametrize("model, settings", [
+    ("cnn2", dict(participation=0.6, partition="dirichlet:0.5")),  # some clients lack classes
+    ("resnet8", dict(clients=4, rounds=2, participation=0.5)),      # BatchNorm: the eval pass must not touch it
+])
+def test_threshold_one_reproduces_fedavg_bit_for_bit(model, settings):
+    fedavg = simulation("fedavg", models=model, **settings)
+    dfl = simulation("dfl", {"threshold": "1"}, models=model, **settings)
+    fedavg_records, dfl_records = fedavg.federation.run(), dfl.federation.run()
+    assert [r.selected for r in dfl_records] == [r.selected for r in fedavg_records]
+    assert len(dfl_records[0].selected) < len(dfl.clients)  # partial participation is exercised
+    assert [r.accuracy for r in dfl_records] == [r.accuracy for r in fedavg_records]
+    assert [r.client_accuracy for r in dfl_records] == [r.client_accuracy for r in fedavg_records]
+    assert list(dfl.server.global_state) == list(fedavg.server.global_state)
+    for name, value in fedavg.server.global_state.items():
+        assert dfl.server.global_state[name].dtype == value.dtype
+        np.testing.assert_array_equal(dfl.server.global_state[name], value, err_msg=name)
+    assert np.abs(dfl.server.soft_targets).sum() > 0  # the soft targets were computed all along
+    assert all(r.server["rho"] == 1.0 for r in dfl_records)
+
+
+def test_default_threshold_differs_from_fedavg():
+    fedavg, dfl = simulation("fedavg", participation=0.6), simulation("dfl", participation=0.6)
+    fedavg.federation.run()
+    records = dfl.federation.run()
+    assert [r.server["rho"] for r in records] == pytest.approx([2 / 3, 0.6, 0.6])  # R = 3
+    assert any(not np.array_equal(dfl.server.global_state[k], v) for k, v in fedavg.server.global_state.items())
+
+
+# ----------------------------------------------------------------------------------------------
+# bytes on the wire (spec §2.3) = payload terms + the codec's header and table entries
+
+
+def table_overhead(name, array):
+    """One array table entry: 20 bytes, the name, 4 bytes per dimension (protocol/codec.py)."""
+    return 20 + len(name.encode()) + 4 * array.ndim
+
+
+@pytest.mark.parametrize("dtype, precision, b_s", [("float32", "fp32", 4), ("float64", "fp32", 8),
+                                                    ("float32", "fp16", 2)])
+def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_s):
+    sim = simulation("dfl", {"soft_target_dtype": dtype}, clients=4, rounds=1, precision=precision)
+    state = sim.server.global_state
+    classes = 10
+    P = sum(v.size for v in state.values())
+    assert all(v.dtype == np.float32 for v in state.values()) and P == 6090  # cnn2 on 8x8 digits
+    soft, counts = np.zeros((classes, classes)), np.zeros(classes)
+    tables = sum(table_overhead(k, v) for k, v in state.items())
+    # §2.3: B_down = P b_w + Cn^2 b_s + 4 (round) ; B_up = P b_w + Cn^2 b_s + 4 (round) + 4 (n_k) + 4 Cn
+    spec_down = P * 4 + classes**2 * b_s + 4
+    spec_up = P * 4 + classes**2 * b_s + 4 + 4 + 4 * classes
+    # codec: the round is inside the 32-byte header; n_k is the int64 scalar "samples" (8 bytes, not 4)
+    down = spec_down - 4 + HEADER_SIZE + len("dfl") + len("server") + tables + table_overhead(SOFT_TARGETS, soft)
+    up_fixed = (spec_up - 4 - 4 + HEADER_SIZE + len("dfl") + tables + table_overhead(SOFT_TARGETS, soft)
+                + table_overhead(CLASS_COUNTS, counts) + (2 + len("samples") + 8))
+    if precision == "fp16":
+        assert b_s == 2  # the table travels at the run's knowledge precision; the weights stay fp32
+
+    sim.federation.hello()
+    sim.federation.run_round(1)
+    ledger = sim.federation.transport.ledger
+    for cid in sim.clients:
+        assert ledger.entries[(1, DOWN, cid)] == down
+        assert ledger.entries[(1, UP, cid)] == up_fixed + len(cid)
+    assert classes**2 * b_s == {4: 400, 8: 800, 2: 200}[b_s]  # the paper's 0.8 KB is the float64 case
+    # and the ledger counts exactly what the codec emits
+    payload = sim.clients["client-0"].train_round(2, sim.server.downlink(2, "client-0"))
+    assert len(encode(payload)) == up_fixed + len("client-0")
+
+
+def test_soft_targets_cost_cn_squared_plus_counts_over_fedavg():
+    dfl, fedavg = simulation("dfl", clients=4, rounds=1), simulation("fedavg", clients=4, rounds=1)
+    for sim in (dfl, fedavg):
+        sim.federation.hello()
+        sim.federation.run_round(1)
+    soft, counts = np.zeros((10, 10)), np.zeros(10)
+    extra_down = 10 * 10 * 4 + table_overhead(SOFT_TARGETS, soft) + len("dfl") - len("weights")
+    extra_up = extra_down + 10 * 4 + table_overhead(CLASS_COUNTS, counts)
+    d, f = dfl.federation.transport.ledger, fedavg.federation.transport.ledger
+    for cid in dfl.clients:
+        assert d.entries[(1, DOWN, cid)] - f.entries[(1, DOWN, cid)] == extra_down
+        assert d.entries[(1, UP, cid)] - f.entries[(1, UP, cid)] == extra_up
+
+
+# ----------------------------------------------------------------------------------------------
+# the client's label-wise table (E7) and short runs
+
+
+def test_client_uploads_label_wise_means_of_its_updated_model_in_eval_mode():
+    sim = simulation("dfl", clients=4, rounds=1, partition="dirichlet:0.1")
+    client = sim.clients["client-0"]
+    payload = client.train_round(1, sim.server.downlink(1, "client-0"))
+    data = client.data
+    model = client.model.eval()
+    with torch.no_grad():
+        logits = model(data.train_x).double()
+    counts = np.bincount(data.train_y.numpy(), minlength=10)
+    np.testing.assert_array_equal(payload.arrays[CLASS_COUNTS], counts)
+    assert payload.scalars["samples"] == len(data.train_y)
+    for c in range(10):
+        expected = logits[data.train_y == c].mean(0).numpy() if counts[c] else np.zeros(10)
+        np.testing.assert_allclose(payload.arrays[SOFT_TARGETS][c], expected, rtol=1e-5, atol=1e-5)
+    assert (counts == 0).any()  # a skewed client: its absent rows are zeros, masked by the server
+    assert client.last_rho == 0.6  # R = 1: max(1 - 1/1, 0.6)
+
+
+def test_end_to_end_partial_participation_on_digits(tmp_path):
+    config = SimulationConfig(**{**QUICK, "clients": 6, "seed": 0}, algo="dfl", participation=0.5, epochs=2,
+                              partition="iid", params={"threshold": "0.6"}, out=str(tmp_path))
+    summary = run(config, progress=False)
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [len(line["selected"]) for line in lines[1:]] == [3, 3, 3]
+    assert [line["server"]["rho"] for line in lines[1:]] == pytest.approx([2 / 3, 0.6, 0.6])
+    assert lines[1]["bytes_up"] == 3 * (lines[1]["bytes_up"] // 3)
+    assert summary["params"]["threshold"] == 0.6
+    assert summary["final_accuracy"] > 0.6 > lines[0]["accuracy"]
+
+
+def test_end_to_end_on_the_papers_80_20_split():
+    sim = simulation("dfl", clients=10, rounds=3, participation=0.5, partition="dominant:0.8", epochs=2)
+    for k, cid in enumerate(sorted(sim.clients)):
+        counts = np.bincount(sim.clients[cid].data.train_y.numpy(), minlength=10)
+        assert counts.argmax() == k % 10  # §6.2: client k's dominant label is k mod 10
+        assert counts.max() == round(0.8 * counts.sum())
+    records = sim.federation.run()
+    assert all(len(r.selected) == 5 for r in records)
+    assert records[-1].accuracy > 0.25  # 3 short rounds on a hard split: well above chance (0.1)
+    assert np.all(np.isfinite(sim.server.soft_targets))
