@@ -33,6 +33,7 @@ BENCHMARKS = {
 SUBCOMMANDS = [
     Subcommand("simulate", "edgefd.simulate", "run a method on one machine and write its results", "run_cli"),
     Subcommand("report", "edgefd.metrics.report", "compare finished runs in a table and one plot"),
+    Subcommand("reproduce", "edgefd.reproduce", "run a paper's small-scale recipe over several seeds"),
     Subcommand("methods", "edgefd.algorithms.describe", "list the methods and their hyperparameters"),
     Subcommand("partition", "edgefd.data.partition_cli", "split a dataset across clients and show label counts"),
 ]

@@ -1,0 +1,121 @@
+"""`edgefd reproduce NAME`: a paper's small-scale recipe, several seeds, one results table.
+
+A recipe is a shared simulation setting plus the methods it compares (each with its own
+hyperparameters). Every (method, seed) run is an ordinary `edgefd simulate` run written under
+OUT/NAME/METHOD-sSEED, and the table (mean ± std over seeds of the best and final accuracy, the
+bytes, and the bytes each method needed to reach a common target accuracy) is printed and
+written to OUT/NAME/results.md, ready to paste into docs/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from edgefd.simulate import SimulationConfig, run as run_simulation
+
+
+@dataclass
+class Arm:
+    """One compared method: a label, an algorithm and its params."""
+
+    label: str
+    algo: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Recipe:
+    name: str
+    source: str
+    """Where the recipe comes from (spec section)."""
+    base: SimulationConfig
+    arms: list[Arm]
+    target_from: list[str]
+    """Labels whose lowest mean best-accuracy, minus one point, is the common target accuracy."""
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+
+RECIPES: dict[str, Recipe] = {
+    "fedcache": Recipe(
+        name="fedcache",
+        source="specs/fedcache.md §11 (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
+        base=SimulationConfig(dataset="digits", clients=10, partition="dirichlet:1.0", models="resnet8",
+                              rounds=30, batch_size=8, lr=0.01, momentum=0.9, weight_decay=5e-4),
+        arms=[
+            Arm("Local", "local"),
+            Arm("FedCache", "fedcache", {"knn": "exact"}),
+            Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),  # spec §9 A20
+            Arm("FedAvg", "fedavg"),
+        ],
+        target_from=["FedCache", "FedAvg"],
+    ),
+}
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def bytes_to_reach(lines: list[dict[str, Any]], target: float) -> int | None:
+    """Cumulative bytes (up + down, one-time uploads included) at the first round >= target."""
+    for line in lines:
+        if line.get("accuracy") is not None and line["accuracy"] >= target:
+            return line["bytes_up_cumulative"] + line["bytes_down_cumulative"]
+    return None
+
+
+def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | None = None) -> str:
+    results: dict[str, list[tuple[dict, list[dict]]]] = {}
+    for arm in recipe.arms:
+        for seed in seeds:
+            folder = out / recipe.name / f"{arm.algo}-s{seed}"
+            config = replace(recipe.base, algo=arm.algo, params=dict(arm.params), seed=seed, out=str(folder),
+                             rounds=rounds or recipe.base.rounds)
+            summary = run_simulation(config, progress=True)
+            lines = [json.loads(text) for text in (folder / "metrics.jsonl").read_text().splitlines()]
+            results.setdefault(arm.label, []).append((summary, lines))
+            print(f"{arm.label} seed {seed}: best {100 * summary['best_accuracy']:.2f}%", flush=True)
+    best = {label: _mean_std([s["best_accuracy"] for s, _ in runs]) for label, runs in results.items()}
+    target = min(best[label][0] for label in recipe.target_from) - 0.01
+    rounds_run = rounds or recipe.base.rounds
+    rows = [
+        f"Recipe `{recipe.name}`: {recipe.source}; ran {rounds_run} rounds, seeds {', '.join(map(str, seeds))}.",
+        f"Command: `edgefd reproduce {recipe.name}`. Target accuracy for \"bytes to target\": "
+        f"{100 * target:.2f}% (lowest mean best accuracy of {', '.join(recipe.target_from)}, minus 1 point).",
+        "",
+        "| method | best acc. % (MAUA) | final acc. % | MB up + down per run | one-time upload MB | MB to target |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, runs in results.items():
+        final = _mean_std([s["final_accuracy"] for s, _ in runs])
+        total = statistics.mean((s["bytes_up_total"] + s["bytes_down_total"]) / 1e6 for s, _ in runs)
+        hello = statistics.mean(s["bytes_hello"] / 1e6 for s, _ in runs)
+        reach = [bytes_to_reach(lines, target) for _, lines in runs]
+        reached = [b / 1e6 for b in reach if b is not None]
+        reach_text = (f"{statistics.mean(reached):.3f}" if reached else "not reached") + (
+            f" ({len(reached)}/{len(reach)} seeds)" if len(reached) != len(reach) else "")
+        rows.append(f"| {label} | {100 * best[label][0]:.2f} ± {100 * best[label][1]:.2f} | "
+                    f"{100 * final[0]:.2f} ± {100 * final[1]:.2f} | {total:.3f} | {hello:.3f} | {reach_text} |")
+    table = "\n".join(rows) + "\n"
+    (out / recipe.name).mkdir(parents=True, exist_ok=True)
+    (out / recipe.name / "results.md").write_text(table)
+    return table
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("recipe", choices=sorted(RECIPES), help="which paper's recipe")
+    parser.add_argument("--out", default="runs/reproduce", help="folder for the runs and results.md")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the recipe's)")
+    parser.add_argument("--rounds", type=int, help="override the recipe's rounds (for a quick look)")
+
+
+def run(args: argparse.Namespace) -> int:
+    recipe = RECIPES[args.recipe]
+    table = run_recipe(recipe, Path(args.out), tuple(args.seeds or recipe.seeds), args.rounds)
+    print(table)
+    return 0
