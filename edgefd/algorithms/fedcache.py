@@ -70,7 +70,8 @@ class FedCacheClient(ClientRole):
     def __init__(self, context: ClientContext, params: FedCacheParams) -> None:
         super().__init__(context, params)
         self.ids = self.data.train_ids.numpy()
-        self._position = {int(sample_id): i for i, sample_id in enumerate(self.ids)}
+        self._order = np.argsort(self.ids, kind="stable")
+        self._sorted_ids = self.ids[self._order]
 
     def hello(self) -> Payload:
         encoder = build_encoder(self.params.encoder)
@@ -84,10 +85,11 @@ class FedCacheClient(ClientRole):
         """Teacher logits in this client's own sample order, matched by id (never by position)."""
         ids = downlink.arrays["ids"]
         teachers = downlink.arrays["knowledge"]
-        if len(ids) != len(self.ids):
-            raise ValueError(f"{self.client_id}: {len(ids)} teachers for {len(self.ids)} samples")
+        at = np.minimum(np.searchsorted(self._sorted_ids, ids), len(self.ids) - 1)
+        if len(ids) != len(self.ids) or not np.array_equal(np.sort(ids), self._sorted_ids):
+            raise ValueError(f"{self.client_id}: the server's teachers are not for this client's samples")
         out = np.empty((len(self.ids), teachers.shape[1]), np.float32)
-        out[[self._position[int(i)] for i in ids]] = teachers
+        out[self._order[at]] = teachers
         return torch.from_numpy(out)
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
