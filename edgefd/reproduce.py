@@ -56,6 +56,20 @@ RECIPES: dict[str, Recipe] = {
     ),
 }
 
+# specs/dfl.md §11: digits, 20 devices of 70 samples, half of them per round, MLP, plain SGD.
+_DFL_BASE = SimulationConfig(dataset="digits", clients=20, samples_per_client=70, participation=0.5, models="mlp",
+                             rounds=100, epochs=5, batch_size=10, lr=0.05, momentum=0.0, weight_decay=0.0)
+_DFL_ARMS = [
+    Arm("FedAvg", "fedavg"),
+    Arm("DFL", "dfl", {"threshold": 0.6}),
+    Arm("DFL-DRw/T (threshold 0)", "dfl", {"threshold": 0.0}),
+    Arm("DFL-FR (fixed 0.6)", "dfl", {"threshold": 0.6, "schedule": "fixed"}),
+]
+for _name, _partition in (("dfl-iid", "iid"), ("dfl-noniid", "dominant:0.8")):
+    RECIPES[_name] = Recipe(_name, f"specs/dfl.md §11 ({_partition}, 20 devices x 70 samples, frac 0.5, MLP, "
+                                   "E 5, B 10, lr 0.05, 100 rounds)",
+                            replace(_DFL_BASE, partition=_partition), _DFL_ARMS, target_from=["FedAvg", "DFL"])
+
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)

@@ -57,6 +57,8 @@ class SimulationConfig:
     rounds: int = 10
     partition: str = "dirichlet:0.5"
     """iid | dirichlet:ALPHA | shards:N | quantity:ALPHA | natural | dominant:FRAC"""
+    samples_per_client: int | None = None
+    """Give each client exactly this many training samples (default: split the whole set)."""
     models: str = "homo"
     """homo | hetero | NAME,NAME,... (round-robin over clients)."""
     seed: int = 0
@@ -135,7 +137,8 @@ def build(config: SimulationConfig) -> Simulation:
     params = make_params(method.params, config.params)
 
     dataset = load_dataset(config.dataset, root=config.data_root)
-    splits = partition(dataset, config.clients, config.partition, seed=config.seed)
+    splits = partition(dataset, config.clients, config.partition, seed=config.seed,
+                       samples_per_client=config.samples_per_client)
     names = assign_models(config.models, config.clients, input_shape=dataset.input_shape)
     channels = in_channels_of(tuple(dataset.input_shape))
 
