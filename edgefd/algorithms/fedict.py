@@ -53,7 +53,8 @@ Spec choices (section numbers of fedict.md):
   downlinks at the start of a round, so round R's replies would never be used.
 - UA is each client's own model on its whole local test split (§6.6, §9 A21): the default
   ``ClientRole.evaluate``.
-- Bytes (§2.4): per round, up ``features [N,*F] + logits [N,C] + ids [N] int64``, down
+- Bytes (§2.4): per round, up ``features [N, D_H] + logits [N,C] + ids [N] int64`` (features
+  flattened on the wire, so int8 has one scale per sample), down
   ``logits [N,C] + ids [N] int64``; once, up ``distribution [C] float32 + labels [N] int64 + ids [N]
   int64 + samples + feature shape``. Round 1's downlink is the full zero tensor of the paper (only
   when round-1 KD is on). The ids are edgefd's addition to the paper's formula (N * 8 bytes each
@@ -529,7 +530,8 @@ class FedICTClient(ClientRole):
         train_epochs(self.model, self.data.train_x, loss_fn, self.optimizer, self.context.train,
                      self.context.torch_generator)
         features, logits = self.extract()
-        arrays = {"ids": self.index.ids, "features": features.numpy(), "logits": logits.numpy()}
+        # features travel as [N, D_H] (one int8 scale per sample); the server knows their shape from hello
+        arrays = {"ids": self.index.ids, "features": features.reshape(len(features), -1).numpy(), "logits": logits.numpy()}
         if self.params.resend_labels:
             arrays["labels"] = y.numpy().astype(np.int64)
         payload = Payload("features", self.client_id, round, arrays)
@@ -677,8 +679,11 @@ class FedICTServer(ServerRole):
         features = np.asarray(payload.arrays["features"], dtype=np.float32)
         logits = np.asarray(payload.arrays["logits"], dtype=np.float32)
         n = len(rows)
-        if features.shape != (n,) + state.feature_shape:
-            raise ValueError(f"uplink of {cid}: features of shape {features.shape}, expected {(n,) + state.feature_shape}")
+        flat = (n, int(np.prod(state.feature_shape, dtype=np.int64)))
+        if features.shape not in (flat, (n,) + state.feature_shape):
+            raise ValueError(f"uplink of {cid}: features of shape {features.shape}, expected {flat} "
+                             f"(or {(n,) + state.feature_shape})")
+        features = features.reshape((n,) + state.feature_shape)
         if logits.shape != (n, self.num_classes):
             raise ValueError(f"uplink of {cid}: logits of shape {logits.shape}, expected {(n, self.num_classes)}")
         if "labels" in payload.arrays and not np.array_equal(

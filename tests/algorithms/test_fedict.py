@@ -323,7 +323,7 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
     C, D_H, F = 10, 16 * 8 * 8, (16, 8, 8)
     for cid, client in sim.clients.items():
         n = len(client.data.train_y)
-        h_up = HEADER_SIZE + len("features") + len(cid) + array_header("ids", 1) + array_header("features", 4) \
+        h_up = HEADER_SIZE + len("features") + len(cid) + array_header("ids", 1) + array_header("features", 2) \
             + array_header("logits", 2)
         b_up = h_up + n * (D_H * 4 + C * 4) + n * 8  # §2.4 B_up,k plus the ids (int64)
         h_down = HEADER_SIZE + len("knowledge") + len("server") + array_header("ids", 1) + array_header("logits", 2)
@@ -335,13 +335,20 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
         assert ledger.entries[(1, DOWN, cid)] == b_down
         assert ledger.entries[(0, UP, cid)] == b_hello
         upload = client.train_round(2, None)
-        assert upload.arrays["features"].shape == (n, *F)
+        assert upload.arrays["features"].shape == (n, D_H)  # flattened H^k of shape F on the wire
+        assert client.feature_shape() == F
         assert len(encode(upload)) == b_up
-    fp16 = build(SimulationConfig(algo="fedict", rounds=1, out=str(tmp_path), params={"feature_precision": "fp16"}, **DIGITS))
-    for cid, client in fp16.clients.items():
-        n = len(client.data.train_y)
-        fp32_size = len(encode(sim.clients[cid].train_round(3, None)))
-        assert len(encode(client.train_round(1, None))) == fp32_size - n * D_H * 2  # feature bytes halved
+    fp32_sizes = {cid: len(encode(client.train_round(3, None))) for cid, client in sim.clients.items()}
+    for precision in ("fp16", "int8"):
+        other = build(SimulationConfig(algo="fedict", rounds=1, out=str(tmp_path), params={"feature_precision": precision},
+                                       **DIGITS))
+        for cid, client in other.clients.items():
+            n = len(client.data.train_y)
+            size = len(encode(client.train_round(1, None)))
+            if precision == "fp16":
+                assert size == fp32_sizes[cid] - n * D_H * 2  # feature bytes halved
+            else:  # one byte per element plus one float32 scale per sample (row)
+                assert size == fp32_sizes[cid] - n * D_H * 3 + n * 4
 
 
 # ------------------------------------------------------------------------------------------------
