@@ -49,8 +49,8 @@ Spec choices (section numbers of fedict.md):
 - Features are extracted after local training from the non-augmented inputs with eval-mode BN
   (§9 A12; edgefd does not augment).
 - LKA is sample-weighted (the server's minibatch mean over each client's samples, §3.9, §9 A8).
-- The Z^S of the last round is neither generated nor sent (§2.4, §9 A30): the runtime sends
-  downlinks at the start of a round, so round R's replies would never be used.
+- The Z^S of the last round is not sent (§2.4, §9 A30): the runtime sends downlinks at the start
+  of a round, so round R's replies stay on the server (they are still computed: an eval pass).
 - UA is each client's own model on its whole local test split (§6.6, §9 A21): the default
   ``ClientRole.evaluate``.
 - Bytes (§2.4): per round, up ``features [N, D_H] + logits [N,C] + ids [N] int64`` (features
@@ -652,16 +652,15 @@ class FedICTServer(ServerRole):
         if self.params.server_order == "shuffled":
             arrived = [arrived[i] for i in self.order_rng.permutation(len(arrived))]
         generation = self.params.generation
-        generate = round < self.context.total_rounds  # round R's logits would never be sent (§9 A30)
         totals = np.zeros(4)  # loss * n, ce * n, correct, n
         pending = []
         for cid in arrived:
             state = self.clients[cid]
             rows, features, teacher = self._unpack(cid, state, uplinks[cid])
             trained = self._train(state, rows, features, teacher, totals, capture=generation == "train_forward")
-            if generation == "after_client_pass" and generate:
+            if generation == "after_client_pass":
                 self._generate(state, rows, features)
-            elif generation == "two_phase" and generate:
+            elif generation == "two_phase":
                 pending.append((state, rows, features))
             elif generation == "train_forward":
                 missed = ~trained
