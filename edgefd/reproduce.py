@@ -70,6 +70,24 @@ for _name, _partition in (("dfl-iid", "iid"), ("dfl-noniid", "dominant:0.8")):
                                    "E 5, B 10, lr 0.05, 100 rounds)",
                             replace(_DFL_BASE, partition=_partition), _DFL_ARMS, target_from=["FedAvg", "DFL"])
 
+# specs/fedict.md §11: digits, 5 clients, weak clients (D1 = fedict_c1), scaled server, 30 rounds.
+_FEDICT_BASE = SimulationConfig(dataset="digits", clients=5, models="fedict_c1", rounds=30, batch_size=32, lr=0.01,
+                                momentum=0.9, weight_decay=5e-4)
+_FEDICT_ARMS = [
+    Arm("Local", "local"),
+    Arm("FedGKT", "fedgkt"),
+    Arm("FedICT (sim)", "fedict", {"lka": "sim"}),
+    Arm("FedICT (balanced)", "fedict", {"lka": "balanced"}),
+    Arm("FD", "fd"),
+    Arm("FedAvg", "fedavg"),
+]
+for _alpha in ("0.5", "3.0"):
+    _name = f"fedict-a{_alpha}"
+    RECIPES[_name] = Recipe(_name, f"specs/fedict.md §11 (digits, K = 5, Dirichlet {_alpha}, fedict_c1 clients, "
+                                   "server auto (fedict_server_small), batch 32, 30 rounds)",
+                            replace(_FEDICT_BASE, partition=f"dirichlet:{_alpha}"), _FEDICT_ARMS,
+                            target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1))
+
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)

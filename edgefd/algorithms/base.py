@@ -17,6 +17,7 @@ by the transport before the other side sees it, so roles must not share Python o
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import typing
 from abc import ABC, abstractmethod
@@ -28,7 +29,7 @@ import torch
 from torch import nn
 
 from edgefd.protocol import Payload
-from edgefd.runtime.training import TrainConfig, evaluate_model
+from edgefd.runtime.training import TrainConfig, evaluate_model, load_state_arrays
 
 
 @dataclass
@@ -86,9 +87,16 @@ class ClientRole(ABC):
     def evaluate(self, state: Payload | None = None) -> dict[str, float]:
         """Accuracy of this client's deliverable model on its local test split.
 
-        ``state`` is what :meth:`ServerRole.evaluation_state` returned for this client, for methods
-        whose deliverable lives on the server (FedAvg's global model)."""
-        return evaluate_model(self.model, self.data.test_x, self.data.test_y, self.context.train.eval_batch_size)
+        ``state`` is what :meth:`ServerRole.evaluation_state` returned for this client: a full
+        model state for methods whose deliverable lives on the server (FedAvg's and DFL's global
+        model). It is evaluated on a private copy of this client's model, which stays as it is."""
+        model = self.model
+        if state is not None:
+            if getattr(self, "_evaluation_copy", None) is None:
+                self._evaluation_copy = copy.deepcopy(self.model)
+            load_state_arrays(self._evaluation_copy, state.arrays)
+            model = self._evaluation_copy
+        return evaluate_model(model, self.data.test_x, self.data.test_y, self.context.train.eval_batch_size)
 
 
 @dataclass

@@ -60,7 +60,6 @@ the run's ``--precision`` when that is fp16 or int8 (model weights are always se
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,7 +71,6 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.algorithms.fedavg import weighted_average
 from edgefd.protocol import Payload
 from edgefd.runtime.training import (
-    evaluate_model,
     load_state_arrays,
     make_optimizer,
     predict_logits,
@@ -202,7 +200,6 @@ class DFLClient(ClientRole):
     def __init__(self, context: ClientContext, params: DFLParams) -> None:
         super().__init__(context, params)
         _check_state_names(self.model.state_dict())
-        self._eval_model = copy.deepcopy(self.model)
         self.last_rho: float | None = None
 
     def rho(self, round: int) -> float:
@@ -244,13 +241,6 @@ class DFLClient(ClientRole):
             logits = torch.softmax(logits / self.params.temperature, dim=1)
         means, counts = kernels.labelwise_mean(logits.contiguous(), self.data.train_y, classes)
         return means.numpy(), counts.numpy()
-
-    def evaluate(self, state: Payload | None = None) -> dict[str, float]:
-        if state is None:
-            return super().evaluate()
-        load_state_arrays(self._eval_model, state.arrays)
-        return evaluate_model(self._eval_model, self.data.test_x, self.data.test_y,
-                              self.context.train.eval_batch_size)
 
 
 def _with_knowledge_precision(payload: Payload, precision: str) -> Payload:

@@ -6,7 +6,6 @@ that client's local test split (personalised test sets, global model).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,7 +13,7 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import evaluate_model, load_state_arrays, make_optimizer, state_arrays, train_epochs
+from edgefd.runtime.training import load_state_arrays, make_optimizer, state_arrays, train_epochs
 
 
 @dataclass
@@ -38,7 +37,6 @@ def weighted_average(states: list[dict[str, np.ndarray]], weights: list[float]) 
 class FedAvgClient(ClientRole):
     def __init__(self, context: ClientContext, params: FedAvgParams) -> None:
         super().__init__(context, params)
-        self._eval_model = copy.deepcopy(self.model)
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
         if downlink is not None:
@@ -48,13 +46,6 @@ class FedAvgClient(ClientRole):
         train_epochs(self.model, self.data.train_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
                      optimizer, self.context.train, self.context.torch_generator)
         return Payload("weights", self.client_id, round, state_arrays(self.model), {"samples": len(y)})
-
-    def evaluate(self, state: Payload | None = None) -> dict[str, float]:
-        if state is None:
-            return super().evaluate()
-        load_state_arrays(self._eval_model, state.arrays)
-        return evaluate_model(self._eval_model, self.data.test_x, self.data.test_y,
-                              self.context.train.eval_batch_size)
 
 
 class FedAvgServer(ServerRole):
