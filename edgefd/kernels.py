@@ -160,6 +160,17 @@ def _check_weight(w: torch.Tensor | None, name: str, size: int, what: str) -> No
         raise ValueError(f"{name}: contains negative values")
 
 
+def _check_student(student_logits: object) -> tuple[int, int]:
+    """A non-empty [B, C] float32 batch of logits; returns (B, C)."""
+    _check_float(student_logits, "student_logits", 2)
+    batch, classes = student_logits.shape
+    if batch == 0:
+        raise ValueError("student_logits: empty batch (B = 0)")
+    if classes == 0:
+        raise ValueError("student_logits: no classes (C = 0)")
+    return batch, classes
+
+
 def _numpy(t: torch.Tensor | None):
     return None if t is None else t.detach().numpy()
 
@@ -183,13 +194,8 @@ def weighted_kl(
     softmax(student_logits / T)``, ``0 log 0 = 0``. Differentiable w.r.t. ``student_logits``; the
     teacher is a constant (it is detached).
     """
-    _check_float(student_logits, "student_logits", 2)
+    batch, classes = _check_student(student_logits)
     _check_float(teacher, "teacher", 2)
-    batch, classes = student_logits.shape
-    if batch == 0:
-        raise ValueError("student_logits: empty batch (B = 0)")
-    if classes == 0:
-        raise ValueError("student_logits: no classes (C = 0)")
     _check_size(teacher, "teacher", 0, batch, "B of student_logits")
     _check_size(teacher, "teacher", 1, classes, "C of student_logits")
     _check_weight(sample_weight, "sample_weight", batch, "B of student_logits")
@@ -242,13 +248,8 @@ def sl_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch
 
     Differentiable w.r.t. the student and the teachers (FedZKT's generator step needs both).
     """
-    _check_float(student_logits, "student_logits", 2)
+    batch, classes = _check_student(student_logits)
     _check_float(teacher_logits, "teacher_logits", 3)
-    batch, classes = student_logits.shape
-    if batch == 0:
-        raise ValueError("student_logits: empty batch (B = 0)")
-    if classes == 0:
-        raise ValueError("student_logits: no classes (C = 0)")
     if teacher_logits.shape[0] == 0:
         raise ValueError("teacher_logits: no teachers (K = 0)")
     _check_size(teacher_logits, "teacher_logits", 1, batch, "B of student_logits")
