@@ -10,8 +10,8 @@ namespace edgefd {
 
 namespace {
 
-// Writes softmax(x) into out.
-EDGEFD_INLINE void softmax_row(const float* x, std::int64_t C, float* out) {
+// Writes exp(x_c - max x) into out and returns their sum (softmax = out / sum).
+EDGEFD_INLINE float exp_row(const float* x, std::int64_t C, float* out) {
     float mx = x[0];
 #pragma omp simd reduction(max : mx)
     for (std::int64_t c = 0; c < C; ++c) mx = x[c] > mx ? x[c] : mx;
@@ -21,9 +21,7 @@ EDGEFD_INLINE void softmax_row(const float* x, std::int64_t C, float* out) {
         out[c] = fast_exp(x[c] - mx);
         sum += out[c];
     }
-    const float inv = 1.0f / sum;
-#pragma omp simd
-    for (std::int64_t c = 0; c < C; ++c) out[c] *= inv;
+    return sum;
 }
 
 struct Scratch {
@@ -39,23 +37,15 @@ float sl_row(const float* s, const float* t, std::int64_t K, std::int64_t C, std
     float* q = w.q.data();
     float* m = w.m.data();
     float* sg = w.sg.data();
-    softmax_row(s, C, q);
+    const float inv_q = 1.0f / exp_row(s, C, q);
+#pragma omp simd
+    for (std::int64_t c = 0; c < C; ++c) q[c] *= inv_q;
     std::fill(w.m.begin(), w.m.end(), 0.0f);
     for (std::int64_t k = 0; k < K; ++k) {
-        // exp and sum in one pass; the teacher's probabilities are kept only when its gradient
-        // is wanted, otherwise they go straight into the running mean.
-        const float* tk = t + k * plane;
+        // The teacher's probabilities are kept only when its gradient is wanted, otherwise they
+        // go straight into the running mean.
         float* pk = w.p.data() + (gt ? k * C : 0);
-        float mx = tk[0];
-#pragma omp simd reduction(max : mx)
-        for (std::int64_t c = 0; c < C; ++c) mx = tk[c] > mx ? tk[c] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (std::int64_t c = 0; c < C; ++c) {
-            pk[c] = fast_exp(tk[c] - mx);
-            sum += pk[c];
-        }
-        const float inv = 1.0f / sum;
+        const float inv = 1.0f / exp_row(t + k * plane, C, pk);
         if (gt) {
 #pragma omp simd
             for (std::int64_t c = 0; c < C; ++c) {
