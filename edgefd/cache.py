@@ -35,6 +35,8 @@ class RelationConfig:
     """hnswlib search breadth; raised to R + 1 when smaller."""
     threads: int = 2
     seed: int = 100
+    exclude_same_owner: bool = False
+    """Relate a sample only to samples of *other* clients (spec §9 A5; off in the paper's Eq. 10)."""
 
     def validate(self) -> None:
         if self.neighbours < 1:
@@ -50,8 +52,11 @@ def _normalised(x: np.ndarray) -> np.ndarray:
     return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
-def _exact_class(vectors: np.ndarray, r: int, block: int = 4096) -> np.ndarray:
-    """Top-r most cosine-similar other rows of each row; ties go to the smaller index."""
+def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, block: int = 4096) -> np.ndarray:
+    """Top-r most cosine-similar other rows of each row; ties go to the smaller index.
+
+    With ``owners``, rows of the query's own owner are never chosen; a row with fewer than r
+    candidates of other owners gets -1 in the places left."""
     unit = torch.from_numpy(_normalised(vectors))
     n = len(unit)
     out = np.empty((n, r), dtype=np.int64)
@@ -59,15 +64,22 @@ def _exact_class(vectors: np.ndarray, r: int, block: int = 4096) -> np.ndarray:
         sims = (unit[start:start + block] @ unit.T).numpy()
         rows = np.arange(start, min(start + block, n))
         sims[rows - start, rows] = -np.inf  # never yourself
+        if owners is not None:
+            sims[owners[rows][:, None] == owners[None, :]] = -np.inf
         # partial top-(r) by similarity, then an exact order: descending similarity, ascending id
         candidates = np.argpartition(-sims, r - 1, axis=1)[:, :r] if r < n else np.argsort(-sims, axis=1)[:, :r]
         cand_sims = np.take_along_axis(sims, candidates, axis=1)
         order = np.lexsort((candidates, -cand_sims), axis=1)
-        out[start:start + len(rows)] = np.take_along_axis(candidates, order, axis=1)
+        chosen = np.take_along_axis(candidates, order, axis=1)
+        if owners is not None:
+            chosen[np.take_along_axis(cand_sims, order, axis=1) == -np.inf] = -1
+        out[start:start + len(rows)] = chosen
     return out
 
 
-def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig) -> np.ndarray:
+def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.ndarray | None = None) -> np.ndarray:
+    """Approximate top-r, self dropped by id. With ``owners``, asks for enough extra hits to drop
+    every row of the query's own owner (the largest owner's count), then drops them."""
     import hnswlib
 
     n, dim = vectors.shape
@@ -75,9 +87,18 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig) -> np.ndarr
     index.init_index(max_elements=n, ef_construction=config.ef_construction, M=config.m, random_seed=config.seed)
     index.set_num_threads(config.threads)
     index.add_items(vectors, np.arange(n))
-    index.set_ef(max(config.ef, r + 1))
-    found, _ = index.knn_query(vectors, k=r + 1)
+    k = r + 1
+    if owners is not None:
+        k = min(n, r + 1 + int(np.unique(owners, return_counts=True)[1].max()))
+    index.set_ef(max(config.ef, k))
+    found, _ = index.knn_query(vectors, k=k)
     found = found.astype(np.int64)
+    if owners is not None:
+        own = owners[found] == owners[:, None]
+        order = np.argsort(own, axis=1, kind="stable")  # other owners first, in similarity order
+        kept = np.take_along_axis(found, order, axis=1)[:, :r]
+        kept[np.take_along_axis(own, order, axis=1)[:, :r]] = -1
+        return kept
     # Drop the query itself by id (not "the first hit": duplicates may share a hash, spec A4).
     # Stable-sort "is self" to the back, then keep the first r; a row that missed itself loses
     # its farthest hit instead.
@@ -86,9 +107,19 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig) -> np.ndarr
     return np.take_along_axis(found, order, axis=1)[:, :r]
 
 
-def build_relations(hashes: np.ndarray, labels: np.ndarray, config: RelationConfig) -> np.ndarray:
-    """Neighbour table [N, R] (int64 row ids, -1 where a class has fewer than R + 1 members)."""
+def build_relations(hashes: np.ndarray, labels: np.ndarray, config: RelationConfig,
+                    owners: np.ndarray | None = None) -> np.ndarray:
+    """Neighbour table [N, R] (int64 row ids, -1 where a class has fewer than R + 1 members).
+
+    ``owners`` (one integer per row: which client holds it) is needed with
+    ``config.exclude_same_owner``."""
     config.validate()
+    if config.exclude_same_owner:
+        if owners is None or len(owners) != len(labels):
+            raise ValueError("exclude_same_owner needs one owner per sample")
+        owners = np.asarray(owners, dtype=np.int64)
+    else:
+        owners = None
     hashes = np.ascontiguousarray(hashes, dtype=np.float32)
     labels = np.asarray(labels, dtype=np.int64)
     if hashes.ndim != 2 or len(hashes) != len(labels):
@@ -102,16 +133,28 @@ def build_relations(hashes: np.ndarray, labels: np.ndarray, config: RelationConf
         if r <= 0:
             continue
         vectors = hashes[members]
-        local = _exact_class(vectors, r) if config.method == "exact" else _hnsw_class(vectors, r, config)
-        table[members, :r] = members[local]
+        member_owners = None if owners is None else owners[members]
+        if config.method == "exact":
+            local = _exact_class(vectors, r, member_owners)
+        else:
+            local = _hnsw_class(vectors, r, config, member_owners)
+        table[members, :r] = np.where(local >= 0, members[np.maximum(local, 0)], -1)
     return table
 
 
 class KnowledgeCache:
     """Registered samples, their neighbour table and their latest logits."""
 
-    def __init__(self, num_classes: int) -> None:
+    def __init__(self, num_classes: int, *, mask_unfilled: bool = False, max_ensemble: int = 0) -> None:
+        """``mask_unfilled``: average only neighbours that have uploaded logits at least once
+        (spec §9 A6; the paper's Eq. 9 counts the zero rows too). ``max_ensemble``: average only
+        the first this many neighbours (0: all R; the authors' code before 2024-10 used
+        min(R, C), spec §9 A7)."""
+        if max_ensemble < 0:
+            raise ValueError(f"max_ensemble: must be >= 0, got {max_ensemble}")
         self.num_classes = num_classes
+        self.mask_unfilled = mask_unfilled
+        self.max_ensemble = max_ensemble
         self._hashes: list[np.ndarray] = []
         self._labels: list[np.ndarray] = []
         self.slices: dict[str, slice] = {}
@@ -120,6 +163,7 @@ class KnowledgeCache:
         self.labels = np.zeros(0, np.int64)
         self.neighbours = np.zeros((0, 0), np.int64)
         self.knowledge = torch.zeros((0, num_classes))
+        self.filled = torch.zeros(0, dtype=torch.bool)
         self.size = 0
 
     def register(self, client_id: str, sample_ids: np.ndarray, labels: np.ndarray, hashes: np.ndarray) -> None:
@@ -150,8 +194,14 @@ class KnowledgeCache:
         """Builds the neighbour table from every registered hash; the hashes are then freed."""
         hashes = np.concatenate(self._hashes) if self._hashes else np.zeros((0, 1), np.float32)
         self.labels = np.concatenate(self._labels) if self._labels else np.zeros(0, np.int64)
-        self.neighbours = build_relations(hashes, self.labels, config)
+        owners = np.zeros(self.size, np.int64)
+        for number, part in enumerate(self.slices.values()):
+            owners[part] = number
+        self.neighbours = build_relations(hashes, self.labels, config, owners)
+        if self.max_ensemble:
+            self.neighbours = np.ascontiguousarray(self.neighbours[:, :self.max_ensemble])
         self.knowledge = torch.zeros((self.size, self.num_classes))
+        self.filled = torch.zeros(self.size, dtype=torch.bool)
         self._hashes = []
         self._labels = []
 
@@ -175,16 +225,23 @@ class KnowledgeCache:
     def fetch(self, client_id: str) -> torch.Tensor:
         """Mean of the cached neighbours' logits for each of the client's samples, in
         registration order (Eq. 12, 16, 17)."""
-        table = torch.from_numpy(self.neighbours[self.slices[client_id]])
-        return kernels.gather_mean(self.knowledge, table)
+        return kernels.gather_mean(self.knowledge, self._table(self.neighbours[self.slices[client_id]]))
 
     def fetch_all(self) -> torch.Tensor:
         """The same for every registered sample (one kernel call: a whole round's lookups)."""
-        return kernels.gather_mean(self.knowledge, torch.from_numpy(self.neighbours))
+        return kernels.gather_mean(self.knowledge, self._table(self.neighbours))
+
+    def _table(self, neighbours: np.ndarray) -> torch.Tensor:
+        table = torch.from_numpy(neighbours)
+        if self.mask_unfilled:
+            table = torch.where(self.filled[table.clamp(min=0)], table, -1)
+        return table
 
     def update(self, rows: np.ndarray, logits: np.ndarray) -> None:
         """Overwrites those rows with the new logits (Eq. 13)."""
         logits = np.asarray(logits, dtype=np.float32)
         if logits.shape != (len(rows), self.num_classes):
             raise ValueError(f"logits: expected shape {(len(rows), self.num_classes)}, got {logits.shape}")
-        self.knowledge[torch.from_numpy(np.asarray(rows, dtype=np.int64))] = torch.from_numpy(logits)
+        rows = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        self.knowledge[rows] = torch.from_numpy(logits)
+        self.filled[rows] = True

@@ -112,3 +112,66 @@ def test_registration_errors_name_the_client():
         cache.register("b", np.array([2]), np.array([0]), np.zeros((1, 5), np.float32))
     with pytest.raises(ValueError, match="labels outside"):
         cache.register("c", np.array([3]), np.array([2]), np.zeros((1, 4), np.float32))
+
+
+@pytest.mark.parametrize("method", ["exact", "hnsw"])
+def test_exclude_same_owner_relates_only_to_other_owners(method):
+    hashes, labels = clustered(12, 2, dim=8)  # 24 samples, 2 classes of 12
+    owners = np.arange(24) % 3  # three owners, 4 samples of each class each
+    config = RelationConfig(neighbours=5, method=method, exclude_same_owner=True)
+    table = build_relations(hashes, labels, config, owners)
+    assert (table >= 0).all()  # 8 members of other owners per class: R = 5 fits
+    assert (owners[table] != owners[:, None]).all()
+    assert (labels[table] == labels[:, None]).all()
+    # without the option the same data does relate samples of one owner (the paper's Eq. 10)
+    plain = build_relations(hashes, labels, RelationConfig(neighbours=5, method=method), owners)
+    assert (owners[plain] == owners[:, None]).any()
+
+
+def test_exclude_same_owner_leaves_minus_one_where_too_few_others():
+    hashes, labels = clustered(4, 1, dim=4)
+    owners = np.array([0, 0, 0, 1])
+    table = build_relations(hashes, labels, RelationConfig(neighbours=2, method="exact", exclude_same_owner=True),
+                            owners)
+    assert table[:3, 0].tolist() == [3, 3, 3] and (table[:3, 1] == -1).all()
+    assert set(table[3].tolist()) <= {0, 1, 2} and table[3, 0] != table[3, 1]
+    with pytest.raises(ValueError, match="one owner per sample"):
+        build_relations(hashes, labels, RelationConfig(neighbours=2, exclude_same_owner=True))
+
+
+def test_mask_unfilled_averages_only_uploaded_neighbours():
+    hashes, labels = clustered(4, 2, dim=4)
+    a, b = [0, 1, 4, 5], [2, 3, 6, 7]  # both clients hold both classes
+
+    def build(**options):
+        cache = KnowledgeCache(num_classes=3, **options)
+        cache.register("a", np.array(a), labels[a], hashes[a])
+        cache.register("b", np.array(b), labels[b], hashes[b])
+        cache.build(RelationConfig(neighbours=2, method="exact"))
+        cache.update(np.arange(4), logits)  # only client a (rows 0-3) has uploaded
+        return cache
+
+    logits = np.arange(12, dtype=np.float32).reshape(4, 3) + 1
+    cache = build(mask_unfilled=True)
+    filled = cache.neighbours < 4
+    got = cache.fetch_all().numpy()
+    for row in range(8):
+        named = cache.neighbours[row][filled[row]]
+        expected = logits[named].mean(axis=0) if len(named) else np.zeros(3)
+        np.testing.assert_allclose(got[row], expected)
+    # the paper's form divides by all R, so a half-filled neighbourhood has a smaller magnitude
+    plain = build()
+    half = [row for row in range(8) if filled[row].sum() == 1]
+    assert half and np.all(np.abs(plain.fetch_all().numpy()[half]) < np.abs(got[half]))
+
+
+def test_max_ensemble_keeps_the_nearest_neighbours():
+    full = make_cache()
+    cache = KnowledgeCache(num_classes=3, max_ensemble=1)
+    hashes, labels = clustered(4, 2, dim=4)
+    cache.register("a", np.array([10, 11, 12, 13]), labels[:4], hashes[:4])
+    cache.register("b", np.array([7, 3, 5, 1]), labels[4:], hashes[4:])
+    cache.build(RelationConfig(neighbours=2, method="exact"))
+    np.testing.assert_array_equal(cache.neighbours, full.neighbours[:, :1])
+    with pytest.raises(ValueError, match="max_ensemble"):
+        KnowledgeCache(num_classes=3, max_ensemble=-1)

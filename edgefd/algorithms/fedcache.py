@@ -19,6 +19,9 @@ Choices, with the spec's sections:
 - Knowledge = train-mode logits of the forward pass before each step, detached (§9 A25).
 - Self excluded by id; a class with n <= R members uses its n - 1 others (§9 A4, A13); the cache
   starts at zeros (§9 A6); the mean counts every neighbour, filled or not (the paper's form).
+  Switchable: ``exclude_same_client`` (neighbours from other clients only, §9 A5),
+  ``mask_unfilled`` (skip neighbours never uploaded, §9 A6), ``max_ensemble=10`` (the paper-era
+  code's truncation to min(R, C) neighbours, §9 A7).
 - The optimizer is re-created every round (§9 A15). Batches are shuffled: knowledge is keyed by
   stable sample id, so order does not matter (§9 A17); no sample is dropped (§9 A18).
 - Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2); the paper's is
@@ -55,6 +58,9 @@ class FedCacheParams:
     hnsw_m: int = param(64, "hnswlib M")
     hnsw_ef_construction: int = param(1000, "hnswlib ef_construction")
     hnsw_ef: int = param(1000, "hnswlib ef at query time")
+    exclude_same_client: bool = param(False, "relate samples only to other clients' samples (spec §9 A5)")
+    mask_unfilled: bool = param(False, "average only neighbours already uploaded, not the zero rows (§9 A6)")
+    max_ensemble: int = param(0, "average only the nearest this many of R (0: all; paper-era code: 10, §9 A7)")
 
 
 def fedcache_loss(logits: torch.Tensor, labels: torch.Tensor, teacher_logits: torch.Tensor,
@@ -114,9 +120,10 @@ class FedCacheClient(ClientRole):
 class FedCacheServer(ServerRole):
     def __init__(self, context: ServerContext, params: FedCacheParams) -> None:
         super().__init__(context, params)
-        self.cache = KnowledgeCache(context.num_classes)
+        self.cache = KnowledgeCache(context.num_classes, mask_unfilled=params.mask_unfilled,
+                                    max_ensemble=params.max_ensemble)
         self.relations = RelationConfig(params.neighbours, params.knn, params.hnsw_m, params.hnsw_ef_construction,
-                                        params.hnsw_ef, seed=100)
+                                        params.hnsw_ef, seed=100, exclude_same_owner=params.exclude_same_client)
         self.relations.validate()
         self.encoder_name: str | None = None
 

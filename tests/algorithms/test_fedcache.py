@@ -100,3 +100,16 @@ def test_mismatched_encoders_are_refused(tmp_path):
     hellos["client-3"].scalars["encoder"] = "mobilenet"
     with pytest.raises(ValueError, match="different encoders"):
         sim.server.start(hellos)
+
+
+def test_switchable_choices_reach_the_cache(tmp_path):
+    params = {"knn": "exact", "exclude_same_client": "true", "mask_unfilled": "true", "max_ensemble": "10"}
+    sim = build(SimulationConfig(out=str(tmp_path), **{**QUICK, "params": params}))
+    sim.federation.hello()
+    cache = sim.server.cache
+    assert cache.mask_unfilled and cache.neighbours.shape[1] == 10
+    owner = np.empty(cache.size, np.int64)
+    for number, part in enumerate(cache.slices.values()):
+        owner[part] = number
+    named = cache.neighbours >= 0
+    assert named.any() and (owner[cache.neighbours[named]] != np.broadcast_to(owner[:, None], named.shape)[named]).all()
