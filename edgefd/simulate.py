@@ -58,7 +58,8 @@ class SimulationConfig:
     partition: str = "dirichlet:0.5"
     """iid | dirichlet:ALPHA | shards:N | quantity:ALPHA | natural | dominant:FRAC"""
     samples_per_client: int | None = None
-    """Give each client exactly this many training samples (default: split the whole set)."""
+    """iid / dominant: each client gets exactly this many training samples; dirichlet / shards: at
+    most this many, a random subset of its share (default: split the whole set)."""
     models: str = "homo"
     """homo | hetero | NAME,NAME,... (round-robin over clients)."""
     seed: int = 0
@@ -127,50 +128,92 @@ def in_channels_of(input_shape: tuple[int, ...]) -> int:
     return int(input_shape[0]) if len(input_shape) == 3 else int(input_shape[-1])
 
 
-def build(config: SimulationConfig) -> Simulation:
-    """Loads the data, splits it, builds every client's model and role, and the server."""
+@dataclass
+class RunPieces:
+    """What every process of a run derives from its config alone (data, split, model names): the
+    server and each deployed client build identical pieces from the same config and seed."""
+
+    method: Any
+    params: Any
+    dataset: Any
+    splits: list
+    model_names: list[str]
+    client_ids: list[str]
+
+    def make_model(self, name: str) -> torch.nn.Module:
+        return build_model(name, in_channels=in_channels_of(tuple(self.dataset.input_shape)),
+                           num_classes=self.dataset.num_classes, input_shape=self.dataset.input_shape)
+
+
+def client_ids_of(clients: int) -> list[str]:
+    """`client-0`, ... or `client-00`, ...: zero-padded so that sorting keeps their order."""
+    width = len(str(clients - 1))
+    return [f"client-{i:0{width}d}" for i in range(clients)]
+
+
+def prepare(config: SimulationConfig) -> RunPieces:
+    """Validates the config, sets the kernel backend, loads and splits the data."""
     config.validate()
     if config.kernels:
         kernels.set_backend(config.kernels)
     kernels.set_num_threads(config.threads)
     method = get_method(config.algo)
     params = make_params(method.params, config.params)
-
     dataset = load_dataset(config.dataset, root=config.data_root)
     splits = partition(dataset, config.clients, config.partition, seed=config.seed,
                        samples_per_client=config.samples_per_client)
     names = assign_models(config.models, config.clients, input_shape=dataset.input_shape)
-    channels = in_channels_of(tuple(dataset.input_shape))
+    return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients))
 
-    def make_model(name: str) -> torch.nn.Module:
-        return build_model(name, in_channels=channels, num_classes=dataset.num_classes,
-                           input_shape=dataset.input_shape)
 
-    train = config.train_config()
-    clients: dict[str, ClientRole] = {}
-    model_names: dict[str, str] = {}
-    width = len(str(config.clients - 1))
-    for split, name in zip(splits, names):
-        cid = f"client-{split.client_id:0{width}d}"
-        stream = _seed_stream(config.seed, 1, split.client_id)
-        torch.manual_seed(_torch_seed(stream))
-        train_idx = torch.from_numpy(np.asarray(split.train_indices, dtype=np.int64))
-        test_idx = torch.from_numpy(np.asarray(split.test_indices, dtype=np.int64))
-        data = ClientData(dataset.train_x[train_idx], dataset.train_y[train_idx], dataset.test_x[test_idx],
-                          dataset.test_y[test_idx], train_idx, dataset.num_classes)
-        context = ClientContext(cid, make_model(name), name, data, train, np.random.default_rng(stream),
-                                torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])), config.precision,
-                                config.rounds)
-        clients[cid] = method.client(context, params)
-        model_names[cid] = name
+def client_data(pieces: RunPieces, index: int) -> ClientData:
+    """Client `index`'s share of the dataset."""
+    dataset, split = pieces.dataset, pieces.splits[index]
+    train_idx = torch.from_numpy(np.asarray(split.train_indices, dtype=np.int64))
+    test_idx = torch.from_numpy(np.asarray(split.test_indices, dtype=np.int64))
+    return ClientData(dataset.train_x[train_idx], dataset.train_y[train_idx], dataset.test_x[test_idx],
+                      dataset.test_y[test_idx], train_idx, dataset.num_classes)
 
+
+def build_client(config: SimulationConfig, pieces: RunPieces, index: int,
+                 data: ClientData | None = None) -> ClientRole:
+    """Client `index`'s role, seeded from (seed, 1, index) alone: the same in any process.
+    `data` replaces its dataset share (a device's own data)."""
+    stream = _seed_stream(config.seed, 1, index)
+    torch.manual_seed(_torch_seed(stream))
+    if data is None:
+        data = client_data(pieces, index)
+    name = pieces.model_names[index]
+    context = ClientContext(pieces.client_ids[index], pieces.make_model(name), name, data, config.train_config(),
+                            np.random.default_rng(stream),
+                            torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])), config.precision,
+                            config.rounds)
+    return pieces.method.client(context, pieces.params)
+
+
+def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
+    """The server role, seeded from (seed, 2)."""
     torch.manual_seed(_torch_seed(_seed_stream(config.seed, 2)))
-    server_context = ServerContext(sorted(clients), dataset.num_classes, tuple(dataset.input_shape), model_names,
-                                   make_model, train, config.seed, config.precision, config.rounds)
-    server = method.server(server_context, params)
-    federation = Federation(server, clients, InProcessTransport(), config.loop_config(),
-                            np.random.default_rng(_seed_stream(config.seed, 3)))
-    return Simulation(config, federation, clients, server, model_names, params)
+    model_names = dict(zip(pieces.client_ids, pieces.model_names))
+    context = ServerContext(list(pieces.client_ids), pieces.dataset.num_classes, tuple(pieces.dataset.input_shape),
+                            model_names, pieces.make_model, config.train_config(), config.seed, config.precision,
+                            config.rounds)
+    return pieces.method.server(context, pieces.params)
+
+
+def selection_rng(config: SimulationConfig) -> np.random.Generator:
+    """The run's RNG for client selection and simulated stragglers."""
+    return np.random.default_rng(_seed_stream(config.seed, 3))
+
+
+def build(config: SimulationConfig) -> Simulation:
+    """Loads the data, splits it, builds every client's model and role, and the server."""
+    pieces = prepare(config)
+    clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
+    server = build_server(config, pieces)
+    federation = Federation(server, clients, InProcessTransport(), config.loop_config(), selection_rng(config))
+    return Simulation(config, federation, clients, server, dict(zip(pieces.client_ids, pieces.model_names)),
+                      pieces.params)
 
 
 def run(config: SimulationConfig, progress: bool = True,

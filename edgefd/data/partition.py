@@ -75,7 +75,10 @@ class PartitionConfig:
     """Fewest training samples a ``dirichlet`` / ``quantity`` client may get (capped at half the mean
     client size, so that small datasets stay feasible; at least 1)."""
     samples_per_client: Optional[int] = None
-    """Training samples per client for ``iid`` and ``dominant`` (default: train size // clients)."""
+    """Training samples per client for ``iid`` and ``dominant`` (default: train size // clients);
+    with ``dirichlet`` and ``shards``, the most a client keeps: the split is drawn over the whole
+    set, then a larger share is cut to a random subset of this size (its label mix is kept in
+    expectation), which scales a recipe down without changing its skew."""
 
     def split(self, dataset: Dataset) -> list[ClientSplit]:
         """Partition ``dataset`` with this configuration."""
@@ -179,8 +182,9 @@ def partition_labels(
     if min_samples < 0:
         raise ValueError(f"min_samples must be >= 0, got {min_samples}")
     if samples_per_client is not None:
-        if spec.kind not in ("iid", "dominant"):
-            raise ValueError(f"samples_per_client applies to 'iid' and 'dominant' only, not {spec.kind!r}")
+        if spec.kind not in ("iid", "dominant", "dirichlet", "shards"):
+            raise ValueError(f"samples_per_client applies to 'iid', 'dominant', 'dirichlet' and 'shards' only, "
+                             f"not {spec.kind!r}")
         if samples_per_client < 1 or samples_per_client * (num_clients if spec.kind == "iid" else 1) > n:
             raise ValueError(f"samples_per_client={samples_per_client} does not fit {n} training samples "
                              f"over {num_clients} clients")
@@ -203,6 +207,10 @@ def partition_labels(
     else:
         parts = _dominant(train_y, num_clients, float(spec.param), samples_per_client or n // num_clients, train_rng)
 
+    if samples_per_client is not None and spec.kind in ("dirichlet", "shards"):
+        # The label skew is drawn over the whole set; each client then keeps a random subset.
+        parts = [rng_part if len(rng_part) <= samples_per_client else
+                 train_rng.choice(rng_part, samples_per_client, replace=False) for rng_part in parts]
     for k, part in enumerate(parts):
         if len(part) == 0:
             raise ValueError(f"client {k} got no training samples with {scheme!r}; use fewer clients")

@@ -198,7 +198,7 @@ def test_bad_sizes_are_value_errors(digits):
     with pytest.raises(ValueError, match="num_clients must be"):
         partition(digits, 0, "iid", seed=0)
     with pytest.raises(ValueError, match="samples_per_client applies"):
-        partition(digits, 10, "dirichlet:0.5", seed=0, samples_per_client=10)
+        partition(digits, 10, "quantity:0.5", seed=0, samples_per_client=10)
     with pytest.raises(ValueError, match="needs .* samples of class"):
         partition(digits, 2, "dominant:0.9", seed=0)
     assert parse_scheme(" Dirichlet:0.5 ").param == 0.5
@@ -252,3 +252,17 @@ def test_partition_invariants(labels: list[int], clients: int, scheme: str, seed
         np.testing.assert_array_equal(s.test_indices, t.test_indices)
         # The local test split only has labels the client trains on.
         assert set(test_y[s.test_indices]) <= set(train_y[s.train_indices])
+
+
+def test_samples_per_client_caps_a_dirichlet_split_and_keeps_its_skew():
+    ds = load_dataset("digits")
+    full = label_counts(ds, partition(ds, 5, "dirichlet:0.3", seed=4))
+    capped = label_counts(ds, partition(ds, 5, "dirichlet:0.3", seed=4, samples_per_client=60))
+    assert np.all(capped.sum(axis=1) == np.minimum(full.sum(axis=1), 60))
+    assert np.all(capped <= full)  # a subset of the same client's share
+    # the label mix survives the cut: total variation from the full share is sampling noise (< 0.2),
+    # far below the skew between clients
+    mix = lambda counts: counts / counts.sum(axis=1, keepdims=True)  # noqa: E731
+    drift = 0.5 * np.abs(mix(full) - mix(capped)).sum(axis=1)
+    between = 0.5 * np.abs(mix(full)[:, None] - mix(full)[None]).sum(axis=2)
+    assert drift.max() < 0.2 < between[~np.eye(5, dtype=bool)].min()
