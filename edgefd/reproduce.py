@@ -40,18 +40,20 @@ class Recipe:
     seeds: tuple[int, ...] = (0, 1, 2)
 
 
+_FEDCACHE_ARMS = [
+    Arm("Local", "local"),
+    Arm("FedCache", "fedcache", {"knn": "exact"}),
+    Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),  # spec §9 A20
+    Arm("FedAvg", "fedavg"),
+]
+
 RECIPES: dict[str, Recipe] = {
     "fedcache": Recipe(
         name="fedcache",
         source="specs/fedcache.md §11 (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
         base=SimulationConfig(dataset="digits", clients=10, partition="dirichlet:1.0", models="resnet8",
                               rounds=30, batch_size=8, lr=0.01, momentum=0.9, weight_decay=5e-4),
-        arms=[
-            Arm("Local", "local"),
-            Arm("FedCache", "fedcache", {"knn": "exact"}),
-            Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),  # spec §9 A20
-            Arm("FedAvg", "fedavg"),
-        ],
+        arms=_FEDCACHE_ARMS,
         target_from=["FedCache", "FedAvg"],
     ),
 }
@@ -87,6 +89,32 @@ for _alpha in ("0.5", "3.0"):
                                    "server auto (fedict_server_small), batch 32, 30 rounds)",
                             replace(_FEDICT_BASE, partition=f"dirichlet:{_alpha}"), _FEDICT_ARMS,
                             target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1))
+
+
+# The same comparisons on real images and real sensor data (issue 4), scaled to this 2-core machine.
+RECIPES["fedcache-fmnist"] = Recipe(
+    name="fedcache-fmnist",
+    source="specs/fedcache.md §11 settings on Fashion-MNIST (the paper's FMNIST, K = 10, Dirichlet 1.0, ResNet-8), "
+           "scaled: at most 300 training samples per client, batch 16, 15 rounds, pixel hashes",
+    base=SimulationConfig(dataset="fmnist", clients=10, partition="dirichlet:1.0", samples_per_client=300,
+                          models="resnet8", rounds=15, batch_size=16, lr=0.01, momentum=0.9, weight_decay=5e-4,
+                          threads=1),
+    arms=_FEDCACHE_ARMS,
+    target_from=["FedCache", "FedAvg"],
+    seeds=(0, 1),
+)
+RECIPES["fedict-fmnist"] = Recipe(
+    "fedict-fmnist", "specs/fedict.md §11 settings on Fashion-MNIST (K = 5, Dirichlet 0.5, fedict_c1 clients, "
+                     "server auto), scaled: at most 400 training samples per client, 20 rounds",
+    replace(_FEDICT_BASE, dataset="fmnist", partition="dirichlet:0.5", samples_per_client=400, rounds=20, threads=1),
+    _FEDICT_ARMS, target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1))
+RECIPES["fedict-watch"] = Recipe(
+    "fedict-watch", "specs/fedict.md §11 sensor setting on the smartwatch IMU data (stand-in for the paper's "
+                    "transport-mode data): 10 clients = 10 subjects (natural split), fully-connected clients "
+                    "fedict_fc6/7/8 round-robin, server fedict_fc_server, batch 32, 30 rounds",
+    replace(_FEDICT_BASE, dataset="watch", clients=10, partition="natural", models="fedict_fc6,fedict_fc7,fedict_fc8",
+            threads=1),
+    _FEDICT_ARMS, target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1, 2))
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
