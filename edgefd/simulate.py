@@ -6,7 +6,8 @@
 
 Settings come from, in increasing priority: the defaults of `SimulationConfig`, a TOML file
 (`--config`, same keys, method hyperparameters in a `[params]` table), then the command line.
-The out folder receives `metrics.jsonl`, `summary.json` and `curves.png`.
+The out folder receives `metrics.jsonl`, `summary.json`, `curves.png` and `models/<client>.pt`
+(each client's final model, for `edgefd export`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from edgefd.algorithms.base import (
     parse_param_assignments,
 )
 from edgefd.data import DatasetNotFoundError, load_dataset, partition
+from edgefd.export.checkpoint import save_run_models
 from edgefd.metrics.plots import plot_curves
 from edgefd.metrics.results import RunWriter, summarise
 from edgefd.models import assign_models, build_model
@@ -113,6 +115,9 @@ class Simulation:
     server: ServerRole
     model_names: dict[str, str]
     params: Any
+    dataset: Any = None
+    splits: dict[str, Any] = field(default_factory=dict)
+    """Each client's ClientSplit (its train and test indices into `dataset`)."""
 
 
 def _seed_stream(seed: int, *key: int) -> np.random.SeedSequence:
@@ -213,7 +218,7 @@ def build(config: SimulationConfig) -> Simulation:
     server = build_server(config, pieces)
     federation = Federation(server, clients, InProcessTransport(), config.loop_config(), selection_rng(config))
     return Simulation(config, federation, clients, server, dict(zip(pieces.client_ids, pieces.model_names)),
-                      pieces.params)
+                      pieces.params, pieces.dataset, dict(zip(pieces.client_ids, pieces.splits)))
 
 
 def run(config: SimulationConfig, progress: bool = True,
@@ -243,6 +248,7 @@ def run(config: SimulationConfig, progress: bool = True,
                                 f"down {_megabytes(line['bytes_down_cumulative'])}")
     if bar is not None:
         bar.close()
+    save_run_models(sim, writer.lines[-1]["client_accuracy"], out)
 
     summary = {
         "algo": config.algo,
