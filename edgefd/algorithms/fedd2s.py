@@ -1,0 +1,496 @@
+"""FedD2S (Atapour et al., "FedD2S: Personalized Data-Free Federated Knowledge Distillation",
+arXiv:2402.10846v1): per-sample mutual distillation between personalised client models and one
+global model, with a deep-to-shallow distillation layer per client.
+
+Spec: ``/work/shared/specs/fedd2s.md`` (section numbers below refer to it). Clients and server
+hold the same layered CNN (``fedd2s_m1`` / ``fedd2s_m2``, :class:`edgefd.models.fedd2s.LayeredCNN`).
+
+Round of one selected client n (Alg. 1):
+
+- phase A (client): ``Z^n += 1``; ``l^n = max(L - floor((Z^n - 1) / Z0), L - |S|)`` (Eq. 6 and
+  the spec's floor, §3.2); with no gradient, in eval mode and in the fixed local order, upload the
+  first-layer outputs ``H_1``, the outputs ``H_{l^n}`` at the distillation layer (the logits when
+  ``l^n = L``, nothing when ``l^n = 1``) and the labels of *all* local training samples.
+- C2S (server, per client, Eqs. 8-10): a copy of the round-start global model trains its layers
+  2..L on ``H_1``: per batch one step on ``KL(p || softmax(u / tau))`` with the teacher
+  ``p = softmax(head_l(H_l; theta^g) / tau)`` (round-start global head, no gradient), then a fresh
+  forward and one step on ``CE(u, y)``. The copies are averaged, unweighted, over the clients whose
+  uploads arrived (Eq. 11 over U^rho, §9-9).
+- downlink (server): the per-sample global logits ``t = head_1(H_1; theta^g)`` of the aggregated
+  model and the parameters of the global layers ``l^n+1..L`` (the message the paper forgot, §2.3,
+  §9-6); ``v = head_l(H_l; theta^g)`` only with ``send_v`` (§9-7).
+- phase B (client, Eqs. 12-13): per batch one step on ``KL(softmax(t / tau) || softmax(w / tau))``
+  with ``w = frozen_global_head(trunk_l(x))`` (only layers 1..l^n get a gradient), then a fresh
+  forward and one CE step on the whole local model. The local models are the deliverable: each is
+  evaluated on its client's test split (§3.8, §9-21).
+
+How the protocol sits on edgefd's round loop (the runtime sends a round's downlinks before the
+clients train, and aggregates after): a client's phase B runs at the *start of its next
+participation*, from the reply the server kept for it (kind ``fedd2s.knowledge``), and is followed
+at once by that participation's phase A. Between the two the client's model does not change (a
+client that is not selected does not train), so each client's sequence of updates is the paper's;
+what moves is only when accuracy is measured: an evaluation between two participations sees the
+local model before its pending phase B, and the reply to the last round is computed but never
+delivered (as FedICT's, fedict.md §9 A30). The server keeps a reply until the client is selected
+again; a reply is computed from the global model right after that round's aggregation (Alg. 1),
+not refreshed later. The common initialisation (§2.2, §9-19) is the first downlink each client
+receives (kind ``fedd2s.init``, the full ``theta^0``, float32, 4 P_total bytes plus the codec
+header): the client loads it before its first phase A.
+
+The spec's resolutions, all followed by default (§9):
+
+- the head above layer l is layers l+1..L (§9-1); ``H_l`` is block l's output after ReLU and pool
+  (§9-18); the global model's layer 1 is never used or trained (§9-22);
+- tau = 1, CE always at tau = 1, no tau^2 factor on the KL terms unless ``kd_tau_sq_scale`` (§9-3);
+  KL(teacher || student) in both phases, batch mean (§9-4) (the ``weighted_kl`` kernel);
+- the C2S teacher ``p`` is computed once per round with the round-start global model, detached
+  (§9-5; ``c2s_teacher=current`` recomputes it per batch with the copy being trained, detached);
+- the server returns the global head's weights; the client keeps them frozen (§9-6); ``v`` is off
+  (``send_v``, §9-7); Eq. 13 is the S2C CE step (§9-8);
+- averaging over the arrived uploads, unweighted (§9-9); replies only to those clients (§9-10);
+- ``phase_epochs`` = 4 passes per phase, each pass a J-step and a Q-step per batch (§9-12); batch
+  size is the run's ``--batch-size`` (the paper's B = 128 is a run setting);
+- Adam (PyTorch defaults, no weight decay) at the run's ``--lr`` (the paper's 0.01 is edgefd's
+  default), re-created per phase per round (server: per client copy), gradients cleared to None
+  between the J and Q steps, so layers without a KD gradient are not moved by the J step (§9-13;
+  ``optimizer=run`` uses the run's ``--optimizer/--momentum/--weight-decay`` instead);
+- J and Q are sequential steps (§9-14; ``kd_mode=sum`` takes one step on J + Q, not the paper);
+- Eq. 6 is clamped at ``L - |S|`` with |S| = ``dropping_set`` = 4 (S = [C3, F1, F2, F3], §9-15),
+  Z0 = 3 (§9-16); ``schedule=floor`` is FedD2S* (l = L - |S| from the first round, §9-25),
+  ``schedule=none`` the no-dropping ablation (l = L always, §3.9);
+- the server trusts the layer a client reports (it checks that it is a layer 1..L and that the
+  arrays have its shapes); it does not mirror Z^n, because an upload that missed the deadline
+  still counts as a participation on the client.
+
+Privacy (§9-23): H_1 plus labels is close to the data itself (one conv layer is nearly invertible);
+"data-free" means "no public data set", nothing more.
+
+Wire (§2.3, §2.4; bytes = the formulas plus the codec's header and table entries):
+
+- uplink ``fedd2s.features``: ``h1`` [K, d_1] and ``hl`` [K, d_l] (omitted when l = 1) as float32,
+  ``labels`` [K] uint8 (int32 when C > 256), scalars ``layer`` = l^n and ``samples`` = K_n (the
+  spec's header fields; round and client id are in the codec header). The feature maps travel
+  flattened per sample (the spec's [K, c, h, w] has the same elements; flat rows give int8 one
+  scale per sample, as FedICT's features). ``--precision fp16|int8`` applies to ``h1``, ``hl``
+  (and ``t``, ``v``), never to weights or labels; it is a lossy deviation, off by default (§2.5).
+- downlink ``fedd2s.knowledge``: ``t`` [K, C] float32, ``v`` [K, C] with ``send_v``, and one
+  float32 array ``head/<state name>`` per parameter tensor of global layers l+1..L (P_head(l)
+  values); scalar ``layer`` = the l those weights sit above.
+- the uplink is large: K_n (4 (d_1 + d_l) + 1) bytes, more than the raw uint8 images (§0, §9-24).
+
+Not implemented: the FedD2S-MSE ablation (§3.9) and FedPer+ / FedRep+ baselines.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgefd import kernels
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.models.fedd2s import LayeredCNN
+from edgefd.protocol import Payload
+from edgefd.runtime.training import TrainConfig, batches, load_state_arrays, make_optimizer, state_arrays
+
+__all__ = [
+    "FedD2SParams",
+    "FedD2SClient",
+    "FedD2SServer",
+    "distillation_layer",
+    "kd_loss",
+    "distil_global_copy",
+    "average_states",
+    "INIT_KIND",
+    "UP_KIND",
+    "DOWN_KIND",
+    "HEAD_PREFIX",
+]
+
+INIT_KIND = "fedd2s.init"
+UP_KIND = "fedd2s.features"
+DOWN_KIND = "fedd2s.knowledge"
+HEAD_PREFIX = "head/"
+
+SCHEDULES = ("deep_to_shallow", "floor", "none")
+OPTIMIZERS = ("adam", "run")
+KD_MODES = ("alternating", "sum")
+C2S_TEACHERS = ("round_start", "current")
+
+
+@dataclass
+class FedD2SParams:
+    """FedD2S's hyperparameters; defaults from the paper, or the spec where the paper is silent."""
+
+    z0: int = param(3, "dropping rate Z0: participations per distillation layer (Eq. 6; 3, 5, 7 for "
+                       "Dirichlet 0.1, 0.5, 1 in the paper; spec §9-16 default 3)")
+    dropping_set: int = param(4, "|S|, layers that are eventually withdrawn, deepest first; the floor is "
+                                 "l = L - |S| (4: S = [C3, F1, F2, F3], l_min = 2, §3.2, §9-15)")
+    schedule: str = param("deep_to_shallow", "'deep_to_shallow' (Eq. 6), 'floor' (FedD2S*: l = L - |S| from "
+                                             "round 1, §9-25) or 'none' (no dropping: l = L, §3.9)")
+    temperature: float = param(1.0, "softmax temperature tau of both KL terms (not in the paper: 1, §9-3); "
+                                    "CE is always at tau = 1")
+    kd_tau_sq_scale: bool = param(False, "multiply the KL terms by tau^2 (not in Eqs. 9/12, §9-3)")
+    phase_epochs: int | None = param(4, "passes per phase (C2S per client copy, S2C per client), each a "
+                                        "J-step and a Q-step per batch (E = 4, §9-12); None = the run's --epochs")
+    optimizer: str = param("adam", "'adam' (PyTorch defaults, no weight decay, the run's --lr, §9-13) or "
+                                   "'run' (the run's --optimizer, --momentum, --weight-decay)")
+    kd_mode: str = param("alternating", "'alternating' (one J step then one Q step per batch, Alg. 1, §9-14) "
+                                        "or 'sum' (one step on J + Q; not the paper)")
+    c2s_teacher: str = param("round_start", "C2S teacher p from the 'round_start' global head (§9-5) or "
+                                            "the 'current' copy being trained (detached)")
+    send_v: bool = param(False, "also send v = global head logits on H_l (Alg. 1; no equation uses it, §9-7)")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.z0, bool) or not isinstance(self.z0, int) or self.z0 < 1:
+            raise ValueError(f"param z0: must be an integer >= 1, got {self.z0!r}")
+        if isinstance(self.dropping_set, bool) or not isinstance(self.dropping_set, int) or self.dropping_set < 0:
+            raise ValueError(f"param dropping_set: must be an integer >= 0, got {self.dropping_set!r}")
+        if not (self.temperature > 0 and np.isfinite(self.temperature)):
+            raise ValueError(f"param temperature: must be a finite number > 0, got {self.temperature}")
+        if self.phase_epochs is not None and (isinstance(self.phase_epochs, bool) or self.phase_epochs < 1):
+            raise ValueError(f"param phase_epochs: must be an integer >= 1 or None, got {self.phase_epochs!r}")
+        for name, allowed in (("schedule", SCHEDULES), ("optimizer", OPTIMIZERS), ("kd_mode", KD_MODES),
+                              ("c2s_teacher", C2S_TEACHERS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The pieces of maths (pure functions, tested directly)
+
+
+def distillation_layer(participations: int, num_layers: int, z0: int, dropping_set: int,
+                       schedule: str = "deep_to_shallow") -> int:
+    """l^n for a client at its ``participations``-th participation (1-based, §3.2):
+    ``max(L - floor((Z - 1) / Z0), L - |S|)``; 'floor' gives ``L - |S|`` always, 'none' gives L."""
+    if participations < 1:
+        raise ValueError(f"participations: the schedule is evaluated for selected clients (>= 1), got {participations}")
+    if not 0 <= dropping_set < num_layers:
+        raise ValueError(f"dropping_set: must be in [0, L - 1] = [0, {num_layers - 1}] (the floor is a layer "
+                         f">= 1), got {dropping_set}")
+    floor = num_layers - dropping_set
+    if schedule == "none":
+        return num_layers
+    if schedule == "floor":
+        return floor
+    if schedule != "deep_to_shallow":
+        raise ValueError(f"schedule: expected one of {', '.join(SCHEDULES)}, got {schedule!r}")
+    return max(num_layers - (participations - 1) // z0, floor)
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, params: FedD2SParams) -> torch.Tensor:
+    """``(1/b) sum_i KL(softmax(teacher_i / tau) || softmax(student_i / tau))`` (Eqs. 9, 12), times
+    tau^2 only with ``kd_tau_sq_scale`` (the kernel's own factor is divided out otherwise)."""
+    loss = kernels.weighted_kl(student_logits, teacher_logits, temperature=params.temperature)
+    return loss if params.kd_tau_sq_scale else loss / params.temperature ** 2
+
+
+def _optimizer(parameters, train: TrainConfig, params: FedD2SParams) -> torch.optim.Optimizer:
+    if params.optimizer == "adam":
+        return torch.optim.Adam(parameters, lr=train.lr)
+    return make_optimizer(parameters, train)
+
+
+def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> float:
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return float(loss.item())
+
+
+def _distil(forward_kd, forward_ce, n: int, optimizer: torch.optim.Optimizer, params: FedD2SParams,
+            epochs: int, batch_size: int, generator: torch.Generator) -> tuple[float, float]:
+    """The shared two-step loop of both phases: per batch a J step then a fresh forward and a Q step
+    (or one step on J + Q). Returns the mean J and Q of the last pass."""
+    last = (0.0, 0.0)
+    for _ in range(epochs):
+        sums, count = np.zeros(2), 0
+        for idx in batches(n, batch_size, generator):
+            if params.kd_mode == "sum":
+                j, q = forward_kd(idx), forward_ce(idx)
+                _step(optimizer, j + q)
+                j, q = j.item(), q.item()
+            else:
+                j = _step(optimizer, forward_kd(idx))
+                q = _step(optimizer, forward_ce(idx))
+            sums += (j * len(idx), q * len(idx))
+            count += len(idx)
+        last = tuple(sums / max(count, 1))
+    return last
+
+
+def distil_global_copy(model: LayeredCNN, global_model: LayeredCNN, h1: torch.Tensor, hl: torch.Tensor, layer: int,
+                       labels: torch.Tensor, params: FedD2SParams, train: TrainConfig,
+                       generator: torch.Generator) -> tuple[float, float]:
+    """C2S for one client (Eqs. 8-10): trains ``model`` (a copy of ``global_model``) on its layers
+    2..L from ``H_1``, towards the global head's reading of ``H_l`` and the labels.
+
+    ``global_model`` is the round-start global model (it is not changed). Returns the mean KL and
+    CE of the last pass."""
+    epochs = params.phase_epochs or train.epochs
+    with torch.no_grad():
+        teacher = global_model.head(hl, layer) if len(hl) else hl  # p as logits; the kernel applies softmax_tau
+    model.train()
+    optimizer = _optimizer(list(model.parts_parameters(1, model.num_layers)), train, params)
+
+    def forward_kd(idx: torch.Tensor) -> torch.Tensor:
+        if params.c2s_teacher == "current":
+            with torch.no_grad():
+                target = model.head(hl[idx], layer)
+        else:
+            target = teacher[idx]
+        return kd_loss(model.head(h1[idx], 1), target, params)
+
+    def forward_ce(idx: torch.Tensor) -> torch.Tensor:
+        return nn.functional.cross_entropy(model.head(h1[idx], 1), labels[idx])
+
+    return _distil(forward_kd, forward_ce, len(h1), optimizer, params, epochs, train.batch_size, generator)
+
+
+def average_states(states: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Eq. 11: the element-wise, unweighted mean of the copies (float64 accumulator, one buffer per
+    tensor), cast back to each tensor's dtype. Identical inputs give bit-identical outputs."""
+    if not states:
+        raise ValueError("average_states: no states to average")
+    out = {}
+    for name, first in states[0].items():
+        acc = np.zeros(first.shape, dtype=np.float64)
+        for state in states:
+            acc += state[name]
+        out[name] = (acc / len(states)).astype(first.dtype)
+    return out
+
+
+def _check_layered(model: nn.Module, who: str, name: str) -> LayeredCNN:
+    if not isinstance(model, LayeredCNN):
+        raise ValueError(f"fedd2s: {who} has model {name!r}, which cannot be split by layer; use "
+                         "--models fedd2s_m1 or --models fedd2s_m2 (spec §6.3)")
+    return model
+
+
+def _head_arrays(model: LayeredCNN, layer: int) -> dict[str, np.ndarray]:
+    return {HEAD_PREFIX + k: v.detach().cpu().numpy().copy() for k, v in model.head_state_dict(layer).items()}
+
+
+def _with_knowledge_precision(payload: Payload, precision: str, names: list[str]) -> Payload:
+    """Knowledge arrays travel at the run's precision; weights and labels stay lossless."""
+    names = [n for n in names if n in payload.arrays]
+    return payload if precision == "fp32" or not names else payload.with_precision(precision, names)
+
+
+def _label_dtype(num_classes: int) -> type:
+    return np.uint8 if num_classes <= 256 else np.int32
+
+
+# ----------------------------------------------------------------------------------------------
+# Client
+
+
+class FedD2SClient(ClientRole):
+    def __init__(self, context: ClientContext, params: FedD2SParams) -> None:
+        super().__init__(context, params)
+        self.model: LayeredCNN = _check_layered(context.model, f"client {context.client_id}", context.model_name)
+        distillation_layer(1, self.model.num_layers, params.z0, params.dropping_set, params.schedule)  # checks |S|
+        self.participations = 0
+        """Z^n: how many times this client has been selected (phase A ran)."""
+        self.layer: int | None = None
+        """l^n of the last upload."""
+        self._global_head: LayeredCNN | None = None
+        self.last_losses: tuple[float, float] | None = None
+
+    def train_round(self, round: int, downlink: Payload | None) -> Payload:
+        if downlink is not None:
+            if downlink.kind == INIT_KIND:
+                load_state_arrays(self.model, downlink.arrays)  # theta^n := theta^0 (§2.2)
+            elif downlink.kind == DOWN_KIND:
+                self.distil_from_server(downlink)  # phase B of the previous participation
+            else:
+                raise ValueError(f"fedd2s client {self.client_id}: unexpected downlink kind {downlink.kind!r}")
+        self.participations += 1
+        self.layer = distillation_layer(self.participations, self.model.num_layers, self.params.z0,
+                                        self.params.dropping_set, self.params.schedule)
+        return self.extract(round, self.layer)
+
+    @torch.no_grad()
+    def extract(self, round: int, layer: int) -> Payload:
+        """Phase A (§3.3): H_1 and H_l of every training sample, eval mode, fixed order, flattened."""
+        model = self.model
+        model.eval()
+        x, step = self.data.train_x, self.context.train.eval_batch_size
+        h1s, hls = [], []
+        for start in range(0, len(x), step):
+            h1 = model.trunk(x[start:start + step], 1)
+            h1s.append(h1.flatten(1))
+            if layer > 1:
+                hls.append(model.run_layers(h1, 1, layer).flatten(1))
+        dims = model.layer_dims()
+        arrays = {"h1": _concat(h1s, dims[0])}
+        if layer > 1:
+            arrays["hl"] = _concat(hls, dims[layer - 1])
+        arrays["labels"] = self.data.train_y.numpy().astype(_label_dtype(self.data.num_classes))
+        payload = Payload(UP_KIND, self.client_id, round, arrays, {"layer": layer, "samples": len(x)})
+        return _with_knowledge_precision(payload, self.context.precision, ["h1", "hl"])
+
+    def _frozen_head(self, downlink: Payload, layer: int) -> LayeredCNN:
+        if self._global_head is None:
+            self._global_head = copy.deepcopy(self.model)
+            for p in self._global_head.parameters():
+                p.requires_grad_(False)
+        head = self._global_head
+        expected = {HEAD_PREFIX + k for k in head.head_state_dict(layer)}
+        received = {k for k in downlink.arrays if k.startswith(HEAD_PREFIX)}
+        if received != expected:
+            raise ValueError(f"fedd2s client {self.client_id}: head weights above layer {layer} should be "
+                             f"{sorted(expected)[:4]}..., got {sorted(received)[:4]}...")
+        head.load_state_dict({k[len(HEAD_PREFIX):]: torch.from_numpy(np.asarray(downlink.arrays[k], np.float32))
+                              for k in received}, strict=False)
+        return head
+
+    def distil_from_server(self, downlink: Payload) -> tuple[float, float]:
+        """Phase B (§3.6): KL towards t through the frozen global head (layers 1..l only), then CE on
+        the whole local model, per batch. Returns the mean J and Q of the last pass."""
+        layer = int(downlink.scalars.get("layer", -1))
+        L, n, C = self.model.num_layers, len(self.data.train_x), self.data.num_classes
+        if not 1 <= layer <= L:
+            raise ValueError(f"fedd2s client {self.client_id}: downlink layer must be in [1, {L}], got {layer}")
+        t = np.asarray(downlink.arrays.get("t", np.empty(0)), dtype=np.float32)
+        if t.shape != (n, C):
+            raise ValueError(f"fedd2s client {self.client_id}: t must have shape {(n, C)} (one row per local "
+                             f"training sample, in order), got {t.shape}")
+        teacher = torch.from_numpy(t.copy())
+        head = self._frozen_head(downlink, layer)
+        x, y, model = self.data.train_x, self.data.train_y, self.model
+        model.train()
+        optimizer = _optimizer(model.parameters(), self.context.train, self.params)
+
+        def forward_kd(idx: torch.Tensor) -> torch.Tensor:
+            return kd_loss(head.head(model.trunk(x[idx], layer), layer), teacher[idx], self.params)
+
+        def forward_ce(idx: torch.Tensor) -> torch.Tensor:
+            return nn.functional.cross_entropy(model(x[idx]), y[idx])
+
+        epochs = self.params.phase_epochs or self.context.train.epochs
+        self.last_losses = _distil(forward_kd, forward_ce, n, optimizer, self.params, epochs,
+                                   self.context.train.batch_size, self.context.torch_generator)
+        return self.last_losses
+
+
+def _concat(parts: list[torch.Tensor], dim: int) -> np.ndarray:
+    if not parts:
+        return np.zeros((0, dim), dtype=np.float32)
+    return torch.cat(parts).numpy().astype(np.float32, copy=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Server
+
+
+@dataclass
+class _Upload:
+    h1: torch.Tensor
+    hl: torch.Tensor
+    layer: int
+    labels: torch.Tensor
+
+
+class FedD2SServer(ServerRole):
+    def __init__(self, context: ServerContext, params: FedD2SParams) -> None:
+        super().__init__(context, params)
+        names = set(context.client_models.values())
+        if len(names) != 1:
+            raise ValueError(f"fedd2s distils one architecture; clients have {sorted(names)} (use --models fedd2s_m1)")
+        name = names.pop()
+        self.global_model: LayeredCNN = _check_layered(context.build_model(name), "the server", name)
+        distillation_layer(1, self.global_model.num_layers, params.z0, params.dropping_set, params.schedule)
+        self.initial_state = state_arrays(self.global_model)
+        """theta^0, every client's starting point (§2.2)."""
+        self.initialised: set[str] = set()
+        self.replies: dict[str, tuple[dict[str, np.ndarray], int]] = {}
+        """The reply kept for each client until it is selected again: arrays and its layer."""
+        seed = np.random.SeedSequence([int(context.seed), 0xFEDD25])
+        self.generator = torch.Generator().manual_seed(int(seed.generate_state(1, dtype=np.uint64)[0] % 2**63))
+
+    def downlink(self, round: int, client_id: str) -> Payload | None:
+        if client_id not in self.initialised:
+            self.initialised.add(client_id)
+            self.replies.pop(client_id, None)
+            return Payload(INIT_KIND, "server", round, self.initial_state)
+        reply = self.replies.pop(client_id, None)
+        if reply is None:
+            return None
+        arrays, layer = reply
+        payload = Payload(DOWN_KIND, "server", round, arrays, {"layer": layer})
+        return _with_knowledge_precision(payload, self.context.precision, ["t", "v"])
+
+    def _unpack(self, cid: str, payload: Payload) -> _Upload:
+        model = self.global_model
+        L, dims, C = model.num_layers, model.layer_dims(), self.num_classes
+        if payload.kind != UP_KIND:
+            raise ValueError(f"fedd2s uplink of {cid}: expected kind {UP_KIND!r}, got {payload.kind!r}")
+        layer = payload.scalars.get("layer")
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L:
+            raise ValueError(f"fedd2s uplink of {cid}: layer must be an integer in [1, {L}], got {layer!r}")
+        n = payload.scalars.get("samples")
+        arrays = payload.arrays
+        for field in ("h1", "labels") + (("hl",) if layer > 1 else ()):
+            if field not in arrays:
+                raise ValueError(f"fedd2s uplink of {cid}: missing array {field!r}")
+        labels = np.asarray(arrays["labels"]).reshape(-1).astype(np.int64)
+        if n != len(labels):
+            raise ValueError(f"fedd2s uplink of {cid}: samples = {n!r} but {len(labels)} labels")
+        if len(labels) and (labels.min() < 0 or labels.max() >= C):
+            raise ValueError(f"fedd2s uplink of {cid}: labels must lie in [0, {C})")
+
+        def features(field: str, l: int) -> torch.Tensor:
+            a = np.asarray(arrays[field], dtype=np.float32)
+            if a.shape != (n, dims[l - 1]):
+                raise ValueError(f"fedd2s uplink of {cid}: {field} must have shape {(n, dims[l - 1])} "
+                                 f"(H_{l} of {n} samples, flattened), got {a.shape}")
+            return torch.from_numpy(a.copy()).reshape((n,) + model.layer_output_shapes[l - 1])
+
+        h1 = features("h1", 1)
+        hl = features("hl", layer) if layer > 1 else h1
+        return _Upload(h1, hl, layer, torch.from_numpy(labels))
+
+    def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        arrived = sorted(uplinks)
+        if not arrived:
+            return {}
+        uploads = {cid: self._unpack(cid, uplinks[cid]) for cid in arrived}
+        states, losses = [], []
+        for cid in arrived:  # C2S, one copy of the round-start global model per client (Eqs. 8-10)
+            up = uploads[cid]
+            local = copy.deepcopy(self.global_model)
+            losses.append(distil_global_copy(local, self.global_model, up.h1, up.hl, up.layer, up.labels,
+                                             self.params, self.context.train, self.generator))
+            states.append(state_arrays(local))
+        load_state_arrays(self.global_model, average_states(states))  # Eq. 11 over the arrivals
+        self.global_model.eval()
+        with torch.no_grad():
+            for cid in arrived:  # §3.5: t (and v) with the aggregated model, plus the head weights
+                up = uploads[cid]
+                arrays = {"t": self._logits(up.h1, 1)}
+                if self.params.send_v:
+                    arrays["v"] = self._logits(up.hl, up.layer)
+                arrays.update(_head_arrays(self.global_model, up.layer))
+                self.replies[cid] = (arrays, up.layer)
+        layers = [uploads[c].layer for c in arrived]
+        return {"server_kl": float(np.mean([j for j, _ in losses])), "server_ce": float(np.mean([q for _, q in losses])),
+                "mean_layer": float(np.mean(layers)), "min_layer": float(min(layers)),
+                "server_clients": float(len(arrived))}
+
+    def _logits(self, h: torch.Tensor, layer: int) -> np.ndarray:
+        step = self.context.train.eval_batch_size
+        if len(h) == 0:
+            return np.zeros((0, self.num_classes), dtype=np.float32)
+        out = [self.global_model.head(h[i:i + step], layer) for i in range(0, len(h), step)]
+        return torch.cat(out).numpy().astype(np.float32, copy=False)
+
+
+register("fedd2s", "FedD2S: per-sample mutual KD with a global model through a deep-to-shallow distillation "
+                   "layer (Atapour et al.; large uplink: first-layer feature maps of every sample)",
+         FedD2SClient, FedD2SServer, FedD2SParams)
