@@ -28,6 +28,7 @@ BENCHMARKS = {
     "kernels": Subcommand("kernels", "edgefd.bench.kernels", "C++ kernels vs their torch references"),
     "cache": Subcommand("cache", "edgefd.bench.cache", "FedCache's knowledge cache at scale (HNSW relations, lookups)"),
     "engine": Subcommand("engine", "edgefd.bench.engine", "simulation engine vs a plain PyTorch loop (FedAvg)"),
+    "onnx": Subcommand("onnx", "edgefd.bench.onnx", "exported models: onnxruntime fp32 / int8 vs torch latency and size"),
 }
 
 SUBCOMMANDS = [
@@ -36,6 +37,9 @@ SUBCOMMANDS = [
     Subcommand("reproduce", "edgefd.reproduce", "run a paper's small-scale recipe over several seeds"),
     Subcommand("methods", "edgefd.algorithms.describe", "list the methods and their hyperparameters"),
     Subcommand("partition", "edgefd.data.partition_cli", "split a dataset across clients and show label counts"),
+    Subcommand("export", "edgefd.export.onnx_export", "write a run's client models as ONNX files (+ int8)"),
+    Subcommand("export-encoder", "edgefd.export.encoder", "write FedCache's MobileNetV3 hash encoder as ONNX"),
+    Subcommand("predict", "edgefd.export.predict", "run an exported ONNX model with onnxruntime (no torch)"),
 ]
 
 
@@ -43,7 +47,18 @@ def _load(module: str):
     return importlib.import_module(module)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str] | None) -> str | None:
+    """The subcommand named in argv (its first word that is not an option), if any."""
+    for word in argv or ():
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """Every subcommand is listed, but when ``argv`` names one only its module is imported:
+    ``edgefd predict`` then runs without importing torch (an edge device may not have it)."""
+    chosen = _chosen(argv)
     parser = argparse.ArgumentParser(
         prog="edgefd",
         description="Federated knowledge distillation for edge devices.",
@@ -57,18 +72,20 @@ def build_parser() -> argparse.ArgumentParser:
     for item in BENCHMARKS.values():
         sub = which.add_parser(item.name, help=item.help, description=item.help)
         sub.set_defaults(_entry=(item.module, item.entry))
-        _load(item.module).add_arguments(sub)
+        if chosen in (None, "bench"):
+            _load(item.module).add_arguments(sub)
 
     for item in SUBCOMMANDS:
         sub = commands.add_parser(item.name, help=item.help, description=item.help)
         sub.set_defaults(_entry=(item.module, item.entry))
-        _load(item.module).add_arguments(sub)
+        if chosen in (None, item.name):
+            _load(item.module).add_arguments(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     entry = getattr(args, "_entry", None)
     if entry is None:

@@ -69,22 +69,37 @@ def mobilenet_trunk(weights: str | None = None, seed: int = 0) -> nn.Module:
     return trunk.eval()
 
 
+class MobileNetHash(nn.Module):
+    """The whole mobilenet hash function as one module: [B, C, H, W] dataset inputs -> [B, 576].
+
+    Inputs arrive standardised per dataset: grey images are expanded to 3 channels, resized to
+    224, mapped to [0, 1] per image and normalised with ImageNet statistics before the trunk.
+    One module, so that ``edgefd export-encoder`` writes exactly this function to ONNX."""
+
+    def __init__(self, weights: str | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.trunk = mobilenet_trunk(weights, seed)
+        self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
+        self.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        images = x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
+        images = nn.functional.interpolate(images, size=(224, 224), mode="bilinear", align_corners=False)
+        low = images.amin(dim=(1, 2, 3), keepdim=True)
+        high = images.amax(dim=(1, 2, 3), keepdim=True)
+        images = (images - low) / (high - low).clamp(min=1e-6)
+        return self.trunk((images - self.mean) / self.std)
+
+
 def _mobilenet_encoder(weights: str | None) -> HashEncoder:
-    trunk = mobilenet_trunk(weights)
-    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    network = MobileNetHash(weights)
 
     @torch.no_grad()
     def encode(x: torch.Tensor) -> np.ndarray:
         if x.dim() != 4:
             raise ValueError(f"mobilenet encoder: expected images [B, C, H, W], got shape {tuple(x.shape)}")
-        images = x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
-        images = nn.functional.interpolate(images, size=(224, 224), mode="bilinear", align_corners=False)
-        # inputs arrive standardised per dataset; map them to [0, 1] per image, then ImageNet stats
-        low = images.amin(dim=(1, 2, 3), keepdim=True)
-        high = images.amax(dim=(1, 2, 3), keepdim=True)
-        images = (images - low) / (high - low).clamp(min=1e-6)
-        return trunk((images - mean) / std).numpy()
+        return network(x).numpy()
 
     return HashEncoder("mobilenet" if weights is None else f"mobilenet:{weights}", encode, batch_size=64)
 

@@ -1,0 +1,186 @@
+"""`edgefd predict`: run an exported model with onnxruntime alone (torch is never imported).
+
+    edgefd predict exported/client-3.onnx digit.png sample.npy
+    edgefd predict exported/client-3.int8.onnx batch.npy --json
+
+The sidecar next to the model (``client-3.onnx`` -> ``client-3.json``, written by ``edgefd
+export``) gives the input shape, the normalisation and the class names. Inputs:
+
+``.npy``     one sample (the model's input shape) or a batch of them (leading axis), already
+             normalised like the training data (what ``edgefd.data`` tensors hold); pass
+             ``--normalise`` for raw values, which then get ``(raw / input_scale - mean) / std``.
+``.png`` ... an image file (anything Pillow reads): converted to grey or RGB to match the
+             model's channels, resized to its height and width, normalised with the sidecar's
+             statistics.
+
+This is what an edge device runs: its dependencies are numpy, onnxruntime and (for images) Pillow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm"}
+
+
+class PredictError(ValueError):
+    """Bad model, sidecar or input file: the message names it."""
+
+
+@dataclass
+class ExportedModel:
+    """An exported model and its sidecar, loaded for onnxruntime."""
+
+    path: Path
+    meta: dict[str, Any]
+    session: Any
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.meta["input"]["shape"][1:])
+
+    @property
+    def classes(self) -> list[str]:
+        return list(self.meta["classes"])
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        return self.session.run([self.meta["output"]["name"]], {self.meta["input"]["name"]: x})[0]
+
+
+def sidecar_path(model_path: Path) -> Path:
+    return model_path.with_suffix(".json")
+
+
+def load_exported(path: str | Path, threads: int = 1) -> ExportedModel:
+    import onnxruntime as ort
+
+    path = Path(path)
+    if not path.is_file():
+        raise PredictError(f"model: no such file {path}")
+    meta_path = sidecar_path(path)
+    if not meta_path.is_file():
+        raise PredictError(f"{path}: its sidecar {meta_path.name} is missing (write both with `edgefd export`)")
+    try:
+        meta = json.loads(meta_path.read_text())
+        meta["input"]["shape"], meta["input"]["name"], meta["output"]["name"], meta["classes"]
+    except (json.JSONDecodeError, KeyError, TypeError) as error:
+        raise PredictError(f"{meta_path}: not an edgefd sidecar ({error})") from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own exception types
+        raise PredictError(f"{path}: onnxruntime cannot load it ({error})") from None
+    return ExportedModel(path, meta, session)
+
+
+def normalise(raw: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
+    """``(raw / input_scale - mean) / std`` with per-channel statistics on axis 1 (images) or the
+    last axis (sensor windows / vectors), as the sidecar says."""
+    norm = meta["input"]["normalisation"]
+    x = raw.astype(np.float32) / np.float32(norm["input_scale"])
+    mean = np.asarray(norm["mean"], np.float32)
+    std = np.asarray(norm["std"], np.float32)
+    if x.ndim == 4:  # (N, C, H, W)
+        shape = (1, -1, 1, 1)
+    else:
+        shape = (1,) * (x.ndim - 1) + (-1,)
+    if mean.size not in (1, x.shape[1] if x.ndim == 4 else x.shape[-1]):
+        raise PredictError(f"normalisation: {mean.size} means for input of shape {x.shape[1:]}")
+    return (x - mean.reshape(shape)) / std.reshape(shape)
+
+
+def read_image(path: Path, sample_shape: tuple[int, ...]) -> np.ndarray:
+    """An image file as a raw [1, C, H, W] float32 array (0..255) matching the model's input."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise PredictError("image inputs need Pillow (pip install pillow)") from None
+    if len(sample_shape) != 3 or sample_shape[0] not in (1, 3):
+        raise PredictError(f"{path}: the model's input {sample_shape} is not an image (C, H, W) with 1 or 3 channels")
+    channels, height, width = sample_shape
+    try:
+        with Image.open(path) as image:
+            image = image.convert("L" if channels == 1 else "RGB").resize((width, height), Image.BILINEAR)
+            pixels = np.asarray(image, dtype=np.float32)
+    except OSError as error:
+        raise PredictError(f"{path}: not a readable image ({error})") from None
+    pixels = pixels[None] if channels == 1 else pixels.transpose(2, 0, 1)
+    return pixels[None]
+
+
+def read_input(path: str | Path, model: ExportedModel, raw_npy: bool = False) -> np.ndarray:
+    """One input file as a normalised float32 batch of the model's input shape."""
+    path = Path(path)
+    if not path.is_file():
+        raise PredictError(f"input: no such file {path}")
+    shape = model.sample_shape
+    if path.suffix.lower() == ".npy":
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as error:
+            raise PredictError(f"{path}: not a numpy .npy array ({error})") from None
+        if not np.issubdtype(array.dtype, np.number):
+            raise PredictError(f"{path}: expected numbers, got dtype {array.dtype}")
+        if tuple(array.shape) == shape:
+            array = array[None]
+        if tuple(array.shape[1:]) != shape:
+            raise PredictError(f"{path}: shape {tuple(array.shape)} is neither {shape} nor (N, {', '.join(map(str, shape))})")
+        if not np.isfinite(array).all():
+            raise PredictError(f"{path}: contains NaN or infinite values")
+        return normalise(array, model.meta) if raw_npy else array.astype(np.float32)
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        return normalise(read_image(path, shape), model.meta)
+    raise PredictError(f"{path}: unknown input type {path.suffix!r} (expected .npy or an image file)")
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def predict_files(model: ExportedModel, paths: list[str], raw_npy: bool = False) -> list[dict[str, Any]]:
+    """One record per sample: file, index in the file, predicted class, probabilities."""
+    results = []
+    for path in paths:
+        probabilities = softmax(model.logits(read_input(path, model, raw_npy)).astype(np.float64))
+        for index, row in enumerate(probabilities):
+            best = int(row.argmax())
+            results.append({"file": str(path), "index": index, "class": best, "label": model.classes[best],
+                            "probability": float(row[best]), "probabilities": [float(p) for p in row]})
+    return results
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", metavar="MODEL.onnx", help="a model written by `edgefd export` (sidecar beside it)")
+    parser.add_argument("inputs", metavar="INPUT", nargs="+", help=".npy arrays or image files")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
+    parser.add_argument("--normalise", action="store_true", help=".npy inputs hold raw values: normalise them")
+    parser.add_argument("--top", type=int, default=3, help="classes shown per sample in the text output")
+    parser.add_argument("--threads", type=int, default=1)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        model = load_exported(args.model, args.threads)
+        results = predict_files(model, args.inputs, args.normalise)
+    except PredictError as error:
+        print(f"edgefd predict: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"model": str(model.path), "classes": model.classes, "predictions": results}, indent=2))
+        return 0
+    for record in results:
+        order = np.argsort(record["probabilities"])[::-1][: max(1, args.top)]
+        top = ", ".join(f"{model.classes[c]} {record['probabilities'][c]:.3f}" for c in order)
+        print(f"{record['file']}[{record['index']}]: {record['label']} ({top})")
+    return 0
