@@ -26,6 +26,8 @@ class Arm:
     label: str
     algo: str
     params: dict[str, Any] = field(default_factory=dict)
+    folder: str | None = None
+    """Run-folder prefix (default: the algo); set it when two arms share an algo (ablations)."""
 
 
 @dataclass
@@ -72,6 +74,31 @@ for _name, _partition in (("dfl-iid", "iid"), ("dfl-noniid", "dominant:0.8")):
                                    "E 5, B 10, lr 0.05, 100 rounds)",
                             replace(_DFL_BASE, partition=_partition), _DFL_ARMS, target_from=["FedAvg", "DFL"])
 
+# specs/dfl.md §11 on fmnist, scaled so that 3 seeds take a few CPU-minutes: the paper's 80/20 non-IID split,
+# 20 devices of 100 samples (paper: 100 devices of 600), half of them per round (paper: 0.1 of 100 = 10, the
+# same K), the spec's MLP 784-64-10 (paper: a 66k-param CNN), plain SGD lr 0.05, E 5, B 10, 40 rounds.
+RECIPES["dfl-fmnist"] = Recipe(
+    "dfl-fmnist", "specs/dfl.md §11 moved to fmnist (80/20 non-IID, 20 devices x 100 samples, frac 0.5, MLP, E 5, "
+                  "B 10, SGD lr 0.05, 40 rounds; paper: MNIST 100 devices x 600, frac 0.1, CNN, lr 0.01, E 5)",
+    SimulationConfig(dataset="fmnist", clients=20, samples_per_client=100, participation=0.5, models="mlp",
+                     partition="dominant:0.8", rounds=40, epochs=5, batch_size=10, lr=0.05, momentum=0.0,
+                     weight_decay=0.0, threads=1),
+    [Arm("FedAvg", "fedavg"), Arm("DFL", "dfl", {"threshold": 0.6})], target_from=["FedAvg", "DFL"])
+
+# specs/fedd2s.md §11 on fmnist, scaled to a few CPU-minutes per seed: 10 clients of 150 training samples,
+# Dirichlet 0.1 (the paper's main skew, Z0 = 3), M1 (the paper's CIFAR-10 model, here on 1x28x28), half of the
+# clients per round, 20 rounds, E = 2 passes per phase (= the baselines' 2 local epochs), batch 32, Adam lr 0.01.
+RECIPES["fedd2s"] = Recipe(
+    "fedd2s", "specs/fedd2s.md §11 moved to fmnist (10 clients x 150 train samples, Dirichlet 0.1, M1, rho 0.5, "
+              "20 rounds, E 2, B 32, Adam lr 0.01, Z0 3, S = [C3, F1, F2, F3]; paper: CIFAR-10/CINIC-10/FEMNIST/"
+              "CIFAR-100, 50 clients, rho 0.2, 100 rounds, E 4, B 128)",
+    SimulationConfig(dataset="fmnist", clients=10, samples_per_client=150, partition="dirichlet:0.1",
+                     participation=0.5, models="fedd2s_m1", rounds=20, epochs=2, batch_size=32, optimizer="adam",
+                     lr=0.01, weight_decay=0.0, threads=1),
+    [Arm("Local", "local"), Arm("FD", "fd"), Arm("FedAvg", "fedavg"),
+     Arm("FedD2S", "fedd2s", {"z0": 3, "phase_epochs": None})],
+    target_from=["Local", "FedD2S"])
+
 # specs/fedict.md §11: digits, 5 clients, weak clients (D1 = fedict_c1), scaled server, 30 rounds.
 _FEDICT_BASE = SimulationConfig(dataset="digits", clients=5, models="fedict_c1", rounds=30, batch_size=32, lr=0.01,
                                 momentum=0.9, weight_decay=5e-4)
@@ -116,6 +143,36 @@ RECIPES["fedict-watch"] = Recipe(
     replace(_FEDICT_BASE, dataset="watch", clients=10, partition="natural", models="fedict_fc6", threads=1),
     _FEDICT_ARMS, target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1, 2))
 
+# specs/fedzkt.md §5-§6 scaled to ~45 CPU-minutes in total (single thread): fmnist, 10 devices of 300
+# samples, the spec's MNIST-family devices without S1 (round-robin S2, S3, S4, S5), global model S5,
+# GeneratorA with ngf 16, n_D = 20 server iterations of 32 generated samples, 10 rounds of 2 epochs,
+# batch 32, SGD lr 0.05 without momentum (the §11 small recipe's lrs); FedMD with public mnist5k and
+# 1,000 alignment samples per round (paper: 5,000).
+_ZKT_BASE = SimulationConfig(dataset="fmnist", clients=10, samples_per_client=300, rounds=10, epochs=2,
+                             models="zkt_s2_fc,zkt_s3_lenet5,zkt_s4_lenet3,zkt_s5_lenet_wide", batch_size=32,
+                             lr=0.05, momentum=0.0, weight_decay=0.0, threads=1)
+_ZKT_SERVER = {"global_model": "zkt_s5_lenet_wide", "generator": "zkt_generator", "generator_ngf": 16,
+               "iterations": 20, "server_batch_size": 32, "server_lr": 0.05}
+_ZKT_SOURCE = ("specs/fedzkt.md §5-6 scaled down: fmnist, 10 devices x 300 samples, {partition}, devices S2-S5 "
+               "round-robin (S1 left out for CPU time), global S5, GeneratorA ngf 16, n_D 20 x 32 generated "
+               "samples, 10 rounds x 2 epochs, batch 32, SGD lr 0.05 no momentum, prox 1; FedMD public mnist5k, "
+               "N_a 1000 (paper: 6,000 samples/device, 50 rounds x 5 epochs, n_D 200 x 256, ResNet-18 global, "
+               "N_a 5000)")
+_ZKT_ARMS = [
+    Arm("Local", "local"),
+    Arm("FedMD (public mnist5k)", "fedmd", {"public_dataset": "mnist5k", "alignment_size": 1000}),
+    Arm("FedZKT (SL)", "fedzkt", {**_ZKT_SERVER, "loss": "sl"}, folder="fedzkt-sl"),
+]
+_ZKT_ABLATION = [
+    Arm("FedZKT (KL)", "fedzkt", {**_ZKT_SERVER, "loss": "kl"}, folder="fedzkt-kl"),
+    Arm("FedZKT (l1)", "fedzkt", {**_ZKT_SERVER, "loss": "l1"}, folder="fedzkt-l1"),
+]
+RECIPES["fedzkt"] = Recipe("fedzkt", _ZKT_SOURCE.format(partition="IID"), replace(_ZKT_BASE, partition="iid"),
+                           _ZKT_ARMS, target_from=["FedMD (public mnist5k)", "FedZKT (SL)"], seeds=(0, 1))
+RECIPES["fedzkt-dir0.5"] = Recipe("fedzkt-dir0.5", _ZKT_SOURCE.format(partition="Dirichlet 0.5"),
+                                  replace(_ZKT_BASE, partition="dirichlet:0.5"), _ZKT_ARMS + _ZKT_ABLATION,
+                                  target_from=["FedMD (public mnist5k)", "FedZKT (SL)"], seeds=(0, 1))
+
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
@@ -133,7 +190,7 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
     for arm in recipe.arms:
         for seed in seeds:
-            folder = out / recipe.name / f"{arm.algo}-s{seed}"
+            folder = out / recipe.name / f"{arm.folder or arm.algo}-s{seed}"
             config = replace(recipe.base, algo=arm.algo, params=dict(arm.params), seed=seed, out=str(folder),
                              rounds=rounds or recipe.base.rounds)
             summary = run_simulation(config, progress=True)

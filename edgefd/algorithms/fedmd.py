@@ -1,0 +1,177 @@
+"""FedMD (Li & Wang, "FedMD: Heterogenous Federated Learning via Model Distillation", 2019), the
+public-data baseline of FedZKT's experiments (spec ``specs/fedzkt.md`` §6.5).
+
+Every device and the server read the same public dataset through the data registry
+(``public_dataset``, e.g. ``mnist5k`` for ``fmnist`` devices: the paper's FASHION/MNIST pairing).
+It has no privacy issue, so both roles load it locally and only its *indices* are agreed on: the
+server sends a seed, and each device draws the same alignment subset from it.
+
+Per round r (runtime order: downlink, local work, uplink, aggregate):
+
+1. downlink: the seed of this round's alignment subset ``A_r`` and, from round 2 on, the consensus
+   of round r-1 (the mean of the devices' logits on ``A_{r-1}``);
+2. digest: the device trains ``digest_epochs`` epochs on ``A_{r-1}`` to match the consensus logits
+   with mean absolute error (FedMD's loss);
+3. revisit: ``T_l`` epochs of cross-entropy on its private data (the run's ``--epochs``);
+4. communicate: it uploads its logits on ``A_r`` (eval mode); the server averages what arrived
+   into the consensus.
+
+Round 1 is FedMD's initial private training plus the first communication, so the sequence of
+updates is FedMD's: private, then (communicate, aggregate, digest, revisit) per round. The run's
+optimiser and batch size are used for both steps (spec: "the same optimizer, batch size ... as
+FedZKT"). Public-label pretraining (FedMD's transfer-learning step) is off by default because the
+label spaces differ (§6.5, §9.23); ``pretrain_epochs`` turns it on (needs the same class count).
+
+Wire: up ``N_a x C`` logits (float32, or the run's ``--precision``), down the same plus two int64
+scalars; with ``alignment_size`` 5000 and C = 10 that is 200 kB each way (§2.3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.data import load_dataset
+from edgefd.protocol import Payload
+from edgefd.runtime.training import make_optimizer, predict_logits, train_epochs
+
+KIND = "fedmd"
+CONSENSUS = "consensus"
+LOGITS = "logits"
+PUBLIC_SPLITS = ("all", "train")
+
+
+@dataclass
+class FedMDParams:
+    """FedMD's hyperparameters (FedMD reference code defaults where the FedZKT paper is silent)."""
+
+    public_dataset: str = param("mnist5k", "registry name of the public dataset (FedZKT's pairing: mnist5k "
+                                           "for fmnist devices)")
+    public_split: str = param("all", "which public samples may be drawn: 'all' (train + test) or 'train'")
+    alignment_size: int = param(5000, "public samples per round, N_a (FedMD: 5000; capped at the pool size)")
+    digest_epochs: int = param(1, "epochs on the alignment set per round (FedMD: 1)")
+    pretrain_epochs: int = param(0, "epochs of public-label training before round 1 (FedMD's transfer step; "
+                                    "off, spec §6.5)")
+    public_data_root: str | None = param(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
+
+    def __post_init__(self) -> None:
+        if self.public_split not in PUBLIC_SPLITS:
+            raise ValueError(f"param public_split: expected one of {', '.join(PUBLIC_SPLITS)}, "
+                             f"got {self.public_split!r}")
+        if self.alignment_size < 1:
+            raise ValueError(f"param alignment_size: must be >= 1, got {self.alignment_size}")
+        for name in ("digest_epochs", "pretrain_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"param {name}: must be >= 0, got {getattr(self, name)}")
+
+
+def public_pool(params: FedMDParams) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The public inputs and labels alignment subsets are drawn from, and their class count."""
+    dataset = load_dataset(params.public_dataset, root=params.public_data_root)
+    if params.public_split == "train":
+        return dataset.train_x, dataset.train_y, dataset.num_classes
+    return (torch.cat([dataset.train_x, dataset.test_x]), torch.cat([dataset.train_y, dataset.test_y]),
+            dataset.num_classes)
+
+
+def alignment_indices(seed: int, pool_size: int, size: int) -> torch.Tensor:
+    """The alignment subset of a round: ``size`` distinct pool indices (sorted) drawn from ``seed``.
+    Server and devices call this with the same seed and get the same subset."""
+    rng = np.random.default_rng(int(seed))
+    chosen = rng.choice(pool_size, size=min(int(size), pool_size), replace=False)
+    return torch.from_numpy(np.sort(chosen).astype(np.int64))
+
+
+class FedMDClient(ClientRole):
+    def __init__(self, context: ClientContext, params: FedMDParams) -> None:
+        super().__init__(context, params)
+        self.public_x, self.public_y, public_classes = public_pool(params)
+        own_shape = tuple(context.data.train_x.shape[1:])
+        if tuple(self.public_x.shape[1:]) != own_shape:
+            raise ValueError(f"fedmd: public dataset {params.public_dataset!r} has samples of shape "
+                             f"{tuple(self.public_x.shape[1:])}, the private data {own_shape}")
+        if params.pretrain_epochs and public_classes != context.data.num_classes:
+            raise ValueError(f"fedmd: pretrain_epochs needs the public dataset to have {context.data.num_classes} "
+                             f"classes, {params.public_dataset!r} has {public_classes}")
+        self.pretrained = params.pretrain_epochs == 0
+        self.last_digest_loss: float | None = None
+
+    def _train(self, x: torch.Tensor, loss_fn, epochs: int) -> float:
+        optimizer = make_optimizer(self.model.parameters(), self.context.train)
+        return train_epochs(self.model, x, loss_fn, optimizer, self.context.train, self.context.torch_generator,
+                            epochs=epochs)
+
+    def digest(self, indices: torch.Tensor, consensus: torch.Tensor) -> float:
+        """Train to match the consensus logits on the alignment subset (MAE on logits)."""
+        x = self.public_x[indices]
+        return self._train(x, lambda logits, idx: nn.functional.l1_loss(logits, consensus[idx]),
+                           self.params.digest_epochs)
+
+    def train_round(self, round: int, downlink: Payload | None) -> Payload:
+        if downlink is None:
+            raise ValueError("fedmd: every round needs the server's downlink (the alignment seed)")
+        if not self.pretrained:
+            y = self.public_y
+            self._train(self.public_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+                        self.params.pretrain_epochs)
+            self.pretrained = True
+        if CONSENSUS in downlink.arrays:
+            indices = alignment_indices(downlink.scalars["consensus_seed"], len(self.public_x),
+                                        self.params.alignment_size)
+            consensus = torch.from_numpy(np.ascontiguousarray(downlink.arrays[CONSENSUS], dtype=np.float32))
+            if consensus.shape != (len(indices), self.data.num_classes):
+                raise ValueError(f"fedmd: consensus of shape {tuple(consensus.shape)}, expected "
+                                 f"{(len(indices), self.data.num_classes)}")
+            self.last_digest_loss = self.digest(indices, consensus)
+        y = self.data.train_y
+        self._train(self.data.train_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+                    self.context.train.epochs)
+        indices = alignment_indices(downlink.scalars["alignment_seed"], len(self.public_x), self.params.alignment_size)
+        logits = predict_logits(self.model, self.public_x[indices], self.context.train.eval_batch_size)
+        payload = Payload(KIND, self.client_id, round, {LOGITS: logits.numpy().astype(np.float32)})
+        return payload if self.context.precision == "fp32" else payload.with_precision(self.context.precision)
+
+
+class FedMDServer(ServerRole):
+    def __init__(self, context: ServerContext, params: FedMDParams) -> None:
+        super().__init__(context, params)
+        self.pool_size = len(public_pool(params)[0])
+        self.consensus: np.ndarray | None = None
+        self.consensus_seed: int | None = None
+
+    def round_seed(self, round: int) -> int:
+        """The seed of round ``round``'s alignment subset (fixed by the run seed)."""
+        return int(np.random.SeedSequence([self.context.seed, 11, round]).generate_state(1)[0])
+
+    def downlink(self, round: int, client_id: str) -> Payload:
+        scalars = {"alignment_seed": self.round_seed(round)}
+        arrays = {}
+        if self.consensus is not None:
+            arrays[CONSENSUS] = self.consensus
+            scalars["consensus_seed"] = self.consensus_seed
+        payload = Payload(KIND, "server", round, arrays, scalars)
+        return payload if self.context.precision == "fp32" or not arrays else payload.with_precision(
+            self.context.precision)
+
+    def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        """Consensus = plain mean of the received logits (FedMD); nothing received keeps the last."""
+        if not uplinks:
+            return {"devices": 0.0}
+        expected = (min(self.params.alignment_size, self.pool_size), self.num_classes)
+        tables = []
+        for cid in sorted(uplinks):
+            table = np.asarray(uplinks[cid].arrays.get(LOGITS))
+            if table.shape != expected:
+                raise ValueError(f"fedmd: {cid} sent logits of shape {table.shape}, expected {expected}")
+            tables.append(table.astype(np.float64))
+        self.consensus = np.mean(tables, axis=0).astype(np.float32)
+        self.consensus_seed = self.round_seed(round)
+        return {"devices": float(len(tables))}
+
+
+register("fedmd", "public-data logit consensus: digest then revisit (Li & Wang, FedMD; FedZKT's baseline)",
+         FedMDClient, FedMDServer, FedMDParams)

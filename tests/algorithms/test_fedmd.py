@@ -1,0 +1,129 @@
+"""FedMD (FedZKT's public-data baseline, specs/fedzkt.md §6.5): the shared alignment subset, the
+consensus by hand, the digest step, the wire bytes from the codec layout, and tiny digits runs
+(digits as its own public set keeps them fast; the recipes pair fmnist with mnist5k)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from edgefd import kernels
+from edgefd.algorithms import fedmd
+from edgefd.algorithms.base import make_params
+from edgefd.algorithms.fedmd import CONSENSUS, KIND, LOGITS, FedMDParams, alignment_indices
+from edgefd.data import load_dataset
+from edgefd.data.dataset import Dataset
+from edgefd.protocol import Payload
+from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime.transport import DOWN, UP
+from edgefd.simulate import SimulationConfig, build, run
+
+PUBLIC = {"public_dataset": "digits", "alignment_size": 200}
+QUICK = dict(dataset="digits", clients=3, rounds=2, models="zkt_tiny_b,zkt_tiny_d,zkt_tiny_e", lr=0.05,
+             momentum=0.0, weight_decay=0.0, seed=0, threads=1)
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    kernels.set_num_threads(threads)
+
+
+def simulation(params=None, **settings):
+    return build(SimulationConfig(algo="fedmd", params={**PUBLIC, **(params or {})}, **{**QUICK, **settings}))
+
+
+def test_alignment_subset_is_shared_distinct_and_capped():
+    a, b = alignment_indices(123, 1797, 200), alignment_indices(123, 1797, 200)
+    assert torch.equal(a, b) and len(torch.unique(a)) == 200 and int(a.max()) < 1797
+    assert not torch.equal(a, alignment_indices(124, 1797, 200))
+    assert len(alignment_indices(1, 50, 200)) == 50
+
+
+def test_params_validate():
+    p = make_params(FedMDParams, {"alignment_size": "10", "public_data_root": "none"})
+    assert p.alignment_size == 10 and p.public_data_root is None
+    for bad in ({"alignment_size": "0"}, {"public_split": "test"}, {"digest_epochs": "-1"}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            make_params(FedMDParams, bad)
+
+
+def test_public_data_of_another_shape_is_a_clear_error(monkeypatch):
+    real = load_dataset("digits")
+    wide = Dataset("wide", torch.zeros(4, 1, 28, 28), torch.zeros(4, dtype=torch.int64), torch.zeros(1, 1, 28, 28),
+                   torch.zeros(1, dtype=torch.int64), 10, (1, 28, 28), (0.0,), (1.0,))
+    monkeypatch.setattr(fedmd, "load_dataset", lambda name, root=None: wide if name == "wide" else real)
+    with pytest.raises(ValueError, match=r"public dataset 'wide' has samples of shape \(1, 28, 28\)"):
+        simulation({"public_dataset": "wide"})
+
+
+def test_consensus_is_the_mean_of_the_received_logits():
+    sim = simulation()
+    server = sim.server
+    tables = {f"client-{k}": np.random.default_rng(k).normal(size=(200, 10)).astype(np.float32) for k in range(3)}
+    uplinks = {cid: Payload(KIND, cid, 1, {LOGITS: t}) for cid, t in tables.items()}
+    assert server.aggregate(1, uplinks) == {"devices": 3.0}
+    expected = np.mean([t.astype(np.float64) for t in tables.values()], axis=0)
+    np.testing.assert_allclose(server.consensus, expected, rtol=1e-6, atol=1e-7)
+    down = server.downlink(2, "client-0")
+    assert down.scalars["consensus_seed"] == server.round_seed(1) != down.scalars["alignment_seed"]
+    with pytest.raises(ValueError, match="shape"):
+        server.aggregate(2, {"client-0": Payload(KIND, "client-0", 2, {LOGITS: np.zeros((5, 10), np.float32)})})
+
+
+def test_digest_moves_the_logits_towards_the_consensus():
+    sim = simulation({"digest_epochs": 3})
+    client = sim.clients["client-2"]
+    client.context.train.lr = 0.5  # MAE's gradient is sign / (B C): small steps need a large lr
+    indices = alignment_indices(7, len(client.public_x), 200)
+    consensus = 5.0 * torch.nn.functional.one_hot(client.public_y[indices], 10).float()  # a learnable target
+
+    def mae():
+        client.model.eval()
+        with torch.no_grad():
+            return torch.nn.functional.l1_loss(client.model(client.public_x[indices]), consensus).item()
+
+    before = mae()
+    client.digest(indices, consensus)
+    assert mae() < before - 0.1
+
+
+def test_bytes_per_round_are_the_logit_tables_plus_headers():
+    sim = simulation()
+    sim.federation.hello()
+    sim.federation.run_round(1)
+    sim.federation.run_round(2)
+    ledger = sim.federation.transport.ledger
+    table = 20 + len(LOGITS) + 8 + 200 * 10 * 4  # entry, name, 2 dims, N_a x C float32
+    seed = 2 + len("alignment_seed") + 8
+    for cid in sim.clients:
+        assert ledger.entries[(1, UP, cid)] == HEADER_SIZE + len(KIND) + len(cid) + table
+        assert ledger.entries[(2, UP, cid)] == HEADER_SIZE + len(KIND) + len(cid) + table
+        assert ledger.entries[(1, DOWN, cid)] == HEADER_SIZE + len(KIND) + len("server") + seed
+        assert ledger.entries[(2, DOWN, cid)] == (HEADER_SIZE + len(KIND) + len("server") + seed
+                                                  + 2 + len("consensus_seed") + 8
+                                                  + 20 + len(CONSENSUS) + 8 + 200 * 10 * 4)
+
+
+def test_end_to_end_tiny_run_with_partial_participation(tmp_path):
+    summary = run(SimulationConfig(algo="fedmd", params=PUBLIC, out=str(tmp_path), **{**QUICK, "clients": 4},
+                                   participation=0.5), progress=False)
+    assert math.isfinite(summary["final_accuracy"]) and 0 <= summary["final_accuracy"] <= 1
+    lines = [json.loads(t) for t in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines[-1]["server"]["devices"] == 2.0
+
+
+def test_public_label_pretraining_runs_once_when_asked():
+    assert simulation().clients["client-0"].pretrained  # off by default: nothing to do
+    client = simulation({"pretrain_epochs": 1}).clients["client-0"]
+    calls = []
+    original = client._train
+    client._train = lambda x, loss_fn, epochs: calls.append(len(x)) or original(x, loss_fn, epochs)
+    down = Payload(KIND, "server", 1, {}, {"alignment_seed": 3})
+    client.train_round(1, down)
+    client.train_round(2, down)
+    # round 1: public pretraining on the whole pool (1,797 digits), then private; round 2: private only
+    assert calls == [1797, len(client.data.train_x), len(client.data.train_x)]
