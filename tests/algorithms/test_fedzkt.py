@@ -291,3 +291,12 @@ def test_end_to_end_tiny_run_records_server_timing(tmp_path, loss):
     assert server["loss_kernel_seconds"] <= server["server_seconds"]
     assert server["active_devices"] == 3.0
     assert all(math.isfinite(v) for v in server.values())
+
+
+def test_recipes_give_every_arm_its_own_run_folder():
+    from edgefd.reproduce import RECIPES
+
+    for name in ("fedzkt", "fedzkt-dir0.5"):
+        arms = RECIPES[name].arms
+        assert len({arm.folder or arm.algo for arm in arms}) == len(arms)
+    assert {arm.params.get("loss") for arm in RECIPES["fedzkt-dir0.5"].arms if arm.algo == "fedzkt"} == {"sl", "kl", "l1"}
