@@ -12,7 +12,9 @@ Each has two implementations that give the same numbers: the C++ extension ``edg
 (OpenMP over rows, vectorised exp/log, forward and backward fused) and a pure-torch reference
 written to read like the equations. ``set_backend("cpp" | "torch")`` or the environment variable
 ``EDGEFD_KERNELS`` chooses; ``cpp`` is the default, and the torch reference is the fallback when
-the extension is not built. Input is validated the same way for both backends and bad input
+the extension is not built. CUDA tensors go to the CUDA kernels (:mod:`edgefd.kernels_cuda`, built
+only with ``EDGEFD_CUDA=ON``; compiled but never run on a GPU) under ``cpp``, and to the torch
+reference otherwise. Input is validated the same way for both backends and bad input
 raises ``ValueError`` naming the argument.
 """
 
@@ -25,6 +27,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import torch
+
+from edgefd import kernels_cuda as _cuda
 
 try:
     from edgefd import _kernels as _cpp
@@ -125,8 +129,8 @@ def _check_tensor(t: object, name: str, ndim: int, dtype: torch.dtype) -> torch.
         raise ValueError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype != dtype:
         raise ValueError(f"{name}: expected dtype {str(dtype).removeprefix('torch.')}, got {t.dtype}")
-    if t.device.type != "cpu":
-        raise ValueError(f"{name}: expected a CPU tensor, got device {t.device}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: expected a CPU or CUDA tensor, got device {t.device}")
     if t.dim() != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(t.shape)}")
     if not t.is_contiguous():
@@ -171,6 +175,22 @@ def _check_student(student_logits: object) -> tuple[int, int]:
     return batch, classes
 
 
+def _same_device(first: torch.Tensor, **others: torch.Tensor | None) -> None:
+    for name, t in others.items():
+        if t is not None and t.device != first.device:
+            raise ValueError(f"{name}: on {t.device}, but the other inputs are on {first.device}")
+
+
+def _route(t: torch.Tensor) -> str:
+    """Which implementation runs: "cpp" (C++ on CPU tensors), "cuda" (the CUDA extension on
+    CUDA tensors, when built) or "torch" (the reference: chosen, or CUDA without the extension)."""
+    if _backend == "torch":
+        return "torch"
+    if t.is_cuda:
+        return "cuda" if _cuda.available() else "torch"
+    return "cpp"
+
+
 def _numpy(t: torch.Tensor | None):
     return None if t is None else t.detach().numpy()
 
@@ -204,8 +224,13 @@ def weighted_kl(
         raise ValueError(f"temperature: must be a finite number > 0, got {temperature!r}")
     if teacher_is_prob and ((teacher < 0).any() or torch.isnan(teacher).any()):
         raise ValueError("teacher: probabilities must be >= 0 and not NaN when teacher_is_prob=True")
+    _same_device(student_logits, teacher=teacher, sample_weight=sample_weight, class_weight=class_weight)
     teacher = teacher.detach()
-    if _backend == "cpp":
+    route = _route(student_logits)
+    if route == "cuda":
+        return _cuda.WeightedKL.apply(student_logits, teacher, float(temperature), sample_weight, class_weight,
+                                      teacher_is_prob)
+    if route == "cpp":
         return _WeightedKL.apply(student_logits, teacher, float(temperature), sample_weight, class_weight,
                                  teacher_is_prob)
     return reference.weighted_kl(student_logits, teacher, temperature=temperature, sample_weight=sample_weight,
@@ -254,7 +279,11 @@ def sl_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch
         raise ValueError("teacher_logits: no teachers (K = 0)")
     _check_size(teacher_logits, "teacher_logits", 1, batch, "B of student_logits")
     _check_size(teacher_logits, "teacher_logits", 2, classes, "C of student_logits")
-    if _backend == "cpp":
+    _same_device(student_logits, teacher_logits=teacher_logits)
+    route = _route(student_logits)
+    if route == "cuda":
+        return _cuda.SLLoss.apply(student_logits, teacher_logits)
+    if route == "cpp":
         return _SLLoss.apply(student_logits, teacher_logits)
     return reference.sl_loss(student_logits, teacher_logits)
 
@@ -299,7 +328,11 @@ def labelwise_mean(
         raise ValueError("logits: empty batch (N = 0)")
     _check_size(labels, "labels", 0, rows, "N of logits")
     _check_weight(sample_weight, "sample_weight", rows, "N of logits")
-    if _backend == "cpp":  # the C++ kernel checks label range while it reads them
+    _same_device(logits, labels=labels, sample_weight=sample_weight)
+    route = _route(logits)
+    if route == "cuda":  # the C++ and CUDA kernels check label range while they read them
+        return _cuda.LabelwiseMean.apply(logits, labels, num_classes, sample_weight)
+    if route == "cpp":
         return _LabelwiseMean.apply(logits, labels, num_classes, sample_weight)
     low, high = int(labels.min()), int(labels.max())
     if low < 0 or high >= num_classes:
@@ -342,7 +375,11 @@ def gather_mean(cache: torch.Tensor, neighbours: torch.Tensor) -> torch.Tensor:
     _check_index(neighbours, "neighbours", 2)
     if cache.shape[0] == 0 and neighbours.numel() and bool((neighbours >= 0).any()):
         raise ValueError("cache: empty (M = 0) but neighbours name rows of it")
-    if _backend == "cpp":  # the C++ kernel checks id range while it reads them
+    _same_device(cache, neighbours=neighbours)
+    route = _route(cache)
+    if route == "cuda":  # the C++ and CUDA kernels check id range while they read them
+        return _cuda.GatherMean.apply(cache, neighbours)
+    if route == "cpp":
         return _GatherMean.apply(cache, neighbours)
     if neighbours.numel():
         low, high = int(neighbours.min()), int(neighbours.max())
