@@ -30,7 +30,9 @@ adversarial ablation (``kl_direction="reverse"``, Eq. 3 literally; ``"forward"``
 teacher-first, tau = 1, for transfer back (§9.10); batch-mean reductions (§9.11); device copies in
 train mode during transfer back (``server_bn_mode="train"``, option ``"freeze_stats"``, §6.4).
 Defaults are the paper's (n_D = 200, batch 256, Adam 1e-3 for G, SGD 0.01 for F); ``global_model``
-defaults to the spec's ResNet-18 and ``generator`` to DFAD's GeneratorA (ngf 64).
+defaults to the spec's ResNet-18 and ``generator`` to DFAD's GeneratorA (ngf 64). The device
+optimiser is the run's, fresh each round (``--lr 0.01 --momentum 0 --weight-decay 0 --batch-size
+256 --epochs 5`` is the paper's; the runtime's defaults are not).
 
 Where this module departs from the letter of the spec, and why:
 
