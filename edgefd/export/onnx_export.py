@@ -14,7 +14,7 @@ sidecars.
 Exporter. torch 2.14 has two ONNX exporters. ``exporter="auto"`` (the default) uses the
 TorchScript one (``dynamo=False``): it exports every model of the zoo but ``vgg16`` in ~0.1-2 s
 each, with a dynamic batch axis through ``dynamic_axes``. The dynamo exporter (``dynamo=True``)
-exports all of them, but takes 1.5-30 s per model (measured here: over 5 minutes for the zoo),
+exports all of them, but takes 1.5-35 s per model (measured here: 367 s for the 45 models),
 fixes the batch size unless ``dynamic_shapes`` is given and writes the weights to a side
 ``.onnx.data`` file unless ``external_data=False``; ``auto`` falls back to it, with both of those
 set, when the TorchScript exporter fails (``vgg16`` at 32x32: its adaptive pool to 7x7 from 1x1
