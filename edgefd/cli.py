@@ -40,6 +40,9 @@ SUBCOMMANDS = [
     Subcommand("export", "edgefd.export.onnx_export", "write a run's client models as ONNX files (+ int8)"),
     Subcommand("export-encoder", "edgefd.export.encoder", "write FedCache's MobileNetV3 hash encoder as ONNX"),
     Subcommand("predict", "edgefd.export.predict", "run an exported ONNX model with onnxruntime (no torch)"),
+    Subcommand("server", "edgefd.deploy_server", "orchestrate a run's rounds over MQTT"),
+    Subcommand("client", "edgefd.deploy_client", "the device runtime: take part in a run over MQTT"),
+    Subcommand("deploy-local", "edgefd.deploy_local", "broker, server and clients as processes on this machine"),
 ]
 
 

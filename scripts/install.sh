@@ -12,8 +12,9 @@ if [[ "${1:-}" == "--test" ]]; then
   extras="datasets,test"
 fi
 
-# System packages: a C++ toolchain and CMake for the kernels, the real Fashion-MNIST files.
-apt_packages=(g++ cmake ninja-build dataset-fashion-mnist)
+# System packages: a C++ toolchain and CMake for the kernels, the real Fashion-MNIST files, the
+# Mosquitto broker and its clients (edgefd deploy-local, the MQTT integration tests).
+apt_packages=(g++ cmake ninja-build dataset-fashion-mnist mosquitto mosquitto-clients)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

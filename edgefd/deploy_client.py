@@ -1,0 +1,78 @@
+"""`edgefd client`: the device runtime of a deployed run (see device/README.md).
+
+    edgefd client --broker mqtt://SERVER:1883 --run demo --client-id client-0 --state-dir ~/.edgefd
+    edgefd client --config /etc/edgefd/client.toml      # the same settings from a file
+
+It waits for the run's config from the server, builds its own role and data (the run's dataset
+share for this client id, or `--data-dir` with the device's own data.npz), answers the server's
+requests, reconnects by itself, and resumes from `--state-dir` after a restart. Exits 0 when the
+server ends the run or on SIGTERM; 2 on bad settings.
+
+The flags (and the TOML keys of `--config`, same names with underscores) are a stable interface:
+device/install.sh and the device's service unit rely on them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from pathlib import Path
+
+from edgefd.data import DatasetNotFoundError
+from edgefd.deploy_args import add_broker_arguments, broker_settings, setup_logging
+from edgefd.runtime.client_runtime import ClientRuntime, ClientSettings
+
+REQUIRED = ("broker", "run", "client_id")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML file with the same settings (flags win over it)")
+    parser.add_argument("--run", help="run name, as given to `edgefd server --run`")
+    parser.add_argument("--client-id", help="this device's id in the run: client-0, client-1, ...")
+    parser.add_argument("--state-dir", metavar="DIR", help="folder for the checkpoint (resume after a restart)")
+    parser.add_argument("--data-dir", metavar="DIR",
+                        help="folder with this device's data.npz (default: the run's dataset share of this id)")
+    add_broker_arguments(parser, required=False)
+
+
+def _defaults() -> dict:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return vars(parser.parse_args([]))
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Merge `--config`: a file value fills every setting left at its default on the command line."""
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise ValueError(f"--config {path}: no such file")
+        try:
+            values = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"--config {path}: not valid TOML ({error})") from None
+        defaults = _defaults()
+        unknown = sorted(set(values) - set(defaults) - {"config"})
+        if unknown:
+            raise ValueError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
+        for key, value in values.items():
+            if getattr(args, key) == defaults[key]:
+                setattr(args, key, value)
+    missing = [f"--{k.replace('_', '-')}" for k in REQUIRED if not getattr(args, k)]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)} (on the command line or in --config)")
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        args = resolve(args)
+        setup_logging(args.log_level)
+        settings = ClientSettings(args.run, args.client_id, broker_settings(args), state_dir=args.state_dir,
+                                  data_dir=args.data_dir, chunk_size=args.chunk_size,
+                                  max_message_bytes=args.max_message_bytes)
+        return ClientRuntime(settings).run()
+    except (ValueError, DatasetNotFoundError) as error:
+        print(f"edgefd client: {error}", file=sys.stderr)
+        return 2

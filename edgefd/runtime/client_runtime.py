@@ -1,0 +1,263 @@
+"""The device side of a deployed run: one client role, its data, and the broker.
+
+The client learns the run's config from the server (the retained `down/<id>/config` message), builds
+its own role exactly as `simulate` builds it (same seed streams, same data share; or the device's
+own data folder), and then answers the server's requests:
+
+    hello       -> the role's hello()                       (answered once, then repeated from cache)
+    train r     -> the role's train_round(r, downlink)      (answered once per round, then from cache)
+    eval r      -> the role's evaluate(state) as "metrics"
+    stop        -> announce "offline" and exit 0
+
+Requests can come twice (a reconnection, a restarted server): a request already answered is
+answered again from the cache, never recomputed, so a round is never trained twice. After every
+training round the role, its RNGs and its last answers are checkpointed atomically in `state_dir`:
+a client killed at any point restarts where it was. paho reconnects by itself; every connection
+announces "online" (retained) once the role is built, and the broker announces "offline" (the
+last will) when the client dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgefd.algorithms.base import ClientData, ClientRole
+from edgefd.protocol import Payload
+from edgefd.runtime import checkpoint, deploy_protocol as wire
+from edgefd.runtime.mqtt_transport import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    BrokerSettings,
+    Incoming,
+    MqttEndpoint,
+    Topics,
+    check_name,
+    encode_frames,
+)
+from edgefd.simulate import SimulationConfig, build_client, prepare
+
+log = logging.getLogger(__name__)
+
+DATA_FILE = "data.npz"
+
+
+@dataclass
+class ClientSettings:
+    """How one device takes part in a run."""
+
+    run: str
+    client_id: str
+    """One of the run's client ids (client-0, client-1, ... or client-00, ... for 10+ clients)."""
+    broker: BrokerSettings
+    state_dir: str | None = None
+    """Folder for the checkpoint (None: no checkpoint; a restart starts the role afresh)."""
+    data_dir: str | None = None
+    """Folder with the device's own data (data.npz); None: the run's dataset share of this client."""
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+    def __post_init__(self) -> None:
+        check_name("client id", self.client_id)
+
+
+@dataclass
+class DeviceDataset:
+    """What the run needs to know of a device's own data to build its model."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+
+
+def load_device_data(folder: str | Path) -> tuple[ClientData, DeviceDataset]:
+    """`folder/data.npz` with arrays train_x, train_y, test_x, test_y, num_classes (a 0-d integer
+    array: the run's number of classes) and optionally train_ids (globally unique sample ids;
+    default 0..n-1). x: float32 samples shaped like the run's dataset; y: labels in [0, num_classes)."""
+    path = Path(folder) / DATA_FILE
+    if not path.is_file():
+        raise ValueError(f"--data-dir {folder}: no {DATA_FILE} (arrays train_x, train_y, test_x, test_y)")
+    with np.load(path) as arrays:
+        missing = [k for k in ("train_x", "train_y", "test_x", "test_y", "num_classes") if k not in arrays]
+        if missing:
+            raise ValueError(f"{path}: missing array(s) {', '.join(missing)}")
+        values = {k: arrays[k] for k in arrays.files}
+    num_classes = int(values["num_classes"])
+    train_x, test_x = (torch.from_numpy(np.asarray(values[k], np.float32)) for k in ("train_x", "test_x"))
+    train_y, test_y = (torch.from_numpy(np.asarray(values[k], np.int64)) for k in ("train_y", "test_y"))
+    if train_x.shape[1:] != test_x.shape[1:] or len(train_x) != len(train_y) or len(test_x) != len(test_y):
+        raise ValueError(f"{path}: train/test shapes disagree ({tuple(train_x.shape)}, {tuple(train_y.shape)}, "
+                         f"{tuple(test_x.shape)}, {tuple(test_y.shape)})")
+    for name, y in (("train_y", train_y), ("test_y", test_y)):
+        if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+            raise ValueError(f"{path}: {name} has labels outside [0, {num_classes})")
+    ids = torch.from_numpy(np.asarray(values.get("train_ids", np.arange(len(train_x))), np.int64))
+    data = ClientData(train_x, train_y, test_x, test_y, ids, num_classes)
+    return data, DeviceDataset(tuple(train_x.shape[1:]), num_classes)
+
+
+class ClientRuntime:
+    """One device's client process."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        self.settings = settings
+        self.cid = settings.client_id
+        self.topics = Topics(settings.run)
+        will = encode_frames(wire.status_payload(self.cid, wire.OFFLINE), settings.chunk_size)[0]
+        self.endpoint = MqttEndpoint(settings.broker, self.topics, f"edgefd-{settings.run}-{self.cid}",
+                                     chunk_size=settings.chunk_size, max_message_bytes=settings.max_message_bytes,
+                                     will=(self.topics.status(self.cid), will))
+        self.endpoint.subscribe(f"{self.topics.root}/down/{self.cid}/+")
+        self.endpoint.on_connect_hooks.append(self._announce)
+        self.config: SimulationConfig | None = None
+        self.role: ClientRole | None = None
+        self.last_round = 0
+        self.replies: dict[tuple[str, int], Payload] = {}
+        self.stopping = threading.Event()
+        self._backlog: list[Incoming] = []
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        folder = self.settings.state_dir
+        return None if folder is None else Path(folder) / f"{self.settings.run}-{self.cid}.ckpt"
+
+    def run(self) -> int:
+        """Serve until the server says stop (0) or SIGTERM/SIGINT (0)."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                signal.signal(sig, lambda *_: self.stopping.set())
+            except ValueError:  # not the main thread (tests)
+                pass
+        self.endpoint.start()
+        try:
+            while not self.stopping.is_set():
+                try:
+                    msg = self.endpoint.inbox.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                self._handle(msg)
+        finally:
+            self._say(wire.OFFLINE)
+            self.endpoint.stop()
+        log.info("%s: stopped", self.cid)
+        return 0
+
+    # ------------------------------------------------------------------ messages
+    def _handle(self, msg: Incoming) -> None:
+        topic = self.topics.down(self.cid, msg.verb) if msg.direction == "down" else f"{msg.direction}/{msg.client_id}"
+        if msg.direction != "down" or msg.client_id != self.cid:
+            self.endpoint.reject("not-mine", topic, "a message on another client's topic")
+            return
+        if msg.payload.sender != wire.SERVER:
+            self.endpoint.reject("sender-mismatch", topic, f"sender {msg.payload.sender!r} on the server's topic")
+            return
+        if msg.verb == "config":
+            self._configure(msg.payload)
+            for pending in self._backlog:
+                self._handle(pending)
+            self._backlog.clear()
+            return
+        if msg.verb == "stop":
+            log.info("%s: the server ended the run", self.cid)
+            self.stopping.set()
+            return
+        if self.role is None:
+            self._backlog.append(msg)
+            return
+        round = msg.payload.round
+        if msg.verb == "hello":
+            self._answer("hello", 0, lambda: self.role.hello(), round)
+        elif msg.verb == "train":
+            log.info("%s: train %d requested", self.cid, round)
+            if ("train", round) not in self.replies and round <= self.last_round:
+                log.warning("%s: train request for round %d, already past round %d; ignored", self.cid, round,
+                            self.last_round)
+                return
+            self._answer("train", round, lambda: self.role.train_round(round, wire.unwrap(msg.payload)), round)
+        elif msg.verb == "eval":
+            self._answer("eval", round, lambda: wire.metrics_payload(
+                self.cid, round, self.role.evaluate(wire.unwrap(msg.payload))), round)
+
+    def _answer(self, verb: str, key_round: int, compute, round: int) -> None:
+        """Send the cached answer to a repeated request, or compute, checkpoint and send a new one."""
+        key = (verb, key_round)
+        payload = self.replies.get(key)
+        if payload is None:
+            payload = wire.or_empty(compute(), self.cid, round)
+            if verb == "train":
+                self.replies = {k: v for k, v in self.replies.items() if k[0] == "hello"}
+                self.last_round = round
+            self.replies[key] = payload
+            if verb != "eval":
+                self._save()
+            log.info("%s: %s %d answered (%d bytes)", self.cid, verb, round, payload.nbytes)
+        else:
+            log.info("%s: %s %d answered again from cache", self.cid, verb, round)
+        self.endpoint.publish(self.topics.up(self.cid, verb), payload)
+
+    def _configure(self, payload: Payload) -> None:
+        values = wire.config_from_payload(payload)
+        config = SimulationConfig(**values)
+        if self.config is not None:
+            if asdict(config) != asdict(self.config):
+                log.warning("%s: the server sent another config; keeping the one this run started with", self.cid)
+            return
+        if self.cid not in _client_ids(config):
+            raise ValueError(f"client id {self.cid!r} is not in run {self.settings.run!r} "
+                             f"({', '.join(_client_ids(config)[:3])}, ...)")
+        dataset = data = None
+        if self.settings.data_dir is not None:
+            data, dataset = load_device_data(self.settings.data_dir)
+        pieces = prepare(config, dataset)
+        index = pieces.client_ids.index(self.cid)
+        role = build_client(config, pieces, index, data)
+        self.config = config
+        self.role = role
+        self._restore()
+        self._say(wire.ONLINE)
+        log.info("%s: %s on %s, model %s, %d training samples, from round %d", self.cid, config.algo,
+                 config.dataset, pieces.model_names[index], len(role.data.train_y), self.last_round + 1)
+
+    # ------------------------------------------------------------------ status and checkpoints
+    def _announce(self) -> None:
+        """On every connection: "online" once the role is built (a client still loading its data
+        and torch is not yet available; the server does not count it)."""
+        if self.role is not None:
+            self._say(wire.ONLINE)
+
+    def _say(self, state: str) -> None:
+        self.endpoint.publish(self.topics.status(self.cid), wire.status_payload(self.cid, state, self.last_round),
+                              retain=True)
+
+    def _save(self) -> None:
+        if self.checkpoint_path is None:
+            return
+        state = {"config": asdict(self.config), "role": self.role, "last_round": self.last_round,
+                 "replies": self.replies}
+        checkpoint.save(self.checkpoint_path, state, {"data": self.role.context.data})
+
+    def _restore(self) -> None:
+        path = self.checkpoint_path
+        if path is None or not path.exists():
+            return
+        state = checkpoint.load(path, {"data": self.role.context.data})
+        if state["config"] != asdict(self.config):
+            log.warning("%s: checkpoint %s is from another config; starting afresh", self.cid, path)
+            return
+        self.role = state["role"]
+        self.last_round = state["last_round"]
+        self.replies = state["replies"]
+        log.info("%s: resumed from its checkpoint after round %d", self.cid, self.last_round)
+
+
+def _client_ids(config: SimulationConfig) -> list[str]:
+    from edgefd.simulate import client_ids_of
+
+    return client_ids_of(config.clients)
+

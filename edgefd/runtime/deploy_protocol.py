@@ -1,0 +1,60 @@
+"""The deployment's own messages, beside the method's payloads: run config, requests, status.
+
+The server drives a deployed run by *requests*: on `down/<client>/<verb>` it sends the method's
+payload for that client (hello: nothing; train: the downlink; eval: the evaluation state), or an
+"empty" payload when the method has none, always stamped with the round. The client answers on
+`up/<client>/<verb>` with the method's payload or "empty", and "metrics" for eval. Requests may be
+repeated (after a reconnection or a restart): both sides handle repeats idempotently.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from edgefd.protocol import Payload
+
+SERVER = "server"
+EMPTY = "empty"
+CONFIG = "config"
+STATUS = "status"
+METRICS = "metrics"
+STOP = "stop"
+ONLINE = "online"
+OFFLINE = "offline"
+
+
+def empty(sender: str, round: int) -> Payload:
+    """Stands for a method's None: the other side gets None."""
+    return Payload(EMPTY, sender, round)
+
+
+def or_empty(payload: Payload | None, sender: str, round: int) -> Payload:
+    return empty(sender, round) if payload is None else payload
+
+
+def unwrap(payload: Payload) -> Payload | None:
+    return None if payload.kind == EMPTY else payload
+
+
+def config_payload(config: Any, round: int = -1) -> Payload:
+    """The run's resolved config (a SimulationConfig), as JSON: every client builds from it."""
+    return Payload(CONFIG, SERVER, round, scalars={"json": json.dumps(asdict(config), sort_keys=True)})
+
+
+def config_from_payload(payload: Payload) -> dict[str, Any]:
+    if payload.kind != CONFIG or not isinstance(payload.scalars.get("json"), str):
+        raise ValueError(f"expected a config payload, got kind {payload.kind!r}")
+    values = json.loads(payload.scalars["json"])
+    if not isinstance(values, dict):
+        raise ValueError("config payload: the JSON is not an object")
+    return values
+
+
+def status_payload(client_id: str, state: str, last_round: int = -1) -> Payload:
+    return Payload(STATUS, client_id, -1, scalars={"state": state, "last_round": last_round})
+
+
+def metrics_payload(client_id: str, round: int, metrics: dict[str, float]) -> Payload:
+    return Payload(METRICS, client_id, round, scalars={k: float(v) for k, v in metrics.items()})

@@ -1,0 +1,310 @@
+"""Payloads over MQTT: topics, chunked QoS-1 publishing, reassembly, validation and counting.
+
+Every message on a run's topics is one encoded :class:`~edgefd.protocol.Payload` cut into chunk
+frames (:func:`edgefd.protocol.split`; a small payload is one frame). Topics, per run and client:
+
+    edgefd/<run>/down/<client>/<verb>   server -> client   (verbs: config, hello, train, eval, stop)
+    edgefd/<run>/up/<client>/<verb>     client -> server   (verbs: hello, train, eval)
+    edgefd/<run>/status/<client>        client -> server   retained "status" payload: online/offline
+                                                          (offline is the connection's last will)
+
+The broker's ACL (server/mosquitto/acl) lets a client write only `up/<its id>/#` and
+`status/<its id>` and read only `down/<its id>/#`. A receiver here never trusts a frame: it is
+reassembled per topic (duplicates and any order are fine), decoded with size limits, and anything
+that fails is rejected, logged and counted in :attr:`WireStats.rejected`; nothing a stranger sends
+can raise into the caller. The method code never sees any of this.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import ssl
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import paho.mqtt.client as mqtt
+
+from edgefd.protocol import Payload, ProtocolError, Reassembler, decode, encode, split
+
+log = logging.getLogger(__name__)
+
+PREFIX = "edgefd"
+DOWN_VERBS = ("config", "hello", "train", "eval", "stop")
+UP_VERBS = ("hello", "train", "eval")
+QOS = 1
+DEFAULT_CHUNK_SIZE = 256 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def check_name(what: str, name: str) -> str:
+    """Run names and client ids become topic levels: no '/', '+', '#', not empty."""
+    if not name or any(c in name for c in "/+#") or any(ord(c) < 0x20 for c in name):
+        raise ValueError(f"{what} {name!r}: must be non-empty without '/', '+', '#' or control characters")
+    return name
+
+
+@dataclass(frozen=True)
+class Topics:
+    """The topic names of one run."""
+
+    run: str
+
+    def __post_init__(self) -> None:
+        check_name("run name", self.run)
+
+    @property
+    def root(self) -> str:
+        return f"{PREFIX}/{self.run}"
+
+    def down(self, client_id: str, verb: str) -> str:
+        return f"{self.root}/down/{client_id}/{verb}"
+
+    def up(self, client_id: str, verb: str) -> str:
+        return f"{self.root}/up/{client_id}/{verb}"
+
+    def status(self, client_id: str) -> str:
+        return f"{self.root}/status/{client_id}"
+
+    def parse(self, topic: str) -> tuple[str, str, str]:
+        """(direction, client id, verb) of one of this run's topics; verb is "" for status.
+        Raises ValueError for anything else."""
+        parts = topic.split("/")
+        if len(parts) < 4 or "/".join(parts[:2]) != self.root:
+            raise ValueError(f"topic {topic!r} is not under {self.root}/")
+        direction, client_id, rest = parts[2], parts[3], parts[4:]
+        if direction == "status" and not rest:
+            return direction, client_id, ""
+        verbs = {"down": DOWN_VERBS, "up": UP_VERBS}.get(direction)
+        if verbs is None or len(rest) != 1 or rest[0] not in verbs:
+            raise ValueError(f"topic {topic!r}: unknown direction or verb")
+        return direction, client_id, rest[0]
+
+
+@dataclass
+class BrokerSettings:
+    """How to reach the broker. `url` is mqtt://HOST:PORT or mqtts://HOST:PORT (TLS)."""
+
+    url: str = "mqtt://127.0.0.1:1883"
+    username: str | None = None
+    password: str | None = None
+    ca_cert: str | None = None
+    """CA certificate that signed the broker's (TLS); None: the system's CAs."""
+    client_cert: str | None = None
+    client_key: str | None = None
+    tls_insecure: bool = False
+    """Skip the check that the broker's certificate names its host (test CAs only)."""
+    keepalive: int = 10
+    """Seconds between pings: the broker publishes a client's last will ~1.5x this after it dies."""
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
+            raise ValueError(f"broker {self.url!r}: expected mqtt://HOST:PORT or mqtts://HOST:PORT")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"broker {self.url!r}: the port is not a number") from None
+        self.host = parts.hostname
+        self.tls = parts.scheme == "mqtts"
+        self.port = port or (8883 if self.tls else 1883)
+
+
+@dataclass
+class Incoming:
+    """One reassembled, decoded message."""
+
+    direction: str
+    client_id: str
+    verb: str
+    payload: Payload
+    nbytes: int
+    """Length of the encoded payload (the codec's count, as in a simulation)."""
+    received_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class WireStats:
+    """What crossed the wire at this endpoint, in MQTT payload bytes (chunk headers included)."""
+
+    sent_bytes: Counter = field(default_factory=Counter)
+    """Per "direction/verb" key, bytes of the frames published."""
+    sent_frames: Counter = field(default_factory=Counter)
+    sent_messages: Counter = field(default_factory=Counter)
+    received_bytes: Counter = field(default_factory=Counter)
+    """Per "direction/verb" key, bytes of the frames accepted (rejected frames are not in it)."""
+    received_frames: Counter = field(default_factory=Counter)
+    received_messages: Counter = field(default_factory=Counter)
+    rejected: Counter = field(default_factory=Counter)
+    """Per reason (the ProtocolError class name, or the runtime's reason), frames or messages refused."""
+    rejected_bytes: int = 0
+    duplicates: int = 0
+    """Frames ignored as repeats of frames already taken (QoS 1 redelivery)."""
+    connects: int = 0
+
+    def snapshot(self) -> dict:
+        return {
+            "sent_bytes": dict(self.sent_bytes), "sent_frames": dict(self.sent_frames),
+            "sent_messages": dict(self.sent_messages), "received_bytes": dict(self.received_bytes),
+            "received_frames": dict(self.received_frames), "received_messages": dict(self.received_messages),
+            "rejected": dict(self.rejected), "rejected_bytes": self.rejected_bytes,
+            "duplicates": self.duplicates, "connects": self.connects,
+        }
+
+
+def encode_frames(payload: Payload, chunk_size: int) -> list[bytes]:
+    """The frames that carry `payload` (what :meth:`MqttEndpoint.publish` sends)."""
+    return split(encode(payload), chunk_size)
+
+
+class MqttEndpoint:
+    """One paho client that sends payloads and queues the decoded payloads it receives.
+
+    It reconnects by itself (paho's loop thread); `subscriptions` are renewed on every connect and
+    `on_connect` hooks run after that, so a runtime can re-announce itself after a broker restart.
+    Received messages go to :attr:`inbox` (a thread-safe queue) for the runtime's own thread.
+    """
+
+    def __init__(self, settings: BrokerSettings, topics: Topics, client_id: str, *,
+                 chunk_size: int = DEFAULT_CHUNK_SIZE, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 will: tuple[str, bytes] | None = None, reassembly_timeout: float = 120.0) -> None:
+        self.settings = settings
+        self.topics = topics
+        self.chunk_size = chunk_size
+        self.max_message_bytes = max_message_bytes
+        self.reassembly_timeout = reassembly_timeout
+        self.inbox: queue.Queue[Incoming] = queue.Queue()
+        self.stats = WireStats()
+        self.connected = threading.Event()
+        self.subscriptions: list[str] = []
+        self.on_connect_hooks: list = []
+        self._reassemblers: dict[str, Reassembler] = {}
+        self._lock = threading.Lock()
+        self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True,
+                                   protocol=mqtt.MQTTv311)
+        if settings.username is not None:
+            self._client.username_pw_set(settings.username, settings.password)
+        if settings.tls:
+            self._client.tls_set(ca_certs=settings.ca_cert, certfile=settings.client_cert,
+                                 keyfile=settings.client_key, cert_reqs=ssl.CERT_REQUIRED)
+            self._client.tls_insecure_set(settings.tls_insecure)
+        if will is not None:
+            self._client.will_set(will[0], will[1], qos=QOS, retain=True)
+        self._client.reconnect_delay_set(min_delay=0.2, max_delay=2.0)
+        self._client.max_inflight_messages_set(64)
+        self._client.on_connect = self._on_connect
+        self._client.on_disconnect = self._on_disconnect
+        self._client.on_message = self._on_message
+
+    # ------------------------------------------------------------------ connection
+    def start(self, wait: float | None = None) -> None:
+        """Connect in the background (retrying until the broker answers); `wait`: block until
+        connected or raise ConnectionError after that many seconds."""
+        self._client.connect_async(self.settings.host, self.settings.port, keepalive=self.settings.keepalive)
+        self._client.loop_start()
+        if wait is not None and not self.connected.wait(wait):
+            self.stop()
+            raise ConnectionError(f"no connection to {self.settings.url} within {wait:.0f} s")
+
+    def stop(self) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            log.error("broker %s refused the connection: %s", self.settings.url, reason_code)
+            return
+        self.stats.connects += 1
+        for topic in self.subscriptions:
+            client.subscribe(topic, qos=QOS)
+        self.connected.set()
+        log.info("connected to %s (connection %d)", self.settings.url, self.stats.connects)
+        for hook in self.on_connect_hooks:
+            try:
+                hook()
+            except Exception:  # a hook's bug must not kill paho's thread
+                log.exception("on-connect hook failed")
+
+    def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
+        self.connected.clear()
+        if reason_code != 0:
+            log.warning("lost the broker (%s); reconnecting", reason_code)
+
+    # ------------------------------------------------------------------ sending
+    def publish(self, topic: str, payload: Payload, *, retain: bool = False) -> int:
+        """Encode, chunk and publish at QoS 1; returns the bytes of the frames (what the wire
+        carries). While disconnected, paho keeps the frames and sends them on reconnection."""
+        frames = encode_frames(payload, self.chunk_size)
+        if retain and len(frames) > 1:
+            raise ValueError(f"a retained message must be one frame; {topic} needs {len(frames)}")
+        for frame in frames:
+            self._client.publish(topic, frame, qos=QOS, retain=retain)
+        key = self._key(topic)
+        nbytes = sum(len(f) for f in frames)
+        with self._lock:
+            self.stats.sent_bytes[key] += nbytes
+            self.stats.sent_frames[key] += len(frames)
+            self.stats.sent_messages[key] += 1
+        log.debug("sent %s: %d bytes in %d frame(s)", topic, nbytes, len(frames))
+        return nbytes
+
+    def clear_retained(self, topic: str) -> None:
+        self._client.publish(topic, b"", qos=QOS, retain=True)
+
+    def _key(self, topic: str) -> str:
+        try:
+            direction, _, verb = self.topics.parse(topic)
+        except ValueError:
+            return "other"
+        return f"{direction}/{verb}" if verb else direction
+
+    # ------------------------------------------------------------------ receiving
+    def reject(self, reason: str, topic: str, detail: str, nbytes: int = 0) -> None:
+        """Count and log a refused frame or message (also used by the runtimes for their checks)."""
+        with self._lock:
+            self.stats.rejected[reason] += 1
+            self.stats.rejected_bytes += nbytes
+        log.warning("rejected a message on %s: %s: %s", topic, reason, detail)
+
+    def _on_message(self, client, userdata, message) -> None:
+        topic, data = message.topic, bytes(message.payload)
+        if not data:
+            return  # a cleared retained message
+        try:
+            direction, client_id, verb = self.topics.parse(topic)
+        except ValueError as error:
+            self.reject("topic", topic, str(error), len(data))
+            return
+        reassembler = self._reassemblers.get(topic)
+        if reassembler is None:
+            reassembler = self._reassemblers[topic] = Reassembler(
+                max_messages=16, max_total_bytes=self.max_message_bytes,
+                max_message_bytes=self.max_message_bytes, timeout=self.reassembly_timeout)
+        duplicates = reassembler.stats.duplicates
+        try:
+            whole = reassembler.feed(data)
+            payload = None if whole is None else decode(whole, max_bytes=self.max_message_bytes)
+        except ProtocolError as error:
+            self.reject(type(error).__name__, topic, str(error), len(data))
+            return
+        key = f"{direction}/{verb}" if verb else direction
+        with self._lock:
+            if reassembler.stats.duplicates > duplicates:
+                self.stats.duplicates += 1
+                return
+            self.stats.received_bytes[key] += len(data)
+            self.stats.received_frames[key] += 1
+            if payload is not None:
+                self.stats.received_messages[key] += 1
+        if payload is not None:
+            log.debug("received %s: %d bytes", topic, len(whole))
+            self.inbox.put(Incoming(direction, client_id, verb, payload, len(whole)))
+
+    def subscribe(self, topic_filter: str) -> None:
+        """Subscribe now (if connected) and after every reconnection."""
+        self.subscriptions.append(topic_filter)
+        if self.connected.is_set():
+            self._client.subscribe(topic_filter, qos=QOS)

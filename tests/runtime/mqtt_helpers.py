@@ -1,0 +1,68 @@
+"""Helpers of the MQTT integration tests: edgefd processes, results files, waiting."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from edgefd.runtime.broker import mosquitto_path
+
+needs_mosquitto = pytest.mark.skipif(mosquitto_path() is None, reason="mosquitto not installed (scripts/install.sh)")
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def flags(config: dict) -> list[str]:
+    return [item for key, value in config.items() for item in ("--" + key.replace("_", "-"), str(value))]
+
+
+def edgefd(*args, log: Path) -> subprocess.Popen:
+    handle = open(log, "ab")
+    return subprocess.Popen([sys.executable, "-m", "edgefd.cli", *map(str, args)], stdout=handle,
+                            stderr=subprocess.STDOUT, env=ENV)
+
+
+def server(broker, run_name, config, out, *extra, log):
+    return edgefd("server", "--broker", broker.url, "--run", run_name, *flags(config), "--out", out, "--quiet",
+                  "--keepalive", 2, *extra, log=log)
+
+
+def client(broker, run_name, cid, state, log, *extra):
+    return edgefd("client", "--broker", broker.url, "--run", run_name, "--client-id", cid, "--state-dir", state,
+                  "--keepalive", 2, *extra, log=log)
+
+
+def lines_of(out: Path) -> list[dict]:
+    path = out / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_for(condition, timeout: float, what: str, processes=()):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        for process in processes:
+            assert process.poll() in (None, 0), f"a process exited with {process.returncode} while waiting for {what}"
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def finish(processes, timeout=120):
+    try:
+        for process in processes:
+            process.wait(timeout=timeout)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def comparable(line: dict) -> dict:
+    keys = ("round", "accuracy", "accuracy_std", "client_accuracy", "bytes_up", "bytes_down", "selected", "late")
+    return {k: line[k] for k in keys}

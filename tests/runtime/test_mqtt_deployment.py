@@ -1,0 +1,91 @@
+"""Deployment over a real Mosquitto broker, with server and clients as separate processes.
+
+Each test is a whole small run (digits, tiny CNN, 2-3 clients, 2-3 rounds); most of its time is
+the processes importing torch.
+"""
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for
+
+from edgefd.protocol import Payload, encode, split
+from edgefd.runtime.broker import start_broker
+from edgefd.runtime.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
+from edgefd.simulate import SimulationConfig, run
+
+pytestmark = needs_mosquitto
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with start_broker(workdir=tmp_path / "broker") as running:
+        yield running
+
+
+def server_is_up(broker, run_name) -> MqttEndpoint:
+    """A stranger that has seen the server's retained config (so the server is connected)."""
+    topics = Topics(run_name)
+    stranger = MqttEndpoint(BrokerSettings(broker.url), topics, "stranger")
+    stranger.subscribe(topics.down("client-0", "config"))
+    stranger.start(wait=10)
+    return stranger
+
+
+GARBAGE_REASONS = {"MagicError", "TruncatedError", "VersionError", "OversizedError", "NonFiniteError",
+                   "sender-mismatch", "ChecksumError"}
+
+
+def publish_garbage(broker, run_name, raw, work: Path) -> None:
+    """Random bytes (with mosquitto_pub), a truncated frame, a wrong-version payload, an oversized
+    payload, NaN knowledge, a bit flip, and a valid payload whose sender is not its topic's client."""
+    topics = Topics(run_name)
+    up = topics.up("client-0", "train")
+    blob = work / "random.bin"
+    blob.write_bytes(np.random.default_rng(1).bytes(500))
+    subprocess.run(["mosquitto_pub", "-h", broker.host, "-p", str(broker.port), "-q", "1", "-t", up, "-f", str(blob)],
+                   check=True, timeout=10)
+    good = encode(Payload("knowledge", "client-0", 1, {"logits": np.ones((10, 10), np.float32)}))
+    wrong_version = bytearray(good)
+    wrong_version[4:6] = (99).to_bytes(2, "little")
+    flipped = bytearray(split(good, 4096)[0])
+    flipped[-1] ^= 0xFF
+    nan = encode(Payload("knowledge", "client-0", 1, {"logits": np.full((10, 10), np.nan, np.float32)}))
+    frames = [split(good, 4096)[0][:40], split(bytes(wrong_version), 4096)[0], bytes(flipped),
+              split(np.zeros(300_000, np.uint8).tobytes(), 100_000)[0], split(nan, 4096)[0],
+              split(encode(Payload("knowledge", "client-1", 1, {"logits": np.ones((10, 10), np.float32)})), 4096)[0]]
+    for frame in frames:
+        raw.publish(up, frame, qos=1).wait_for_publish(5)
+
+
+def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
+    """Same seed, same selection, same data, same accuracy and codec bytes, round for round, while
+    a stranger publishes garbage that the server rejects and counts."""
+    config = dict(algo="fd", dataset="digits", clients=3, rounds=2, seed=5, threads=1, participation=0.6)
+    simulated = tmp_path / "sim"
+    run(SimulationConfig(**config, out=str(simulated)), progress=False)
+    deployed = tmp_path / "deploy"
+    process = edgefd("deploy-local", "--broker", broker.url, "--run", "eq", *flags(config), "--out", deployed,
+                     "--quiet", "--round-timeout", 60, "--max-message-bytes", 200_000, log=tmp_path / "deploy.log")
+    stranger = server_is_up(broker, "eq")
+    try:
+        wait_for(lambda: not stranger.inbox.empty(), 120, "the server's config", [process])
+        publish_garbage(broker, "eq", stranger._client, tmp_path)
+    finally:
+        stranger.stop()
+    finish([process], timeout=240)
+    assert process.returncode == 0, (tmp_path / "deploy.log").read_text()[-3000:]
+
+    sim_lines, dep_lines = lines_of(simulated), lines_of(deployed)
+    assert [comparable(line) for line in dep_lines] == [comparable(line) for line in sim_lines]
+    assert any(len(line["selected"]) == 2 for line in dep_lines[1:])  # participation < 1 was exercised
+    summary = json.loads((deployed / "summary.json").read_text())
+    rejected = summary["deployment"]["rejected"]
+    assert GARBAGE_REASONS <= set(rejected), rejected
+    assert all(line["wire"]["up"] > line["bytes_up"] for line in dep_lines)
+    assert (deployed / "curves.png").stat().st_size > 1000
+    assert set(summary["deployment"]["clients"]) == {"client-0", "client-1", "client-2"}
+

@@ -1,0 +1,107 @@
+"""Faults a deployment survives, each on a real Mosquitto with server and clients as processes:
+a client SIGKILLed mid-round, the broker restarted mid-run, the server SIGKILLed and resumed."""
+
+import json
+import signal
+
+import pytest
+from mqtt_helpers import client, comparable, finish, lines_of, needs_mosquitto, server, wait_for
+
+from edgefd.runtime.broker import start_broker
+from edgefd.simulate import SimulationConfig, run
+
+pytestmark = needs_mosquitto
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with start_broker(workdir=tmp_path / "broker") as running:
+        yield running
+
+
+FAULT_RUN = dict(algo="fd", dataset="digits", clients=2, rounds=3, seed=2, threads=1)
+
+
+def start_run(broker, tmp_path, run_name, config, *server_flags, clients=None):
+    out = tmp_path / "out"
+    processes = {"server": server(broker, run_name, config, out, *server_flags, log=tmp_path / "server.log")}
+    for i in range(config["clients"]) if clients is None else clients:
+        cid = f"client-{i}"
+        processes[cid] = client(broker, run_name, cid, tmp_path / "state", tmp_path / f"{cid}.log")
+    return out, processes
+
+
+def logs(tmp_path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(tmp_path.glob("*.log")))
+
+
+def simulated_lines(tmp_path, config):
+    run(SimulationConfig(**config, out=str(tmp_path / "sim")), progress=False)
+    return [comparable(line) for line in lines_of(tmp_path / "sim")]
+
+
+def test_killed_client_misses_its_deadline_then_rejoins(tmp_path, broker):
+    """client-2 is SIGKILLed while it trains round 1: round 1 closes at its deadline with the other
+    two. With --min-clients 3 the next round waits until client-2, restarted from its checkpoint, is back."""
+    config = dict(FAULT_RUN, clients=3, epochs=3)
+    out, processes = start_run(broker, tmp_path, "kill", config, "--round-timeout", 8, "--eval-timeout", 8,
+                               "--min-clients", 3)
+    try:
+        first_log = tmp_path / "client-2.log"
+        wait_for(lambda: "train 1 requested" in first_log.read_text(), 180, "round 1", processes.values())
+        processes["client-2"].send_signal(signal.SIGKILL)
+        processes["client-2"].wait()
+        wait_for(lambda: len(lines_of(out)) >= 2, 60, "round 1", [processes["server"]])
+        processes["client-2"] = client(broker, "kill", "client-2", tmp_path / "state", tmp_path / "client-2b.log")
+        finish(processes.values(), timeout=180)
+    finally:
+        finish(processes.values(), timeout=1)
+    assert all(p.returncode == 0 for p in processes.values()), logs(tmp_path)
+    lines = lines_of(out)
+    assert [line["round"] for line in lines] == [0, 1, 2, 3]
+    assert lines[1]["late"] == ["client-2"] and "client-2" not in lines[1]["client_accuracy"]
+    assert lines[1]["seconds"] >= 8  # it waited for its deadline
+    assert lines[3]["late"] == [] and set(lines[3]["client_accuracy"]) == {"client-0", "client-1", "client-2"}
+    stats = json.loads((out / "summary.json").read_text())["deployment"]["clients"]["client-2"]
+    assert stats["missed"] >= 1 and stats["on_time"] >= 1 and stats["disconnects"] >= 1 and stats["connects"] >= 2
+    assert "resumed from its checkpoint after round 0" in (tmp_path / "client-2b.log").read_text()
+    assert "waiting for 3 client(s) online" in (tmp_path / "server.log").read_text()
+
+
+def test_broker_restart_mid_run(tmp_path, broker):
+    """The broker goes down for a second after round 1; everyone reconnects, the run completes with
+    every uplink, and its results are the simulation's."""
+    expected = simulated_lines(tmp_path, FAULT_RUN)
+    out, processes = start_run(broker, tmp_path, "restart", FAULT_RUN, "--round-timeout", 60)
+    try:
+        wait_for(lambda: len(lines_of(out)) >= 2, 180, "round 1", processes.values())
+        broker.restart(down_seconds=1.0)
+        finish(processes.values(), timeout=180)
+    finally:
+        finish(processes.values(), timeout=1)
+    assert all(p.returncode == 0 for p in processes.values()), logs(tmp_path)
+    assert [comparable(line) for line in lines_of(out)] == expected
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["deployment"]["wire"]["connects"] >= 2
+
+
+def test_server_killed_and_resumed(tmp_path, broker):
+    """The server is SIGKILLed after round 1; `edgefd server --resume` continues from its checkpoint:
+    every round appears once and the results are the simulation's (no round lost or trained twice)."""
+    expected = simulated_lines(tmp_path, FAULT_RUN)
+    out, processes = start_run(broker, tmp_path, "resume", FAULT_RUN, "--round-timeout", 60)
+    try:
+        wait_for(lambda: len(lines_of(out)) >= 2, 180, "round 1", processes.values())
+        processes["server"].send_signal(signal.SIGKILL)
+        processes["server"].wait()
+        processes["server"] = server(broker, "resume", FAULT_RUN, out, "--round-timeout", 60, "--resume",
+                                     log=tmp_path / "server-resumed.log")
+        finish(processes.values(), timeout=180)
+    finally:
+        finish(processes.values(), timeout=1)
+    assert all(p.returncode == 0 for p in processes.values()), logs(tmp_path)
+    assert [comparable(line) for line in lines_of(out)] == expected
+    resumed = (tmp_path / "server-resumed.log").read_text()
+    assert "resumed from the checkpoint of round" in resumed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["deployment"]["resumed_from_round"] in (1, 2)

@@ -1,0 +1,138 @@
+"""The MQTT transport against a real broker: chunked payloads, duplicates, garbage, topics."""
+
+import queue
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from edgefd.protocol import Payload, encode, split
+from edgefd.runtime.broker import start_broker
+from edgefd.runtime.mqtt_transport import BrokerSettings, MqttEndpoint, Topics, encode_frames
+
+RUN = "t"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with start_broker(workdir=tmp_path_factory.mktemp("broker")) as running:
+        yield running
+
+
+def endpoint(broker, name, chunk_size=1024):
+    point = MqttEndpoint(BrokerSettings(broker.url), Topics(RUN), name, chunk_size=chunk_size)
+    return point
+
+
+def receive(point, timeout=5.0):
+    return point.inbox.get(timeout=timeout)
+
+
+def test_topics_parse_and_refuse():
+    topics = Topics("run-1")
+    assert topics.parse(topics.up("client-0", "train")) == ("up", "client-0", "train")
+    assert topics.parse(topics.status("client-0")) == ("status", "client-0", "")
+    for bad in ("edgefd/other/up/c/train", "edgefd/run-1/up/c/steal", "edgefd/run-1/sideways/c/train", "x"):
+        with pytest.raises(ValueError):
+            topics.parse(bad)
+    with pytest.raises(ValueError):
+        Topics("a/b")
+    with pytest.raises(ValueError, match="mqtt://HOST:PORT"):
+        BrokerSettings("http://localhost:1")
+
+
+def test_large_payload_is_chunked_and_counted(broker):
+    server, client = endpoint(broker, "server"), endpoint(broker, "client-0")
+    server.subscribe(Topics(RUN).up("+", "train"))
+    server.start(wait=5)
+    client.start(wait=5)
+    try:
+        time.sleep(0.2)
+        big = Payload("weights", "client-0", 1, {"w": np.arange(3000, dtype=np.float32)})
+        sent = client.publish(Topics(RUN).up("client-0", "train"), big)
+        got = receive(server)
+        assert got.payload.same_as(big) and (got.client_id, got.verb) == ("client-0", "train")
+        assert got.nbytes == len(encode(big))
+        frames = encode_frames(big, 1024)
+        assert len(frames) > 10 and sent == sum(map(len, frames))
+        deadline = time.monotonic() + 2
+        while server.stats.received_bytes["up/train"] < sent and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.stats.received_bytes["up/train"] == sent
+        assert client.stats.sent_messages["up/train"] == 1 and client.stats.sent_frames["up/train"] == len(frames)
+    finally:
+        client.stop()
+        server.stop()
+
+
+def test_duplicates_out_of_order_and_garbage_are_handled(broker):
+    """Frames published raw (as a stranger would): shuffled and repeated frames give one message;
+    random bytes, truncated frames and NaN knowledge are rejected and counted, never raised."""
+    server, stranger = endpoint(broker, "server"), endpoint(broker, "stranger")
+    topic = Topics(RUN).up("client-1", "train")
+    server.subscribe(f"edgefd/{RUN}/up/#")
+    server.start(wait=5)
+    stranger.start(wait=5)
+    raw = stranger._client
+    try:
+        time.sleep(0.2)
+        payload = Payload("knowledge", "client-1", 2, {"z": np.ones((50, 10), np.float32)})
+        frames = split(encode(payload), 400)
+        order = list(reversed(frames)) + frames[:3]
+        for frame in order:
+            raw.publish(topic, frame, qos=1).wait_for_publish(2)
+        assert receive(server).payload.same_as(payload)
+        nan = Payload("knowledge", "client-1", 2, {"z": np.full((2, 2), np.nan, np.float32)})
+        garbage = [np.random.default_rng(0).bytes(300), split(encode(payload), 400)[0][:30],
+                   split(encode(nan), 4000)[0], b"EFC1" + b"\x00" * 60]
+        for blob in garbage:
+            raw.publish(topic, blob, qos=1).wait_for_publish(2)
+        raw.publish("edgefd/t/up/client-1/unknown-verb", b"x", qos=1).wait_for_publish(2)
+        deadline = time.monotonic() + 3
+        while sum(server.stats.rejected.values()) < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sum(server.stats.rejected.values()) == 5
+        assert server.stats.rejected["NonFiniteError"] == 1 and server.stats.rejected["topic"] == 1
+        assert server.stats.duplicates == 3
+        with pytest.raises(queue.Empty):
+            server.inbox.get(timeout=0.2)
+    finally:
+        stranger.stop()
+        server.stop()
+
+
+@pytest.mark.skipif(shutil.which("mosquitto_pub") is None, reason="mosquitto-clients not installed")
+def test_mosquitto_pub_garbage_is_rejected(broker):
+    server = endpoint(broker, "server")
+    server.subscribe(Topics(RUN).status("+"))
+    server.start(wait=5)
+    try:
+        time.sleep(0.2)
+        subprocess.run(["mosquitto_pub", "-h", broker.host, "-p", str(broker.port), "-q", "1",
+                        "-t", Topics(RUN).status("client-2"), "-m", "offline"], check=True, timeout=10)
+        deadline = time.monotonic() + 3
+        while not server.stats.rejected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.stats.rejected == {"MagicError": 1}
+    finally:
+        server.stop()
+
+
+def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
+    pytest.importorskip("amqtt")
+    with start_broker(kind="amqtt", workdir=tmp_path) as running:
+        assert running.kind == "amqtt"
+        server, client = endpoint(running, "server"), endpoint(running, "client-0")
+        server.subscribe(Topics(RUN).up("+", "hello"))
+        server.start(wait=10)
+        client.start(wait=10)
+        try:
+            time.sleep(0.3)
+            payload = Payload("hello", "client-0", 0, {"h": np.arange(700, dtype=np.int64)})
+            client.publish(Topics(RUN).up("client-0", "hello"), payload)
+            assert receive(server, 10).payload.same_as(payload)
+        finally:
+            client.stop()
+            server.stop()
