@@ -62,6 +62,9 @@ class SimulationConfig:
     samples_per_client: int | None = None
     """iid / dominant: each client gets exactly this many training samples; dirichlet / shards: at
     most this many, a random subset of its share (default: split the whole set)."""
+    test_fraction: float | None = None
+    """Each client's local test split is this fraction of its training size, drawn with the same
+    label mix (default: the whole test set, spread in proportion to the clients' sizes)."""
     models: str = "homo"
     """homo | hetero | NAME,NAME,... (round-robin over clients)."""
     seed: int = 0
@@ -166,7 +169,7 @@ def prepare(config: SimulationConfig) -> RunPieces:
     params = make_params(method.params, config.params)
     dataset = load_dataset(config.dataset, root=config.data_root)
     splits = partition(dataset, config.clients, config.partition, seed=config.seed,
-                       samples_per_client=config.samples_per_client)
+                       samples_per_client=config.samples_per_client, test_fraction=config.test_fraction)
     names = assign_models(config.models, config.clients, input_shape=dataset.input_shape)
     return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients))
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from edgefd import cli
-from edgefd.simulate import SimulationConfig, run
+from edgefd.simulate import SimulationConfig, build, run
 
 QUICK = dict(dataset="digits", clients=4, rounds=2, seed=3)
 
@@ -83,3 +83,11 @@ def test_report_compares_runs(tmp_path, capsys):
     assert "local local" in table and "fd fd" in table
     assert plot.stat().st_size > 1000
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
+
+
+def test_test_fraction_sizes_each_clients_test_split(tmp_path):
+    sim = build(SimulationConfig(dataset="digits", clients=4, partition="iid", models="mlp", test_fraction=0.25,
+                                 out=str(tmp_path)))
+    for client in sim.clients.values():
+        train, test = len(client.data.train_y), len(client.data.test_y)
+        assert abs(test - 0.25 * train) <= 2
