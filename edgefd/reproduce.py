@@ -122,9 +122,10 @@ for _alpha in ("0.5", "3.0"):
 RECIPES["fedcache-fmnist"] = Recipe(
     name="fedcache-fmnist",
     source="specs/fedcache.md §11 settings on Fashion-MNIST (the paper's FMNIST, K = 10, Dirichlet 1.0, ResNet-8), "
-           "scaled: at most 200 training samples per client, batch 16, 10 rounds, pixel hashes",
+           "scaled: at most 200 training samples per client (local test splits of the same size), batch 16, "
+           "10 rounds, pixel hashes",
     base=SimulationConfig(dataset="fmnist", clients=10, partition="dirichlet:1.0", samples_per_client=200,
-                          models="resnet8", rounds=10, batch_size=16, lr=0.01, momentum=0.9, weight_decay=5e-4,
+                          test_fraction=1.0, models="resnet8", rounds=10, batch_size=16, lr=0.01, momentum=0.9, weight_decay=5e-4,
                           threads=1),
     arms=_FEDCACHE_ARMS,
     target_from=["FedCache", "FedAvg"],
@@ -132,8 +133,10 @@ RECIPES["fedcache-fmnist"] = Recipe(
 )
 RECIPES["fedict-fmnist"] = Recipe(
     "fedict-fmnist", "specs/fedict.md §11 settings on Fashion-MNIST (K = 5, Dirichlet 0.5, fedict_c1 clients, "
-                     "server auto), scaled: at most 300 training samples per client, 15 rounds",
-    replace(_FEDICT_BASE, dataset="fmnist", partition="dirichlet:0.5", samples_per_client=300, rounds=15, threads=1),
+                     "server auto), scaled: at most 300 training samples per client (local test splits of the same "
+                     "size), 15 rounds",
+    replace(_FEDICT_BASE, dataset="fmnist", partition="dirichlet:0.5", samples_per_client=300, test_fraction=1.0, rounds=15,
+            threads=1),
     _FEDICT_ARMS, target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1))
 RECIPES["fedict-watch"] = Recipe(
     "fedict-watch", "specs/fedict.md §11 sensor setting on the smartwatch IMU data (stand-in for the paper's "
