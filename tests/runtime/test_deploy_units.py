@@ -1,0 +1,94 @@
+"""Pieces of the deployment that need no broker: selection, client settings, device data, configs."""
+
+import argparse
+
+import numpy as np
+import pytest
+
+from edgefd import deploy_client
+from edgefd.deploy_local import config_to_toml
+from edgefd.runtime import deploy_protocol as wire
+from edgefd.runtime.client_runtime import load_device_data
+from edgefd.runtime.loop import Federation, LoopConfig
+from edgefd.runtime.mqtt_transport import BrokerSettings
+from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
+from edgefd.simulate import SimulationConfig, config_from_args, selection_rng
+
+
+def test_server_selects_like_the_simulation():
+    config = SimulationConfig(clients=7, participation=0.4, seed=3, threads=1, rounds=6)
+    runtime = ServerRuntime(config, DeploymentSettings(run="units"))
+    federation = Federation(None, {f"client-{i}": None for i in range(7)}, None, LoopConfig(participation=0.4),
+                            selection_rng(config))
+    for _ in range(6):
+        expected = federation.select()
+        federation.rng.random(len(expected))  # the straggler draw of run_round
+        got = runtime.select()
+        runtime.rng.random(len(got))
+        assert got == expected and len(got) == 3
+
+
+def test_broker_urls_and_settings_are_checked():
+    settings = BrokerSettings("mqtts://example.org")
+    assert (settings.host, settings.port, settings.tls) == ("example.org", 8883, True)
+    assert BrokerSettings("mqtt://127.0.0.1:1999").port == 1999
+    for bad in ("tcp://x:1", "mqtt://", "mqtt://host:port"):
+        with pytest.raises(ValueError, match="broker"):
+            BrokerSettings(bad)
+    with pytest.raises(ValueError, match="round_timeout"):
+        DeploymentSettings(run="x", round_timeout=0).validate()
+
+
+def test_config_travels_whole():
+    config = SimulationConfig(algo="fedavg", clients=4, precision="int8", params={"beta": 2.0})
+    assert SimulationConfig(**wire.config_from_payload(wire.config_payload(config))) == config
+    with pytest.raises(ValueError, match="config payload"):
+        wire.config_from_payload(wire.empty("server", 1))
+
+
+def test_deploy_local_writes_a_config_that_simulate_reads(tmp_path):
+    config = SimulationConfig(algo="fd", clients=3, rounds=2, partition="dirichlet:0.3", seed=9,
+                              params={"temperature": 3.0, "exclude_self": True})
+    path = tmp_path / "run.toml"
+    path.write_text(config_to_toml(config))
+    back = config_from_args(argparse.Namespace(config=str(path), param=[]))
+    assert back == config
+
+
+def test_client_settings_from_a_toml_file(tmp_path):
+    path = tmp_path / "client.toml"
+    path.write_text('broker = "mqtt://10.0.0.2:1883"\nrun = "demo"\nclient_id = "client-1"\nkeepalive = 30\n')
+    parser = argparse.ArgumentParser()
+    deploy_client.add_arguments(parser)
+    args = deploy_client.resolve(parser.parse_args(["--config", str(path), "--client-id", "client-2"]))
+    assert (args.broker, args.run, args.client_id, args.keepalive) == ("mqtt://10.0.0.2:1883", "demo", "client-2", 30)
+    path.write_text('broker = "mqtt://x:1"\nrun = "demo"\nclient_id = "c"\nbrokr = 1\n')
+    with pytest.raises(ValueError, match="unknown key"):
+        deploy_client.resolve(parser.parse_args(["--config", str(path)]))
+    with pytest.raises(ValueError, match="--run"):
+        deploy_client.resolve(parser.parse_args(["--broker", "mqtt://x:1", "--client-id", "c"]))
+
+
+def test_client_cli_reports_bad_settings(tmp_path, capsys):
+    from edgefd import cli
+
+    assert cli.main(["client", "--broker", "mqtt://x:1", "--run", "a/b", "--client-id", "c"]) == 2
+    assert "run name" in capsys.readouterr().err
+
+
+def test_device_data_folder(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = dict(train_x=rng.random((20, 1, 8, 8), np.float32), train_y=rng.integers(0, 10, 20),
+                  test_x=rng.random((5, 1, 8, 8), np.float32), test_y=rng.integers(0, 10, 5), num_classes=np.array(10))
+    np.savez(tmp_path / "data.npz", **arrays)
+    data, shape = load_device_data(tmp_path)
+    assert shape.input_shape == (1, 8, 8) and shape.num_classes == 10
+    assert data.train_x.shape == (20, 1, 8, 8) and data.train_ids.tolist() == list(range(20))
+    np.savez(tmp_path / "data.npz", **{**arrays, "test_y": np.full(5, 12)})
+    with pytest.raises(ValueError, match="labels outside"):
+        load_device_data(tmp_path)
+    np.savez(tmp_path / "data.npz", **{k: v for k, v in arrays.items() if k != "num_classes"})
+    with pytest.raises(ValueError, match="num_classes"):
+        load_device_data(tmp_path)
+    with pytest.raises(ValueError, match="no data.npz"):
+        load_device_data(tmp_path / "nowhere")
