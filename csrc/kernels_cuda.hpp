@@ -7,7 +7,8 @@
 // KernelError after the launch, which costs one device-to-host copy of a flag.
 //
 // Written for sm_75 and newer (Turing, Ampere, Jetson Orin sm_87, Ada, Hopper). They have been
-// compiled here but never run on a GPU: the machine that wrote them has none.
+// compiled with nvcc and run under a CPU emulation of CUDA (tests/test_kernels_cuda_emulated.py),
+// but never on a GPU: the machine that wrote them has none.
 #pragma once
 
 #include <cstdint>

@@ -6,9 +6,11 @@ stream handle, so it never links libtorch. :mod:`edgefd.kernels` validates the i
 CUDA tensors here when the extension is importable and a GPU is visible; otherwise CUDA tensors
 go to the pure-torch reference, which runs on the GPU too.
 
-Status: the CUDA sources compile for sm_75 and sm_87 (a test builds them with nvcc), but they have
-never been run on a GPU: the machine they were written on has none. The forward and backward of
-each kernel follow the C++ ones line for line; treat them as untested until
+Status: the CUDA sources compile for sm_75 and sm_87 (tests/test_kernels_cuda_build.py builds them
+with nvcc), and their code gives the torch references' values, gradients and errors when run under
+a CPU emulation of CUDA's execution model (tests/test_kernels_cuda_emulated.py), but they have
+never been run on a GPU: the machine they were written on has none. This module's own code (the
+pointer and stream plumbing) has not run at all. Treat both as unverified on hardware until
 ``tests/test_kernels.py``-style comparisons have been run on a CUDA device.
 """
 
