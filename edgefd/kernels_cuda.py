@@ -9,8 +9,10 @@ go to the pure-torch reference, which runs on the GPU too.
 Status: the CUDA sources compile for sm_75 and sm_87 (tests/test_kernels_cuda_build.py builds them
 with nvcc), and their code gives the torch references' values, gradients and errors when run under
 a CPU emulation of CUDA's execution model (tests/test_kernels_cuda_emulated.py), but they have
-never been run on a GPU: the machine they were written on has none. This module's own code (the
-pointer and stream plumbing) has not run at all. Treat both as unverified on hardware until
+never been run on a GPU: the machine they were written on has none. This module's autograd
+functions have run on top of the emulated kernels (the same test, through the public
+``edgefd.kernels`` API); only its device and stream lines (``torch.cuda.device``,
+``current_stream``) have never run. Treat both as unverified on hardware until
 ``tests/test_kernels.py``-style comparisons have been run on a CUDA device.
 """
 

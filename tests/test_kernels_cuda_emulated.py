@@ -191,3 +191,63 @@ def test_gather_mean_forward_backward_and_bad_id(cu):
 def test_sl_loss_rejects_rows_too_wide_for_shared_memory(cu):
     with pytest.raises(ValueError, match="above the CUDA kernel's limit"):
         cu.sl_loss(1, 1, 1, 1, 5000, 0, 0, 1, 0)
+
+
+@pytest.fixture
+def cuda_route(cu, monkeypatch):
+    """edgefd.kernels as it runs with the CUDA extension built: every call takes the CUDA route,
+    through edgefd.kernels_cuda's autograd functions, into the emulated kernels (CPU tensors; the
+    device and stream plumbing, which needs a GPU, is replaced by no-ops)."""
+    import contextlib
+
+    from edgefd import kernels, kernels_cuda
+
+    monkeypatch.setattr(kernels_cuda, "_cu", cu)
+    monkeypatch.setattr(kernels_cuda, "_stream", lambda t: 0)
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(kernels, "_route", lambda t: "cuda")
+    return kernels
+
+
+def test_public_api_through_the_cuda_autograd_functions(cuda_route):
+    kernels = cuda_route
+    g = torch.Generator().manual_seed(11)
+    student = torch.randn(5, 40, generator=g).requires_grad_()
+    teacher = torch.randn(5, 40, generator=g)
+    weight = torch.rand(5, generator=g)
+    loss = kernels.weighted_kl(student, teacher, temperature=3.0, sample_weight=weight)
+    (2 * loss).backward()
+    s = student.detach().clone().requires_grad_()
+    expected = reference.weighted_kl(s, teacher, temperature=3.0, sample_weight=weight)
+    (2 * expected).backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(student.grad, s.grad, rtol=1e-4, atol=1e-6)
+
+    teachers = torch.randn(2, 5, 40, generator=g).requires_grad_()
+    student.grad = None
+    kernels.sl_loss(student, teachers).backward()
+    s, t = student.detach().clone().requires_grad_(), teachers.detach().clone().requires_grad_()
+    reference.sl_loss(s, t).backward()
+    torch.testing.assert_close(student.grad, s.grad, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(teachers.grad, t.grad, rtol=1e-4, atol=1e-6)
+
+    labels = torch.tensor([0, 2, 2, 1, 0])
+    means, counts = kernels.labelwise_mean(student, labels, 4)
+    student.grad = None
+    means.sum().backward()
+    s = student.detach().clone().requires_grad_()
+    expected_means, expected_counts = reference.labelwise_mean(s, labels, 4)
+    expected_means.sum().backward()
+    torch.testing.assert_close(means, expected_means, rtol=1e-5, atol=1e-6)
+    assert torch.equal(counts, expected_counts)
+    torch.testing.assert_close(student.grad, s.grad, rtol=1e-5, atol=1e-6)
+
+    cache = torch.randn(6, 40, generator=g).requires_grad_()
+    neighbours = torch.tensor([[0, 5, -1], [2, 2, 3], [-1, -1, -1]])
+    out = kernels.gather_mean(cache, neighbours)
+    (out * 3).sum().backward()
+    c = cache.detach().clone().requires_grad_()
+    expected = reference.gather_mean(c, neighbours)
+    (expected * 3).sum().backward()
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(cache.grad, c.grad, rtol=1e-5, atol=1e-6)
