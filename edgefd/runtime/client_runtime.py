@@ -189,7 +189,8 @@ class ClientRuntime:
         key = (verb, key_round)
         payload = self.replies.get(key)
         if payload is None:
-            payload = wire.or_empty(compute(), self.cid, round)
+            payload = compute()
+            payload = wire.or_empty(payload, self.cid, round) if verb == "hello" else wire.stamped(payload, self.cid, round)
             if verb == "train":
                 self.replies = {k: v for k, v in self.replies.items() if k[0] == "hello"}
                 self.last_round = round

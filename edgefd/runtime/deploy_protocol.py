@@ -34,6 +34,22 @@ def or_empty(payload: Payload | None, sender: str, round: int) -> Payload:
     return empty(sender, round) if payload is None else payload
 
 
+def stamped(payload: Payload | None, sender: str, round: int) -> Payload:
+    """A request or answer for `round` carrying the method's payload (or "empty"). The round is the
+    runtime's address of the message: a method payload stamped with another round (FedAvg's
+    evaluation state says 0) travels with the message's round instead (same size; the arrays are
+    not copied)."""
+    if payload is None:
+        return empty(sender, round)
+    if payload.round == round:
+        return payload
+    return Payload(payload.kind, payload.sender, round, payload.arrays, payload.scalars, payload.precision)
+
+
+def request(payload: Payload | None, round: int) -> Payload:
+    return stamped(payload, SERVER, round)
+
+
 def unwrap(payload: Payload) -> Payload | None:
     return None if payload.kind == EMPTY else payload
 

@@ -201,8 +201,7 @@ class ServerRuntime:
         self.rng.random(len(selected))  # simulate's straggler draw: drawn so later selections match
         downlinks = {cid: self.role.downlink(r, cid) for cid in selected}
         bytes_down = sum(p.nbytes for p in downlinks.values() if p is not None)
-        requests = {cid: (self.topics.down(cid, "train"), wire.or_empty(downlinks[cid], wire.SERVER, r))
-                    for cid in selected}
+        requests = {cid: (self.topics.down(cid, "train"), wire.request(downlinks[cid], r)) for cid in selected}
         for cid in selected:
             self.stats[cid].selected += 1
         got = self._collect("train", r, selected, requests, self.settings.round_timeout, min_needed=0)
@@ -222,8 +221,7 @@ class ServerRuntime:
 
     def _evaluate(self, record: RoundRecord) -> None:
         """Every client's accuracy, like `Federation.evaluate`; clients that do not answer are left out."""
-        requests = {cid: (self.topics.down(cid, "eval"),
-                          wire.or_empty(self.role.evaluation_state(cid), wire.SERVER, record.round))
+        requests = {cid: (self.topics.down(cid, "eval"), wire.request(self.role.evaluation_state(cid), record.round))
                     for cid in self.client_ids}
         got = self._collect("eval", record.round, self.client_ids, requests, self.settings.eval_timeout,
                             min_needed=0, stop_when_rest_offline=True)
