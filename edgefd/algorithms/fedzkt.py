@@ -20,7 +20,8 @@ Memory stays bounded with many teachers: teachers run in eval mode with ``requir
 parameters, so the generator step keeps only the graph that carries gradients into the generated
 images; the global step computes teacher outputs under ``no_grad``. ``aggregate`` reports the
 server step's seconds and the share spent in the disagreement-loss kernel (``server_seconds``,
-``loss_kernel_seconds``, ``loss_kernel_share``), the mean per-sample input-gradient norm of the
+``loss_kernel_seconds``, ``loss_kernel_share``; ``server_cpu_seconds`` is the process's CPU time over
+the step, which on a shared machine is the steadier figure), the mean per-sample input-gradient norm of the
 generator step (Fig. 2's diagnostic), and first/last losses of each phase.
 
 Spec choices followed (§9): ensemble and transfer-back over the devices whose upload arrived this
@@ -235,7 +236,7 @@ class FedZKTServer(ServerRole):
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if not uplinks:
             return {"active_devices": 0.0}
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         active = sorted(uplinks)
         for cid in active:
             if cid not in self.context.client_models:
@@ -251,6 +252,7 @@ class FedZKTServer(ServerRole):
             self.pending[cid] = state_arrays(self.device_models[cid])
         metrics["active_devices"] = float(len(active))
         metrics["server_seconds"] = time.perf_counter() - started
+        metrics["server_cpu_seconds"] = time.process_time() - started_cpu  # all threads of the process
         metrics["loss_kernel_share"] = metrics["loss_kernel_seconds"] / max(metrics["server_seconds"], 1e-12)
         return metrics
 

@@ -287,7 +287,7 @@ def test_end_to_end_tiny_run_records_server_timing(tmp_path, loss):
     assert math.isfinite(summary["final_accuracy"]) and 0 <= summary["final_accuracy"] <= 1
     lines = [json.loads(t) for t in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     server = lines[-1]["server"]
-    assert server["server_seconds"] > 0 and 0 <= server["loss_kernel_share"] <= 1
+    assert server["server_seconds"] > 0 and server["server_cpu_seconds"] > 0 and 0 <= server["loss_kernel_share"] <= 1
     assert server["loss_kernel_seconds"] <= server["server_seconds"]
     assert server["active_devices"] == 3.0
     assert all(math.isfinite(v) for v in server.values())
