@@ -305,3 +305,15 @@ def test_end_to_end_on_digits_with_partial_participation(tmp_path):
     assert math.isfinite(summary["final_accuracy"]) and 0.0 <= summary["final_accuracy"] <= 1.0
     assert all(len(line["client_accuracy"]) == 4 for line in lines)  # every local model is evaluated
     assert summary["bytes_up_total"] > summary["bytes_down_total"]  # per-sample feature maps go up
+
+
+def test_fmnist_recipes_compare_the_issues_methods_single_threaded():
+    from edgefd.reproduce import RECIPES
+
+    fedd2s, dfl = RECIPES["fedd2s"], RECIPES["dfl-fmnist"]
+    assert [arm.algo for arm in fedd2s.arms] == ["local", "fd", "fedavg", "fedd2s"]
+    assert fedd2s.base.models == "fedd2s_m1" and fedd2s.base.partition == "dirichlet:0.1"
+    assert [arm.algo for arm in dfl.arms] == ["fedavg", "dfl"] and dfl.base.partition == "dominant:0.8"
+    for recipe in (fedd2s, dfl):
+        assert recipe.base.dataset == "fmnist" and recipe.base.threads == 1 and len(recipe.seeds) == 3
+    assert make_params(FedD2SParams, dict(fedd2s.arms[-1].params)).phase_epochs is None  # = the run's --epochs
