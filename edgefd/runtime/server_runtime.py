@@ -382,10 +382,13 @@ class ServerRuntime:
     def _log_round(self, record: DeployedRoundRecord) -> None:
         accuracy = "-" if record.accuracy is None else f"{100 * record.accuracy:.2f}%"
         arrived = len(record.selected) - len(record.late)
+        wire_bytes = record.wire.get("up", 0) + record.wire.get("down", 0)
+        frames = record.wire.get("frames_up", 0) + record.wire.get("frames_down", 0)
         log.info("round %d/%d: %d/%d uplinks in time%s, accuracy %s, up %d B (wire %d B), down %d B (wire %d B), "
-                 "%.2f s", record.round, self.config.rounds, arrived, len(record.selected),
+                 "%d frames, %.0f B/s, %.2f s", record.round, self.config.rounds, arrived, len(record.selected),
                  f" (missing: {', '.join(record.late)})" if record.late else "", accuracy, record.bytes_up,
-                 record.wire.get("up", 0), record.bytes_down, record.wire.get("down", 0), record.seconds)
+                 record.wire.get("up", 0), record.bytes_down, record.wire.get("down", 0), frames,
+                 wire_bytes / max(record.seconds, 1e-9), record.seconds)
 
     def _summary(self, seconds: float) -> dict[str, Any]:
         lines = self.writer.lines
