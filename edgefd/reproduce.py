@@ -96,7 +96,9 @@ RECIPES["fedd2s"] = Recipe(
                      participation=0.5, models="fedd2s_m1", rounds=20, epochs=2, batch_size=32, optimizer="adam",
                      lr=0.01, weight_decay=0.0, threads=1),
     [Arm("Local", "local"), Arm("FD", "fd"), Arm("FedAvg", "fedavg"),
-     Arm("FedD2S", "fedd2s", {"z0": 3, "phase_epochs": None})],
+     Arm("FedD2S", "fedd2s", {"z0": 3, "phase_epochs": None}),
+     Arm("FedD2S* (l = 2 from round 1)", "fedd2s", {"z0": 3, "phase_epochs": None, "schedule": "floor"},
+         folder="fedd2s-floor")],
     target_from=["Local", "FedD2S"])
 
 # specs/fedict.md §11: digits, 5 clients, weak clients (D1 = fedict_c1), scaled server, 30 rounds.
