@@ -318,3 +318,21 @@ def test_fmnist_recipes_compare_the_issues_methods_single_threaded():
     for recipe in (fedd2s, dfl):
         assert recipe.base.dataset == "fmnist" and recipe.base.threads == 1 and len(recipe.seeds) == 3
     assert make_params(FedD2SParams, dict(fedd2s.arms[-2].params)).phase_epochs is None  # = the run's --epochs
+
+
+@pytest.mark.parametrize("params", [{"kd_mode": "sum"}, {"c2s_teacher": "current", "schedule": "floor"},
+                                    {"optimizer": "run", "temperature": 2.0, "kd_tau_sq_scale": True}])
+def test_switchable_choices_run(params):
+    sim = simulation(params, samples_per_client=40)
+    sim.federation.hello()
+    records = [sim.federation.run_round(r) for r in (1, 2)]
+    assert all(math.isfinite(r.server["server_kl"]) and math.isfinite(r.accuracy) for r in records)
+    assert all(math.isfinite(v) for v in sim.clients["client-0"].last_losses)  # phase B ran in round 2
+
+
+def test_kd_loss_has_no_tau_squared_unless_asked():
+    z, t = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 0.0]]), torch.tensor([[3.0, 1.0, 0.0], [0.0, 0.0, 2.0]])
+    plain, scaled = FedD2SParams(temperature=2.0), FedD2SParams(temperature=2.0, kd_tau_sq_scale=True)
+    assert kd_loss(z, t, FedD2SParams()).item() == pytest.approx(1.088468, abs=1e-6)  # spec §8 K2 golden, tau 1
+    assert kd_loss(z, t, plain).item() == pytest.approx(0.328780, abs=1e-6)  # golden at tau 2 (s = 1, no tau^2)
+    assert kd_loss(z, t, scaled).item() == pytest.approx(4 * 0.328780, abs=4e-6)
