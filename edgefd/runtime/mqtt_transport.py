@@ -280,9 +280,12 @@ class MqttEndpoint:
             return
         reassembler = self._reassemblers.get(topic)
         if reassembler is None:
+            # A status is a state, not an event, and a client's last will is the same frame every
+            # time that client dies: status topics keep no memory of messages already taken.
             reassembler = self._reassemblers[topic] = Reassembler(
                 max_messages=16, max_total_bytes=self.max_message_bytes,
-                max_message_bytes=self.max_message_bytes, timeout=self.reassembly_timeout)
+                max_message_bytes=self.max_message_bytes, timeout=self.reassembly_timeout,
+                remember=0 if direction == "status" else 4096)
         duplicates = reassembler.stats.duplicates
         try:
             whole = reassembler.feed(data)

@@ -28,12 +28,12 @@ def edgefd(*args, log: Path) -> subprocess.Popen:
 
 def server(broker, run_name, config, out, *extra, log):
     return edgefd("server", "--broker", broker.url, "--run", run_name, *flags(config), "--out", out, "--quiet",
-                  "--keepalive", 2, *extra, log=log)
+                  *extra, log=log)
 
 
 def client(broker, run_name, cid, state, log, *extra):
     return edgefd("client", "--broker", broker.url, "--run", run_name, "--client-id", cid, "--state-dir", state,
-                  "--keepalive", 2, *extra, log=log)
+                  *extra, log=log)
 
 
 def lines_of(out: Path) -> list[dict]:

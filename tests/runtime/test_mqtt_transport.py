@@ -136,3 +136,25 @@ def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
         finally:
             client.stop()
             server.stop()
+
+
+def test_a_repeated_status_frame_is_taken_every_time(broker):
+    """A client's last will is one fixed frame: each death must reach the server, not be dropped
+    as a duplicate of the previous one."""
+    from edgefd.runtime import deploy_protocol as wire
+
+    server, stranger = endpoint(broker, "server"), endpoint(broker, "stranger")
+    server.subscribe(Topics(RUN).status("+"))
+    server.start(wait=5)
+    stranger.start(wait=5)
+    try:
+        time.sleep(0.2)
+        will = encode_frames(wire.status_payload("client-3", wire.OFFLINE), 4096)[0]
+        online = encode_frames(wire.status_payload("client-3", wire.ONLINE), 4096)[0]
+        for frame in (will, online, will):
+            stranger._client.publish(Topics(RUN).status("client-3"), frame, qos=1).wait_for_publish(2)
+        states = [receive(server).payload.scalars["state"] for _ in range(3)]
+        assert states == ["offline", "online", "offline"]
+    finally:
+        stranger.stop()
+        server.stop()
