@@ -38,7 +38,6 @@ from edgefd.algorithms.base import (
 )
 from edgefd.data import DatasetNotFoundError, load_dataset, partition
 from edgefd.export.checkpoint import save_run_models
-from edgefd.metrics.plots import plot_curves
 from edgefd.metrics.results import RunWriter, summarise
 from edgefd.models import assign_models, build_model
 from edgefd.runtime.loop import HELLO_ROUND, Federation, LoopConfig, RoundRecord
@@ -159,17 +158,21 @@ def client_ids_of(clients: int) -> list[str]:
     return [f"client-{i:0{width}d}" for i in range(clients)]
 
 
-def prepare(config: SimulationConfig) -> RunPieces:
-    """Validates the config, sets the kernel backend, loads and splits the data."""
+def prepare(config: SimulationConfig, dataset: Any = None) -> RunPieces:
+    """Validates the config, sets the kernel backend, loads and splits the data. A device that
+    brings its own data passes `dataset` (anything with `input_shape` and `num_classes`): then
+    nothing is loaded or split."""
     config.validate()
     if config.kernels:
         kernels.set_backend(config.kernels)
     kernels.set_num_threads(config.threads)
     method = get_method(config.algo)
     params = make_params(method.params, config.params)
-    dataset = load_dataset(config.dataset, root=config.data_root)
-    splits = partition(dataset, config.clients, config.partition, seed=config.seed,
-                       samples_per_client=config.samples_per_client, test_fraction=config.test_fraction)
+    splits = []
+    if dataset is None:
+        dataset = load_dataset(config.dataset, root=config.data_root)
+        splits = partition(dataset, config.clients, config.partition, seed=config.seed,
+                           samples_per_client=config.samples_per_client, test_fraction=config.test_fraction)
     names = assign_models(config.models, config.clients, input_shape=dataset.input_shape)
     return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients))
 
@@ -268,6 +271,8 @@ def run(config: SimulationConfig, progress: bool = True,
         "config": asdict(config),
     }
     writer.write_summary(summary)
+    from edgefd.metrics.plots import plot_curves  # matplotlib: ~1 s to import, only needed here
+
     plot_curves({f"{config.algo} (seed {config.seed})": writer.lines}, out / "curves.png")
     return summary
 

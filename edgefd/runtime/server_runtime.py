@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 
 from edgefd import kernels
-from edgefd.metrics.plots import plot_curves
 from edgefd.metrics.results import RunWriter, summarise
 from edgefd.runtime import checkpoint, deploy_protocol as wire
 from edgefd.runtime.loop import HELLO_ROUND, RoundRecord
@@ -415,6 +414,8 @@ class ServerRuntime:
             },
         }
         self.writer.write_summary(summary)
+        from edgefd.metrics.plots import plot_curves  # matplotlib: imported only at the end
+
         plot_curves({f"{self.config.algo} over MQTT (seed {self.config.seed})": lines}, self.out / "curves.png")
         return summary
 
