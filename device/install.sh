@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Installs the edgefd client runtime on an edge device: Raspberry Pi OS 64-bit (Debian bookworm,
+# arm64) or a Jetson with Ubuntu 22.04 (JetPack 6, arm64). Run it as root on the device:
+#
+#   sudo bash device/install.sh                        # from the checkout this script sits in
+#   sudo bash device/install.sh --source edgefd-0.1.0.tar.gz
+#   sudo bash device/install.sh --source edgefd-0.1.0-cp311-cp311-linux_aarch64.whl --no-service
+#
+# What it does (every step is skipped when already done, so it is safe to run again; edgefd is
+# rebuilt only when its source changed):
+#   1. apt: Python's venv and headers, g++, CMake and Ninja (edgefd's C++ kernels, and hnswlib,
+#      which has no wheels, compile on the device);
+#   2. a virtual environment in PREFIX/venv with the aarch64 CPU torch that PyPI has
+#      (torch 2.9.1 / torchvision 0.24.1), or the system's torch (--torch system, for NVIDIA's
+#      JetPack build on a Jetson);
+#   3. edgefd and its dependencies into that venv, compiling the kernels, and a check that they load;
+#   4. a service: system user `edgefd`, /etc/edgefd/client.toml (from client.example.toml, never
+#      overwritten), /etc/systemd/system/edgefd-client.service, and /usr/local/bin/edgefd.
+#      The service is installed but not started: edit the config first, then
+#      `systemctl enable --now edgefd-client`.
+#
+# Options:
+#   --source SRC      a source folder (default: the checkout holding this script), an sdist, a wheel,
+#                     or any pip requirement (e.g. git+https://...). A folder is copied to PREFIX/src
+#                     first, so the device keeps what it was built from and the original is not written.
+#   --prefix DIR      where the venv (and copied source) live (default /opt/edgefd)
+#   --torch pypi|system
+#                     pypi (default): the pinned CPU wheels; system: reuse a torch already installed
+#                     for the system Python (the venv sees system site-packages)
+#   --cuda            build edgefd's CUDA kernels too (Jetson Orin, JetPack 6: needs nvcc on PATH)
+#   --no-service      install the runtime only (no user, config, unit or /usr/local/bin link)
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+source_spec=""
+prefix=/opt/edgefd
+torch_from=pypi
+cuda=OFF
+service=1
+while (($#)); do
+  case "$1" in
+    --source) source_spec="$2"; shift 2 ;;
+    --prefix) prefix="$2"; shift 2 ;;
+    --torch) torch_from="$2"; shift 2 ;;
+    --cuda) cuda=ON; shift ;;
+    --no-service) service=0; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "[edgefd install] $*"; }
+die() { echo "[edgefd install] error: $*" >&2; exit 1; }
+
+[[ $(id -u) -eq 0 ]] || die "run as root (sudo bash $0 ...): it installs apt packages and a service"
+[[ "$torch_from" == pypi || "$torch_from" == system ]] || die "--torch must be pypi or system, not '$torch_from'"
+
+# --- where edgefd comes from --------------------------------------------------------------------
+if [[ -z "$source_spec" ]]; then
+  [[ -f "$here/../pyproject.toml" ]] || die "no --source given and $here/.. is not an edgefd checkout"
+  source_spec="$(cd "$here/.." && pwd)"
+fi
+
+# --- the platform ---------------------------------------------------------------------------------
+arch="$(uname -m)"
+. /etc/os-release
+platform="$ID ${VERSION_CODENAME:-$VERSION_ID}"
+if [[ -e /etc/nv_tegra_release ]]; then
+  platform="$platform (Jetson: $(head -c 60 /etc/nv_tegra_release | tr -d '#\n'))"
+fi
+say "platform: $platform, $arch"
+case "$arch" in
+  aarch64) torch_pins=(torch==2.9.1 torchvision==0.24.1) ;;  # PyPI's CPU wheels for aarch64
+  x86_64) torch_pins=(torch==2.14.1 torchvision==0.29.1) ;;  # same pins as scripts/install.sh
+  *) die "unsupported architecture $arch (edgefd devices are aarch64)" ;;
+esac
+case "$ID" in
+  debian|raspbian|ubuntu) ;;
+  *) say "warning: $ID is not Debian, Raspberry Pi OS or Ubuntu; trying anyway" ;;
+esac
+
+# --- 1. system packages ---------------------------------------------------------------------------
+apt_packages=(python3 python3-venv python3-pip python3-dev g++ cmake ninja-build ca-certificates)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  say "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+  || die "edgefd needs Python >= 3.10; this system has $(python3 -V) (Jetson: JetPack 6 / Ubuntu 22.04 or newer)"
+
+# --- 2. the virtual environment and torch ---------------------------------------------------------
+venv="$prefix/venv"
+if [[ ! -x "$venv/bin/python" ]]; then
+  say "creating $venv"
+  mkdir -p "$prefix"
+  if [[ "$torch_from" == system ]]; then
+    python3 -m venv --system-site-packages "$venv"
+  else
+    python3 -m venv "$venv"
+  fi
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+if [[ "$torch_from" == system ]]; then
+  "$venv/bin/python" -c 'import torch' 2>/dev/null \
+    || die "--torch system, but the system Python has no torch (install NVIDIA's JetPack wheel first)"
+else
+  installed="$("$venv/bin/python" -c 'from importlib.metadata import version as v
+try: print(" ".join(n + "==" + v(n).split("+")[0] for n in ("torch", "torchvision")))
+except Exception: pass')"
+  if [[ "$installed" == "${torch_pins[*]}" ]]; then
+    say "torch already installed (${torch_pins[*]})"
+  else
+    say "pip install ${torch_pins[*]}"
+    "${pip[@]}" install -q "${torch_pins[@]}"
+  fi
+fi
+
+# --- 3. edgefd ------------------------------------------------------------------------------------
+# What the installed edgefd was built from: a re-run with the same source (and flags) skips the
+# rebuild, which takes minutes on a Pi.
+if [[ -d "$source_spec" ]]; then
+  [[ -f "$source_spec/pyproject.toml" ]] || die "$source_spec is a folder but not an edgefd checkout"
+  # The host's build folder holds another architecture's objects: never carry it over.
+  pack() { tar -C "$source_spec" --sort=name --exclude=./build --exclude=./.git --exclude='__pycache__' \
+    --exclude='*.so' --exclude='*.o' -cf - . ; }
+  fingerprint="folder $(pack | sha256sum | cut -d' ' -f1) cuda=$cuda"
+elif [[ -f "$source_spec" ]]; then
+  fingerprint="file $(sha256sum "$source_spec" | cut -d' ' -f1) cuda=$cuda"
+else
+  fingerprint=""  # a pip requirement (e.g. git+https://...): always reinstalled
+fi
+stamp="$prefix/installed-from"
+if [[ -n "$fingerprint" && -e "$stamp" && "$(cat "$stamp")" == "$fingerprint" ]] \
+  && "$venv/bin/python" -c 'import importlib.metadata as m; m.version("edgefd")' 2>/dev/null; then
+  say "edgefd already installed from this source"
+else
+  rm -f "$stamp"
+  if [[ -d "$source_spec" ]]; then
+    say "copying $source_spec to $prefix/src"
+    rm -rf "$prefix/src"
+    mkdir -p "$prefix/src"
+    pack | tar -C "$prefix/src" -xf -
+    target="$prefix/src"
+  else
+    target="$source_spec"
+  fi
+  say "pip install edgefd from $target (compiles the C++ kernels; CUDA kernels: $cuda)"
+  # Without build isolation the build tools come from the venv: wheel and setuptools for hnswlib
+  # (an sdist everywhere), scikit-build-core and pybind11 for edgefd.
+  "${pip[@]}" install -q scikit-build-core pybind11 setuptools wheel
+  EDGEFD_CUDA="$cuda" "${pip[@]}" install -q --no-build-isolation "$target"
+  [[ -z "$fingerprint" ]] || echo "$fingerprint" >"$stamp"
+fi
+"$venv/bin/python" -c "import edgefd, edgefd.kernels as k; assert k.cpp_available(), 'C++ kernels did not load'; print('[edgefd install] edgefd', edgefd.__version__, 'with C++ kernels')"
+
+# --- 4. the service -------------------------------------------------------------------------------
+if ((service)); then
+  id edgefd >/dev/null 2>&1 || useradd --system --home-dir /var/lib/edgefd --create-home \
+    --shell /usr/sbin/nologin edgefd
+  install -d -m 0755 /etc/edgefd
+  if [[ ! -e /etc/edgefd/client.toml ]]; then
+    install -m 0644 "$here/client.example.toml" /etc/edgefd/client.toml
+    say "wrote /etc/edgefd/client.toml (edit it: broker, run, client id)"
+  fi
+  sed "s#/opt/edgefd/venv#$venv#g" "$here/edgefd-client.service" >/etc/systemd/system/edgefd-client.service
+  ln -sf "$venv/bin/edgefd" /usr/local/bin/edgefd
+  if [[ -d /run/systemd/system ]]; then
+    systemctl daemon-reload
+    say "service installed: edit /etc/edgefd/client.toml, then: systemctl enable --now edgefd-client"
+  else
+    say "service unit written (systemd is not running here, so it was not loaded)"
+  fi
+fi
+say "done: $venv/bin/edgefd"
