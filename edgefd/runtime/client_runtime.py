@@ -222,8 +222,9 @@ class ClientRuntime:
         self.role = role
         self._restore()
         self._say(wire.ONLINE)
-        log.info("%s: %s on %s, model %s, %d training samples, from round %d", self.cid, config.algo,
-                 config.dataset, pieces.model_names[index], len(role.data.train_y), self.last_round + 1)
+        source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"
+        log.info("%s: %s, model %s, %d training samples (%s), from round %d", self.cid, config.algo,
+                 pieces.model_names[index], len(role.data.train_y), source, self.last_round + 1)
 
     # ------------------------------------------------------------------ status and checkpoints
     def _announce(self) -> None:

@@ -4,11 +4,12 @@ a client SIGKILLed mid-round, the broker restarted mid-run, the server SIGKILLed
 import json
 import signal
 
+import numpy as np
 import pytest
 from mqtt_helpers import client, comparable, finish, lines_of, needs_mosquitto, server, wait_for
 
 from edgefd.runtime.broker import start_broker
-from edgefd.simulate import SimulationConfig, run
+from edgefd.simulate import SimulationConfig, client_data, prepare, run
 
 pytestmark = needs_mosquitto
 
@@ -22,12 +23,13 @@ def broker(tmp_path):
 FAULT_RUN = dict(algo="fd", dataset="digits", clients=2, rounds=3, seed=2, threads=1)
 
 
-def start_run(broker, tmp_path, run_name, config, *server_flags, client_flags=()):
+def start_run(broker, tmp_path, run_name, config, *server_flags, client_flags=(), own_flags=None):
     out = tmp_path / "out"
     processes = {"server": server(broker, run_name, config, out, *server_flags, log=tmp_path / "server.log")}
     for i in range(config["clients"]):
         cid = f"client-{i}"
-        processes[cid] = client(broker, run_name, cid, tmp_path / "state", tmp_path / f"{cid}.log", *client_flags)
+        extra = (*client_flags, *(own_flags or {}).get(cid, ()))
+        processes[cid] = client(broker, run_name, cid, tmp_path / "state", tmp_path / f"{cid}.log", *extra)
     return out, processes
 
 
@@ -38,6 +40,16 @@ def logs(tmp_path) -> str:
 def simulated_lines(tmp_path, config):
     run(SimulationConfig(**config, out=str(tmp_path / "sim")), progress=False)
     return [comparable(line) for line in lines_of(tmp_path / "sim")]
+
+
+def write_device_data(folder, config, index):
+    """A device's data.npz holding exactly client `index`'s share of the run's dataset."""
+    pieces = prepare(SimulationConfig(**config))
+    data = client_data(pieces, index)
+    folder.mkdir()
+    np.savez(folder / "data.npz", train_x=data.train_x.numpy(), train_y=data.train_y.numpy(),
+             test_x=data.test_x.numpy(), test_y=data.test_y.numpy(), train_ids=data.train_ids.numpy(),
+             num_classes=np.array(data.num_classes))
 
 
 def test_killed_client_misses_its_deadline_then_rejoins(tmp_path, broker):
@@ -93,9 +105,12 @@ def test_broker_restart_mid_run(tmp_path, broker):
 
 def test_server_killed_and_resumed(tmp_path, broker):
     """The server is SIGKILLed after round 1; `edgefd server --resume` continues from its checkpoint:
-    every round appears once and the results are the simulation's (no round lost or trained twice)."""
+    every round appears once and the results are the simulation's (no round lost or trained twice).
+    client-1 reads its data from a device folder (--data-dir) holding its dataset share."""
     expected = simulated_lines(tmp_path, FAULT_RUN)
-    out, processes = start_run(broker, tmp_path, "resume", FAULT_RUN, "--round-timeout", 60)
+    write_device_data(tmp_path / "device-1", FAULT_RUN, index=1)
+    out, processes = start_run(broker, tmp_path, "resume", FAULT_RUN, "--round-timeout", 60,
+                               own_flags={"client-1": ("--data-dir", tmp_path / "device-1")})
     try:
         wait_for(lambda: len(lines_of(out)) >= 2, 180, "round 1", processes.values())
         processes["server"].send_signal(signal.SIGKILL)
@@ -107,6 +122,7 @@ def test_server_killed_and_resumed(tmp_path, broker):
         finish(processes.values(), timeout=1)
     assert all(p.returncode == 0 for p in processes.values()), logs(tmp_path)
     assert [comparable(line) for line in lines_of(out)] == expected
+    assert f"data from {tmp_path / 'device-1'}" in (tmp_path / "client-1.log").read_text()
     resumed = (tmp_path / "server-resumed.log").read_text()
     assert "resumed from the checkpoint of round" in resumed
     summary = json.loads((out / "summary.json").read_text())
