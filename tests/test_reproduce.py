@@ -21,3 +21,11 @@ def test_a_tiny_recipe_writes_its_table(tmp_path):
     assert "| Local |" in table and "| FD |" in table
     assert (tmp_path / "tiny" / "fd-s0" / "summary.json").is_file()
     assert "fedcache" in reproduce.RECIPES
+
+
+def test_arms_of_one_recipe_never_share_a_run_folder():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"share the run folder\(s\) \['fedict'\]"):
+        Recipe("x", "test", SimulationConfig(), [Arm("a", "fedict"), Arm("b", "fedict", {"lka": "balanced"})],
+               target_from=["a"])
