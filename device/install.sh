@@ -125,9 +125,11 @@ fi
 # rebuild, which takes minutes on a Pi.
 if [[ -d "$source_spec" ]]; then
   [[ -f "$source_spec/pyproject.toml" ]] || die "$source_spec is a folder but not an edgefd checkout"
-  # The host's build folder holds another architecture's objects: never carry it over.
+  # The host's build folder holds another architecture's objects: never carry it over; nor the
+  # caches and results that change without the source changing.
   pack() { tar -C "$source_spec" --sort=name --exclude=./build --exclude=./.git --exclude='__pycache__' \
-    --exclude='*.so' --exclude='*.o' -cf - . ; }
+    --exclude='*.so' --exclude='*.o' --exclude=./.pytest_cache --exclude=./.hypothesis --exclude=./runs \
+    --exclude=./dist --exclude='*.egg-info' -cf - . ; }
   fingerprint="folder $(pack | sha256sum | cut -d' ' -f1) cuda=$cuda"
 elif [[ -f "$source_spec" ]]; then
   fingerprint="file $(sha256sum "$source_spec" | cut -d' ' -f1) cuda=$cuda"

@@ -15,6 +15,11 @@ fi
 # System packages: a C++ toolchain and CMake for the kernels, the real Fashion-MNIST files, the
 # Mosquitto broker and its clients (edgefd deploy-local, the MQTT integration tests).
 apt_packages=(g++ cmake ninja-build dataset-fashion-mnist mosquitto mosquitto-clients)
+# With --test: an emulated arm64 device for tests/device/test_arm64.py (qemu-user with its binfmt
+# handler, mmdebstrap to build a Debian bookworm arm64 root filesystem).
+if [[ "${1:-}" == "--test" ]]; then
+  apt_packages+=(qemu-user-static binfmt-support mmdebstrap)
+fi
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -56,13 +56,16 @@ class Device:
 
     rootfs: Path
     work: Path
+    source: Path
+    """The snapshot of this checkout that the device sees (read-only) at GUEST_SOURCE."""
     shared: Path
     """A host folder the device sees at GUEST_SHARED, for handing files back and forth."""
+    install_log: str = ""
 
     def command(self, *argv: str) -> list[str]:
         cache = _cache_dir()
         binds = [
-            f"{REPO}:{GUEST_SOURCE}:ro",
+            f"{self.source}:{GUEST_SOURCE}:ro",
             f"{self.shared}:{GUEST_SHARED}",
             # Downloads survive between runs (the installs themselves do not): pip's wheels,
             # including the ones it builds (hnswlib), and apt's .deb files.
@@ -119,12 +122,29 @@ def rootfs() -> Path:
     return Path(built.stdout.strip().splitlines()[-1])
 
 
+def _snapshot_checkout(dest: Path) -> None:
+    """The checkout's files as a fresh clone plus local edits would have them (git's tracked and
+    not-ignored files), frozen for the whole module: files that change while the test runs (other
+    work in the same tree, test caches) must not make the second install see a new source."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=REPO, capture_output=True)
+    if listed.returncode == 0:
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            if (REPO / name).is_file():
+                (dest / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, dest / name)
+    else:  # not a git checkout (an unpacked sdist)
+        shutil.copytree(REPO, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+            ".git", "build", "__pycache__", ".pytest_cache", ".hypothesis", "*.so", "*.o"))
+
+
 @pytest.fixture(scope="module")
 def device(rootfs: Path, tmp_path_factory: pytest.TempPathFactory):
     """A fresh device with edgefd installed by device/install.sh from this checkout."""
     base = tmp_path_factory.mktemp("arm64-device")
-    dev = Device(rootfs=rootfs, work=base / "device", shared=base / "shared")
+    dev = Device(rootfs=rootfs, work=base / "device", source=base / "source", shared=base / "shared")
     dev.shared.mkdir()
+    _snapshot_checkout(dev.source)
     dev.install_log = dev.run("bash", f"{GUEST_SOURCE}/device/install.sh", "--source", GUEST_SOURCE,
                               timeout=INSTALL_TIMEOUT)
     yield dev
@@ -294,5 +314,14 @@ def test_edgefd_predict_on_arm64_matches_the_host(device: Device, exported: Path
     host_p = np.array([p["probabilities"] for p in host_predictions])
     arm_p = np.array([p["probabilities"] for p in arm_predictions])
     print(f"{model}: max |p_arm64 - p_host| = {np.abs(arm_p - host_p).max():.3g}")
-    np.testing.assert_allclose(arm_p, host_p, rtol=0, atol=1e-5)
-    assert [p["class"] for p in arm_predictions] == [p["class"] for p in host_predictions]
+    # fp32 agrees to float rounding. onnxruntime's int8 kernels are not the same code on x86-64 and
+    # arm64 (other integer GEMM paths and requantisation rounding): measured 0.0185 at most.
+    tolerance = 0.05 if ".int8." in model else 1e-5
+    np.testing.assert_allclose(arm_p, host_p, rtol=0, atol=tolerance)
+    # The predicted class may differ only where the host's top two are closer than that.
+    top_two = np.sort(host_p, axis=1)[:, -2:]
+    clear = top_two[:, 1] - top_two[:, 0] > 2 * tolerance
+    assert clear.sum() >= len(clear) // 2
+    arm_class = np.array([p["class"] for p in arm_predictions])
+    host_class = np.array([p["class"] for p in host_predictions])
+    assert np.array_equal(arm_class[clear], host_class[clear])
