@@ -35,7 +35,7 @@ ENABLED = os.environ.get("EDGEFD_ARM64_TEST") == "1"
 
 pytestmark = pytest.mark.skipif(
     not ENABLED,
-    reason="slow arm64 emulation test (5-15 min): run with EDGEFD_ARM64_TEST=1 as root after "
+    reason="slow arm64 emulation test (~20 min with its caches, ~50 min without): run with EDGEFD_ARM64_TEST=1 as root after "
     "`apt-get install qemu-user-static binfmt-support mmdebstrap` (.ci/run does)",
 )
 
