@@ -8,8 +8,8 @@
 #
 # What it does (every step is skipped when already done, so it is safe to run again; edgefd is
 # rebuilt only when its source changed):
-#   1. apt: Python's venv and headers, g++, CMake and Ninja (edgefd's C++ kernels, and hnswlib,
-#      which has no wheels, compile on the device);
+#   1. apt: Python's venv and headers, g++, CMake and Ninja (edgefd's C++ kernels compile on the
+#      device; hnswlib, the server's extra, is not installed on devices);
 #   2. a virtual environment in PREFIX/venv with the aarch64 CPU torch that PyPI has
 #      (torch 2.9.1 / torchvision 0.24.1), or the system's torch (--torch system, for NVIDIA's
 #      JetPack build on a Jetson);
@@ -152,8 +152,8 @@ else
     target="$source_spec"
   fi
   say "pip install edgefd from $target (compiles the C++ kernels; CUDA kernels: $cuda)"
-  # Without build isolation the build tools come from the venv: wheel and setuptools for hnswlib
-  # (an sdist everywhere), scikit-build-core and pybind11 for edgefd.
+  # Without build isolation the build tools come from the venv: scikit-build-core and pybind11 for
+  # edgefd (setuptools and wheel for any sdist a dependency may bring).
   "${pip[@]}" install -q scikit-build-core pybind11 setuptools wheel
   EDGEFD_CUDA="$cuda" "${pip[@]}" install -q --no-build-isolation "$target"
   [[ -z "$fingerprint" ]] || echo "$fingerprint" >"$stamp"

@@ -80,7 +80,11 @@ def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, 
 def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.ndarray | None = None) -> np.ndarray:
     """Approximate top-r, self dropped by id. With ``owners``, asks for enough extra hits to drop
     every row of the query's own owner (the largest owner's count), then drops them."""
-    import hnswlib
+    try:
+        import hnswlib
+    except ImportError:
+        raise ModuleNotFoundError("knn=hnsw needs hnswlib (a workstation extra): pip install 'edgefd[server]', "
+                                  "or use exact search (--param knn=exact)") from None
 
     n, dim = vectors.shape
     index = hnswlib.Index(space="cosine", dim=dim)

@@ -7,9 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="datasets"
+extras="datasets,server"
 if [[ "${1:-}" == "--test" ]]; then
-  extras="datasets,test"
+  extras="datasets,server,test"
 fi
 
 # System packages: a C++ toolchain and CMake for the kernels, the real Fashion-MNIST files, the

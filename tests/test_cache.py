@@ -175,3 +175,10 @@ def test_max_ensemble_keeps_the_nearest_neighbours():
     np.testing.assert_array_equal(cache.neighbours, full.neighbours[:, :1])
     with pytest.raises(ValueError, match="max_ensemble"):
         KnowledgeCache(num_classes=3, max_ensemble=-1)
+
+
+def test_missing_hnswlib_names_the_extra_and_the_exact_alternative(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "hnswlib", None)  # as on a device without the extra
+    hashes, labels = clustered(5, 2, dim=4)
+    with pytest.raises(ModuleNotFoundError, match=r"edgefd\[server\].*knn=exact"):
+        build_relations(hashes, labels, RelationConfig(neighbours=2, method="hnsw"))

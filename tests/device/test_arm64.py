@@ -68,7 +68,7 @@ class Device:
             f"{self.source}:{GUEST_SOURCE}:ro",
             f"{self.shared}:{GUEST_SHARED}",
             # Downloads survive between runs (the installs themselves do not): pip's wheels,
-            # including the ones it builds (hnswlib), and apt's .deb files.
+            # including any it builds, and apt's .deb files.
             f"{cache / 'pip'}:/root/.cache/pip",
             f"{cache / 'apt-archives'}:/var/cache/apt/archives",
         ]
