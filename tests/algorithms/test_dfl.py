@@ -9,7 +9,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from edgefd import kernels
 from edgefd.algorithms.base import describe_params, make_params
 from edgefd.algorithms.dfl import (
     CLASS_COUNTS,
@@ -28,14 +27,6 @@ from edgefd.simulate import SimulationConfig, build, run
 # digits, a handful of clients, a few rounds: every run here takes a second or two. One thread: on
 # a shared 2-core machine a second torch thread mostly waits (and slows everyone's tests down).
 QUICK = dict(dataset="digits", clients=5, rounds=3, lr=0.05, seed=1, threads=1)
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    """`build` sets the process-wide thread count; give the next test module what it had."""
-    threads = torch.get_num_threads()
-    yield
-    kernels.set_num_threads(threads)
 
 
 def simulation(algo, params=None, **settings):

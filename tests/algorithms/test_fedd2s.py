@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from edgefd import kernels
 from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedd2s import (
     DOWN_KIND,
@@ -34,13 +33,6 @@ from edgefd.simulate import SimulationConfig, build, run
 QUICK = dict(dataset="digits", clients=2, rounds=2, models="fedd2s_m1", partition="iid", samples_per_client=143,
              batch_size=32, seed=1, threads=1)
 FAST = {"phase_epochs": 1}
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    kernels.set_num_threads(threads)
 
 
 def simulation(params=None, **settings):

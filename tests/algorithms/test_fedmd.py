@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from edgefd import kernels
 from edgefd.algorithms import fedmd
 from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedmd import CONSENSUS, KIND, LOGITS, FedMDParams, alignment_indices
@@ -23,13 +22,6 @@ from edgefd.simulate import SimulationConfig, build, run
 PUBLIC = {"public_dataset": "digits", "alignment_size": 200}
 QUICK = dict(dataset="digits", clients=3, rounds=2, models="zkt_tiny_b,zkt_tiny_d,zkt_tiny_e", lr=0.05,
              momentum=0.0, weight_decay=0.0, seed=0, threads=1)
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    kernels.set_num_threads(threads)
 
 
 def simulation(params=None, **settings):

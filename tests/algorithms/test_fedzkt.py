@@ -27,13 +27,6 @@ QUICK = dict(dataset="digits", clients=3, rounds=2, models=TINY_MODELS, lr=0.05,
              seed=0, threads=1)
 
 
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    kernels.set_num_threads(threads)
-
-
 def simulation(params=None, **settings):
     return build(SimulationConfig(algo="fedzkt", params={**TINY_SERVER, **(params or {})}, **{**QUICK, **settings}))
 
