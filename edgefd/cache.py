@@ -241,6 +241,40 @@ class KnowledgeCache:
             table = torch.where(self.filled[table.clamp(min=0)], table, -1)
         return table
 
+    def exchange(self, rows: np.ndarray, logits: np.ndarray) -> torch.Tensor:
+        """One message of the faithful protocol (Alg. 2 l.10-14, spec §8 K2 "sequential"): for
+        each row in message order, the mean of its neighbours' cached logits, then its own logits
+        written in. A row's teacher therefore sees the logits of the rows before it in the message.
+
+        Vectorised: the rows' neighbours are gathered into a small table with the message's
+        logits appended, and a neighbour written earlier in the message points at its new logits."""
+        rows = np.asarray(rows, dtype=np.int64)
+        logits = np.asarray(logits, dtype=np.float32)
+        if logits.shape != (len(rows), self.num_classes):
+            raise ValueError(f"logits: expected shape {(len(rows), self.num_classes)}, got {logits.shape}")
+        if len(np.unique(rows)) != len(rows):
+            raise ValueError("a message names the same sample twice")
+        if len(rows) == 0:
+            return torch.zeros((0, self.num_classes))
+        neighbours = self.neighbours[rows]                        # [n, R], -1 = none
+        order = np.argsort(rows)
+        at = np.minimum(np.searchsorted(rows[order], neighbours), len(rows) - 1)
+        in_message = (neighbours >= 0) & (rows[order][at] == neighbours)
+        position = np.where(in_message, order[at], -1)            # where in the message, or -1
+        earlier = in_message & (position < np.arange(len(rows))[:, None])
+        named, local = np.unique(neighbours[neighbours >= 0], return_inverse=True)
+        table = np.full(neighbours.shape, -1, np.int64)
+        table[neighbours >= 0] = local
+        table = np.where(earlier, len(named) + position, table)
+        values = torch.cat([self.knowledge[torch.from_numpy(named)], torch.from_numpy(logits)])
+        table = torch.from_numpy(table)
+        if self.mask_unfilled:
+            filled = torch.cat([self.filled[torch.from_numpy(named)], torch.ones(len(rows), dtype=torch.bool)])
+            table = torch.where(filled[table.clamp(min=0)] & (table >= 0), table, -1)
+        teachers = kernels.gather_mean(values, table)
+        self.update(rows, logits)
+        return teachers
+
     def update(self, rows: np.ndarray, logits: np.ndarray) -> None:
         """Overwrites those rows with the new logits (Eq. 13)."""
         logits = np.asarray(logits, dtype=np.float32)

@@ -182,3 +182,46 @@ def test_missing_hnswlib_names_the_extra_and_the_exact_alternative(monkeypatch):
     hashes, labels = clustered(5, 2, dim=4)
     with pytest.raises(ModuleNotFoundError, match=r"edgefd\[server\].*knn=exact"):
         build_relations(hashes, labels, RelationConfig(neighbours=2, method="hnsw"))
+
+
+def sequential_reference(cache, rows, logits):
+    """Alg. 2 l.10-14 sample by sample: fetch the mean of the neighbours, then overwrite the row."""
+    knowledge, filled = cache.knowledge.clone(), cache.filled.clone()
+    out = np.zeros((len(rows), cache.num_classes), np.float32)
+    for t, row in enumerate(rows):
+        named = [j for j in cache.neighbours[row] if j >= 0 and (filled[j] or not cache.mask_unfilled)]
+        if named:
+            out[t] = knowledge[named].mean(dim=0).numpy()
+        knowledge[row] = torch.from_numpy(logits[t])
+        filled[row] = True
+    return out, knowledge
+
+
+@pytest.mark.parametrize("mask_unfilled", [False, True])
+def test_exchange_fetches_then_updates_sample_by_sample(mask_unfilled):
+    hashes, labels = clustered(12, 3, dim=6, seed=4)
+    rng = np.random.default_rng(5)
+    cache = KnowledgeCache(num_classes=4, mask_unfilled=mask_unfilled)
+    cache.register("a", np.arange(len(labels)), labels, hashes)
+    cache.build(RelationConfig(neighbours=4, method="exact"))
+    cache.update(np.arange(10), rng.normal(size=(10, 4)))  # a partly filled cache
+    checked_within_message = 0
+    for _ in range(6):
+        rows = rng.choice(len(labels), size=8, replace=False)
+        logits = rng.normal(size=(8, 4)).astype(np.float32)
+        expected, knowledge = sequential_reference(cache, rows, logits)
+        position = {row: t for t, row in enumerate(rows)}
+        checked_within_message += sum(position.get(j, 99) < t for t, row in enumerate(rows) for j in cache.neighbours[row])
+        got = cache.exchange(rows, logits)
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(cache.knowledge, knowledge)
+    assert checked_within_message > 0  # some teachers did read a row written earlier in their message
+
+
+def test_exchange_rejects_repeated_rows_and_wrong_shapes():
+    cache = make_cache()
+    with pytest.raises(ValueError, match="same sample twice"):
+        cache.exchange(np.array([1, 1]), np.zeros((2, 3), np.float32))
+    with pytest.raises(ValueError, match="logits"):
+        cache.exchange(np.array([1, 2]), np.zeros((2, 4), np.float32))
+    assert cache.exchange(np.array([], np.int64), np.zeros((0, 3), np.float32)).shape == (0, 3)

@@ -15,6 +15,24 @@ def test_pixels_encoder_flattens():
     np.testing.assert_array_equal(out, x.reshape(5, -1).numpy())
 
 
+def test_projection_is_the_same_on_every_client_and_keeps_cosine_similarity():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 1, 28, 28, generator=g)
+    first, second = build_encoder("projection")(x[:100]), build_encoder("projection:64")(x[100:])
+    both = build_encoder("projection")(x)  # a fresh encoder (another client) draws the same matrix
+    assert first.shape == (100, 64) and first.dtype == np.float32
+    np.testing.assert_allclose(np.concatenate([first, second]), both, rtol=1e-5, atol=1e-5)
+
+    def cosine(v):
+        v = v / np.linalg.norm(v, axis=1, keepdims=True)
+        return v @ v.T
+
+    pixels = x.reshape(200, -1).numpy()
+    pixels = pixels + pixels[:1]  # correlated images, so that similarities spread out
+    distortion = np.abs(cosine(build_encoder("projection")(torch.from_numpy(pixels))) - cosine(pixels))
+    assert np.median(distortion) < 0.1  # Johnson-Lindenstrauss: about 1/sqrt(64) per pair
+
+
 def test_mobilenet_encoder_gives_576_d_and_loads_weights_from_a_file(tmp_path):
     x = torch.randn(3, 1, 28, 28)
     random_weights = build_encoder("mobilenet")(x)
@@ -47,5 +65,7 @@ def test_onnx_encoder_matches_torch(tmp_path):
 
 
 def test_unknown_encoder_is_a_clear_error():
-    with pytest.raises(ValueError, match="expected pixels, mobilenet"):
+    with pytest.raises(ValueError, match="expected pixels, projection"):
         build_encoder("sift")
+    with pytest.raises(ValueError, match="must be an integer"):
+        build_encoder("projection:wide")

@@ -10,6 +10,11 @@ A method is two roles that exchange :class:`~edgefd.protocol.Payload` s in round
                   aggregate(round, uplinks) -> dict          update server state from what arrived
                   evaluation_state(client_id) -> Payload | None
 
+A method whose client asks the server during local training (FedCache's faithful per-batch
+exchange) sets ``ServerRole.step_exchange``; the loop then runs the selected clients one after
+another, drives ``ClientRole.train_steps(round)`` (a generator that yields each request and
+receives the reply) and answers each request with ``ServerRole.answer``.
+
 The runtime owns rounds, sampling, deadlines, seeds and transports; a method owns only its
 maths and never sees the network. Every payload a role returns is encoded, counted and decoded
 by the transport before the other side sees it, so roles must not share Python objects.
@@ -22,7 +27,7 @@ import dataclasses
 import typing
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
 import numpy as np
 import torch
@@ -84,6 +89,12 @@ class ClientRole(ABC):
     def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
         """Train locally with what the server sent, and return the uplink."""
 
+    def train_steps(self, round: int) -> Generator[Payload, Payload, Payload | None]:
+        """Train locally while talking to the server: yield each request, receive the server's
+        answer, and return the round's uplink (None: nothing more to say). Only for methods whose
+        server sets ``step_exchange``."""
+        raise NotImplementedError(f"{type(self).__name__} does not exchange during training")
+
     def evaluate(self, state: Payload | None = None) -> dict[str, float]:
         """Accuracy of this client's deliverable model on its local test split.
 
@@ -128,8 +139,17 @@ class ServerRole(ABC):
         self.client_ids = context.client_ids
         self.num_classes = context.num_classes
 
+    step_exchange: bool = False
+    """True when this server answers requests during the clients' training (``answer``) instead
+    of preparing one downlink per client per round. Clients then train one after another, each
+    seeing what the previous ones wrote (the order of the FedCache authors' simulation)."""
+
     def start(self, hellos: dict[str, Payload]) -> None:
         """Receive the clients' one-time uploads."""
+
+    def answer(self, round: int, client_id: str, request: Payload) -> Payload:
+        """The reply to one request a client made during training (``step_exchange`` only)."""
+        raise NotImplementedError(f"{type(self).__name__} does not exchange during training")
 
     @abstractmethod
     def downlink(self, round: int, client_id: str) -> Payload | None:

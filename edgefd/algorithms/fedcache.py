@@ -8,12 +8,16 @@ each client the mean of its samples' neighbours' cached logits, the client train
 and uploads the logits its training forward passes produced, which overwrite its cache rows.
 
 Choices, with the spec's sections:
-- Round-batched exchange (spec §4.3): one download and one upload per client per round, the
-  teachers fetched from the cache as it stood at the round's start (all fetches, then all
-  updates: "fetch before update"). The paper's per-batch exchange has the same payload bytes;
-  its teachers are fresher within a round. This is the mode the engine and MQTT run.
-- Clients train on the same snapshot (the engine prepares every downlink before any client
-  trains); the authors' demo trains clients in sequence against a live cache (spec §4.4).
+- ``exchange=batch`` (default, the faithful protocol of Alg. 1-2, spec §4.1-4.2, §9 A9-A10): per
+  mini-batch the client uploads its ids and the logits of its training forward pass; the server
+  answers with the teachers of those samples from the live cache, then writes the logits in
+  (fetch before update, sample by sample in message order, `KnowledgeCache.exchange`); the client
+  takes its step. Clients train one after another (index order when all take part), each seeing
+  the previous ones' logits, as in the authors' simulation (§4.4).
+- ``exchange=round`` (spec §4.3, what the MQTT deployment runs): one download and one upload per
+  client per round; the teachers come from the cache as it stood at the round's start, and all
+  fetches come before all updates. Same payload bytes (one message header per round instead of
+  one per batch); teachers are staler within a round, and clients train on the same snapshot.
 - KL(teacher || student), CE at T = 1, KL at T = 3 with the T^2 factor, eps = 1e-7 added to the
   teacher probabilities without renormalising, beta = 1.5, R = 16 (spec §3.7, §5, §9 A1-A3).
 - Knowledge = train-mode logits of the forward pass before each step, detached (§9 A25).
@@ -22,9 +26,11 @@ Choices, with the spec's sections:
   Switchable: ``exclude_same_client`` (neighbours from other clients only, §9 A5),
   ``mask_unfilled`` (skip neighbours never uploaded, §9 A6), ``max_ensemble=10`` (the paper-era
   code's truncation to min(R, C) neighbours, §9 A7).
-- The optimizer is re-created every round (§9 A15). Batches are shuffled: knowledge is keyed by
-  stable sample id, so order does not matter (§9 A17); no sample is dropped (§9 A18).
-- Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2); the paper's is
+- The optimizer is re-created every round (§9 A15). Batches keep a fixed order, as in the
+  authors' code (§9 A17); ``shuffle=true`` draws a new order every epoch, which is safe because
+  knowledge is keyed by stable sample id. No sample is dropped (§9 A18).
+- Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2), or
+  ``encoder=projection:64`` (the spec's fixed-seed random projection, §11.2); the paper's is
   ``encoder=mobilenet:WEIGHTS`` with ImageNet weights from a file; ``encoder=onnx:PATH`` runs
   any ONNX encoder with onnxruntime (`edgefd.encoders`).
 - Relations: hnswlib with the authors' M = 64, ef_construction = ef = 1000 by default;
@@ -34,6 +40,7 @@ Choices, with the spec's sections:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Generator
 
 import numpy as np
 import torch
@@ -44,7 +51,10 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.cache import KnowledgeCache, RelationConfig
 from edgefd.encoders import build_encoder
 from edgefd.protocol import Payload
-from edgefd.runtime.training import make_optimizer, train_epochs
+from edgefd.runtime.training import epoch_batches, make_optimizer, train_epochs
+
+
+EXCHANGES = ("batch", "round")
 
 
 @dataclass
@@ -53,7 +63,7 @@ class FedCacheParams:
     temperature: float = param(3.0, "distillation temperature (KL only; CE at 1)")
     eps: float = param(1e-7, "added to the teacher probabilities, not renormalised")
     neighbours: int = param(16, "R: related same-label samples per sample")
-    encoder: str = param("pixels", "hash encoder: pixels | mobilenet[:WEIGHTS] | onnx:PATH")
+    encoder: str = param("pixels", "hash encoder: pixels | projection[:D] | mobilenet[:WEIGHTS] | onnx:PATH")
     knn: str = param("hnsw", "relation search: hnsw | exact")
     hnsw_m: int = param(64, "hnswlib M")
     hnsw_ef_construction: int = param(1000, "hnswlib ef_construction")
@@ -61,6 +71,13 @@ class FedCacheParams:
     exclude_same_client: bool = param(False, "relate samples only to other clients' samples (spec §9 A5)")
     mask_unfilled: bool = param(False, "average only neighbours already uploaded, not the zero rows (§9 A6)")
     max_ensemble: int = param(0, "average only the nearest this many of R (0: all; paper-era code: 10, §9 A7)")
+    exchange: str = param("batch", "batch: teachers per mini-batch from the live cache, clients in sequence "
+                                   "(the paper, §9 A9-A10) | round: one exchange per round from a snapshot (§4.3, MQTT)")
+    shuffle: bool = param(False, "shuffle local batches every epoch (the authors' code keeps a fixed order, §9 A17)")
+
+    def __post_init__(self) -> None:
+        if self.exchange not in EXCHANGES:
+            raise ValueError(f"exchange: expected one of {', '.join(EXCHANGES)}, got {self.exchange!r}")
 
 
 def fedcache_loss(logits: torch.Tensor, labels: torch.Tensor, teacher_logits: torch.Tensor,
@@ -99,6 +116,10 @@ class FedCacheClient(ClientRole):
         return torch.from_numpy(out)
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
+        """``exchange=round``: one epoch pass against the round-start teachers, then all logits up."""
+        if self.params.exchange != "round":
+            raise ValueError("fedcache: train_round is the round-batched exchange; this run has exchange="
+                             f"{self.params.exchange!r} (train_steps)")
         y = self.data.train_y
         teachers = self._teachers(downlink) if downlink is not None else None
         recorded = torch.zeros((len(y), self.data.num_classes))
@@ -111,10 +132,31 @@ class FedCacheClient(ClientRole):
 
         optimizer = make_optimizer(self.model.parameters(), self.context.train)  # re-created (§9 A15)
         train_epochs(self.model, self.data.train_x, loss_fn, optimizer, self.context.train,
-                     self.context.torch_generator)
+                     self.context.torch_generator, shuffle=self.params.shuffle)
         payload = Payload("fedcache.logits", self.client_id, round,
                           {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()})
         return payload.with_precision(self.context.precision, ["logits"])
+
+    def train_steps(self, round: int) -> Generator[Payload, Payload, None]:
+        """``exchange=batch`` (Alg. 1 l.9-12): per batch, the train-mode logits go up, the
+        teachers of the same samples come back, and the step is taken."""
+        x, y = self.data.train_x, self.data.train_y
+        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # re-created (§9 A15)
+        for _ in range(self.context.train.epochs):
+            for idx in epoch_batches(self.model, len(y), self.context.train, self.context.torch_generator,
+                                     self.params.shuffle):
+                logits = self.model(x[idx])
+                ids = self.ids[idx.numpy()]
+                request = Payload("fedcache.logits", self.client_id, round,
+                                  {"ids": ids.astype(np.int32), "logits": logits.detach().numpy()})
+                reply = yield request.with_precision(self.context.precision, ["logits"])
+                if not np.array_equal(reply.arrays["ids"], ids):
+                    raise ValueError(f"{self.client_id}: the server's teachers are not for the samples it was sent")
+                teachers = torch.from_numpy(np.asarray(reply.arrays["knowledge"], np.float32))
+                optimizer.zero_grad(set_to_none=True)
+                fedcache_loss(logits, y[idx], teachers, self.params).backward()
+                optimizer.step()
+        return None
 
 
 class FedCacheServer(ServerRole):
@@ -126,6 +168,8 @@ class FedCacheServer(ServerRole):
                                         params.hnsw_ef, seed=100, exclude_same_owner=params.exclude_same_client)
         self.relations.validate()
         self.encoder_name: str | None = None
+        self.step_exchange = params.exchange == "batch"
+        self.rows_answered = 0
 
     def start(self, hellos: dict[str, Payload]) -> None:
         missing = sorted(set(self.client_ids) - set(hellos))
@@ -146,11 +190,22 @@ class FedCacheServer(ServerRole):
                           {"ids": ids.astype(np.int32), "knowledge": self.cache.fetch(client_id).numpy()})
         return payload.with_precision(self.context.precision, ["knowledge"])
 
+    def answer(self, round: int, client_id: str, request: Payload) -> Payload:
+        """``exchange=batch``: the teachers of the request's samples, then their logits written in."""
+        ids = request.arrays["ids"]
+        teachers = self.cache.exchange(self.cache.rows(client_id, ids), request.arrays["logits"])
+        self.rows_answered += len(ids)
+        payload = Payload("fedcache.knowledge", "server", round,
+                          {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()})
+        return payload.with_precision(self.context.precision, ["knowledge"])
+
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         for client in sorted(uplinks):
             arrays = uplinks[client].arrays
             self.cache.update(self.cache.rows(client, arrays["ids"]), arrays["logits"])
-        return {"cache_rows_updated": float(sum(len(p.arrays["ids"]) for p in uplinks.values()))}
+        updated = self.rows_answered + sum(len(p.arrays["ids"]) for p in uplinks.values())
+        self.rows_answered = 0
+        return {"cache_rows_updated": float(updated)}
 
 
 register("fedcache", "per-sample knowledge cache related by hash similarity (Wu et al. 2024)",

@@ -90,7 +90,7 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import TrainConfig, batches, predict_logits, train_epochs
+from edgefd.runtime.training import TrainConfig, batches, has_batchnorm, predict_logits, train_epochs
 
 __all__ = [
     "FedICTParams",
@@ -433,10 +433,6 @@ def _optimizer(parameters, config: TrainConfig, nesterov: bool) -> torch.optim.O
     raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {config.optimizer!r}")
 
 
-def _has_batchnorm(model: nn.Module) -> bool:
-    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-
-
 def _not_split_error(who: str, name: str) -> ValueError:
     return ValueError(
         f"fedict/fedgkt need client models split into a feature extractor and a predictor "
@@ -696,7 +692,7 @@ class FedICTServer(ServerRole):
         samples got train-forward logits (``capture``: written into Z^S by id)."""
         labels = state.labels[torch.from_numpy(rows)]
         trained = torch.zeros(len(rows), dtype=torch.bool)
-        skip_singletons = _has_batchnorm(self.model)
+        skip_singletons = has_batchnorm(self.model)
         self.model.train()
         for _ in range(self.params.server_epochs):
             for idx in batches(len(rows), self.batch_size, self.generator):

@@ -7,6 +7,10 @@ One round r:
      deadline and its uplink is discarded by the server (it was still sent: its bytes count);
   4. the server aggregates what arrived in time;
   5. every client is evaluated on its local test split (every `eval_every` rounds and the last).
+
+A method that exchanges during training (``ServerRole.step_exchange``) replaces 2-3: the selected
+clients train one after another, and every request a client makes is carried to the server and
+answered at once, so each client sees what the clients before it wrote.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from edgefd.algorithms.base import ClientRole, ServerRole
+from edgefd.protocol import Payload
 from edgefd.runtime.transport import DOWN, UP, InProcessTransport
 
 HELLO_ROUND = 0
@@ -72,6 +77,9 @@ class Federation:
     def __init__(self, server: ServerRole, clients: dict[str, ClientRole], transport: InProcessTransport,
                  config: LoopConfig, rng: np.random.Generator) -> None:
         config.validate()
+        if server.step_exchange and config.straggler_rate > 0:
+            raise ValueError("straggler_rate: this method answers every training step, so a round has no "
+                             "deadline to miss; use straggler_rate 0 (or the method's round-batched exchange)")
         self.server = server
         self.clients = clients
         self.transport = transport
@@ -102,13 +110,16 @@ class Federation:
         late_draw = self.rng.random(len(selected))
         late = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
 
-        downlinks = {cid: self.server.downlink(round, cid) for cid in selected}
-        uplinks = {}
-        for cid in selected:
-            received = self.transport.download(downlinks[cid], round, cid)
-            sent = self.transport.upload(self.clients[cid].train_round(round, received), round, cid)
-            if sent is not None and cid not in late:
-                uplinks[cid] = sent
+        if self.server.step_exchange:
+            uplinks = {cid: sent for cid in selected if (sent := self.exchange_steps(round, cid)) is not None}
+        else:
+            downlinks = {cid: self.server.downlink(round, cid) for cid in selected}
+            uplinks = {}
+            for cid in selected:
+                received = self.transport.download(downlinks[cid], round, cid)
+                sent = self.transport.upload(self.clients[cid].train_round(round, received), round, cid)
+                if sent is not None and cid not in late:
+                    uplinks[cid] = sent
         server_metrics = self.server.aggregate(round, uplinks)
 
         record = RoundRecord(round, None, None, ledger.total(UP, round), ledger.total(DOWN, round), 0.0,
@@ -117,6 +128,18 @@ class Federation:
             self.evaluate(record)
         record.seconds = time.perf_counter() - start
         return record
+
+    def exchange_steps(self, round: int, cid: str) -> Payload | None:
+        """One client's training with a request/answer pair per step; returns its final uplink."""
+        steps = self.clients[cid].train_steps(round)
+        reply = None
+        while True:
+            try:
+                request = steps.send(reply)
+            except StopIteration as finished:
+                return self.transport.upload(finished.value, round, cid)
+            received = self.transport.upload(request, round, cid)
+            reply = self.transport.download(self.server.answer(round, cid, received), round, cid)
 
     def evaluate(self, record: RoundRecord) -> None:
         for cid in self.client_ids:

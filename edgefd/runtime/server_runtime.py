@@ -133,6 +133,9 @@ class ServerRuntime:
         self.resume = resume
         self.pieces = prepare(config)
         self.role = build_server(config, self.pieces)
+        if self.role.step_exchange:
+            raise ValueError(f"{config.algo}: these params exchange messages at every training step (fedcache: "
+                             "exchange=batch), which the MQTT runtime does not run; pass --param exchange=round")
         self.rng = selection_rng(config)
         self.client_ids = list(self.pieces.client_ids)
         self.stats = {cid: ClientStats() for cid in self.client_ids}

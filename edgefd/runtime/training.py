@@ -50,6 +50,18 @@ def batches(n: int, batch_size: int, generator: torch.Generator, shuffle: bool =
         yield order[start:start + batch_size]
 
 
+def epoch_batches(model: nn.Module, n: int, config: TrainConfig, generator: torch.Generator,
+                  shuffle: bool = True) -> Iterator[torch.Tensor]:
+    """The index batches of one local epoch over n samples, with the model in train mode.
+
+    A one-sample batch is skipped for a model with BatchNorm, which cannot train on it."""
+    model.train()
+    skip_single = has_batchnorm(model)
+    for idx in batches(n, config.batch_size, generator, shuffle):
+        if len(idx) >= 2 or not skip_single:
+            yield idx
+
+
 def train_epochs(
     model: nn.Module,
     x: torch.Tensor,
@@ -58,15 +70,13 @@ def train_epochs(
     config: TrainConfig,
     generator: torch.Generator,
     epochs: int | None = None,
+    shuffle: bool = True,
 ) -> float:
     """Runs `epochs` passes of minibatch training; returns the mean loss of the last epoch."""
-    model.train()
     last = 0.0
     for _ in range(config.epochs if epochs is None else epochs):
         total, count = 0.0, 0
-        for idx in batches(len(x), config.batch_size, generator):
-            if len(idx) < 2 and _has_batchnorm(model):
-                continue  # BatchNorm cannot train on a single sample
+        for idx in epoch_batches(model, len(x), config, generator, shuffle):
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x[idx]), idx)
             loss.backward()
@@ -77,7 +87,7 @@ def train_epochs(
     return last
 
 
-def _has_batchnorm(model: nn.Module) -> bool:
+def has_batchnorm(model: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
 
 

@@ -10,7 +10,8 @@ from edgefd.protocol import encode
 from edgefd.simulate import SimulationConfig, build, run
 
 QUICK = dict(algo="fedcache", dataset="digits", clients=4, rounds=2, models="mlp",
-             params={"knn": "exact"})
+             params={"knn": "exact", "exchange": "round"})
+PER_BATCH = {**QUICK, "params": {"knn": "exact"}}  # the default exchange: per mini-batch
 
 
 def test_loss_matches_the_authors_formula_and_gradient():
@@ -103,7 +104,7 @@ def test_mismatched_encoders_are_refused(tmp_path):
 
 
 def test_switchable_choices_reach_the_cache(tmp_path):
-    params = {"knn": "exact", "exclude_same_client": "true", "mask_unfilled": "true", "max_ensemble": "10"}
+    params = {"knn": "exact", "exchange": "round", "exclude_same_client": "true", "mask_unfilled": "true", "max_ensemble": "10"}
     sim = build(SimulationConfig(out=str(tmp_path), **{**QUICK, "params": params}))
     sim.federation.hello()
     cache = sim.server.cache
@@ -113,3 +114,51 @@ def test_switchable_choices_reach_the_cache(tmp_path):
         owner[part] = number
     named = cache.neighbours >= 0
     assert named.any() and (owner[cache.neighbours[named]] != np.broadcast_to(owner[:, None], named.shape)[named]).all()
+
+
+def test_per_batch_exchange_sends_the_spec_bytes_in_one_message_per_batch(tmp_path):
+    config = SimulationConfig(out=str(tmp_path), **{**PER_BATCH, "rounds": 1, "batch_size": 8})
+    sim = build(config)
+    sim.federation.hello()
+    record = sim.federation.run_round(1)
+    ledger = sim.federation.transport.ledger
+    for cid, client in sim.clients.items():
+        n = len(client.data.train_y)
+        steps = -(-n // 8)
+        assert ledger.messages[(1, "up", cid)] == ledger.messages[(1, "down", cid)] == steps
+        # every sample's C logits + id go up once and its C teacher logits + id come down once (§2.4),
+        # plus one codec header per message
+        for direction in ("up", "down"):
+            overhead = ledger.entries[(1, direction, cid)] - n * (10 * 4 + 4)
+            assert 0 < overhead < 200 * steps
+    assert record.server["cache_rows_updated"] == sum(len(c.data.train_y) for c in sim.clients.values())
+    assert bool(sim.server.cache.filled.all())
+
+
+def test_per_batch_teachers_come_from_the_live_cache(tmp_path):
+    # drive one client by hand: the teachers of its first batch are the neighbours' rows as they
+    # stand, and the batch's logits are in the cache before the second batch asks
+    sim = build(SimulationConfig(out=str(tmp_path), **{**PER_BATCH, "batch_size": 8}))
+    sim.federation.hello()
+    cache = sim.server.cache
+    cache.update(np.arange(cache.size), np.random.default_rng(0).normal(size=(cache.size, 10)).astype(np.float32))
+    steps = sim.clients["client-0"].train_steps(1)
+    first = next(steps)
+    rows = cache.rows("client-0", first.arrays["ids"])
+    before = cache.knowledge.clone()
+    reply = sim.server.answer(1, "client-0", first)
+    named = cache.neighbours[rows[0]]
+    np.testing.assert_allclose(reply.arrays["knowledge"][0], before[named].mean(0).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(cache.knowledge[rows].numpy(), first.arrays["logits"])
+    second = steps.send(reply)
+    assert not np.intersect1d(second.arrays["ids"], first.arrays["ids"]).size
+    assert np.array_equal(first.arrays["ids"], sim.clients["client-0"].ids[:8])  # fixed order (§9 A17)
+
+
+def test_per_batch_run_learns_and_is_refused_by_the_mqtt_runtime(tmp_path):
+    from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
+    summary = run(SimulationConfig(**{**PER_BATCH, "rounds": 3}, out=str(tmp_path)), progress=False)
+    lines = [__import__("json").loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert summary["final_accuracy"] > lines[0]["accuracy"] + 0.3
+    with pytest.raises(ValueError, match="exchange=round"):
+        ServerRuntime(SimulationConfig(**PER_BATCH, out=str(tmp_path / "deploy")), DeploymentSettings(run="x"))

@@ -13,6 +13,7 @@ from edgefd.simulate import SimulationConfig, build_client, build_server, prepar
 CONFIG = dict(dataset="digits", clients=2, rounds=3, seed=1, threads=1, samples_per_client=60)
 # methods that need particular models or lighter settings to run on digits in a test
 SETTINGS = {
+    "fedcache": dict(params={"exchange": "round"}),  # checkpoints serve the MQTT runtime, which runs rounds
     "fedict": dict(models="fedict_c1"),
     "fedgkt": dict(models="fedict_c1"),
     "fedmd": dict(params={"public_dataset": "digits", "alignment_size": 50}),

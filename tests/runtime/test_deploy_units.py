@@ -18,7 +18,8 @@ from edgefd.simulate import SimulationConfig, config_from_args, selection_rng
 def test_server_selects_like_the_simulation():
     config = SimulationConfig(clients=7, participation=0.4, seed=3, threads=1, rounds=6)
     runtime = ServerRuntime(config, DeploymentSettings(run="units"))
-    federation = Federation(None, {f"client-{i}": None for i in range(7)}, None, LoopConfig(participation=0.4),
+    no_server = argparse.Namespace(step_exchange=False)  # selection needs no roles
+    federation = Federation(no_server, {f"client-{i}": None for i in range(7)}, None, LoopConfig(participation=0.4),
                             selection_rng(config))
     for _ in range(6):
         expected = federation.select()

@@ -75,3 +75,61 @@ def test_evaluation_schedule_and_same_seed_same_selection():
 def test_bad_loop_settings_are_rejected(bad):
     with pytest.raises(ValueError):
         make(LoopConfig(**bad))
+
+
+class AskingClient(ClientRole):
+    """Asks the server three times per round, then uploads nothing; records the answers."""
+
+    def __init__(self, client_id):
+        self.client_id = client_id
+        self.answers = []
+
+    def train_round(self, round, downlink):
+        raise AssertionError("a step-exchange method is never asked for a round uplink")
+
+    def train_steps(self, round):
+        for step in range(3):
+            reply = yield Payload("ask", self.client_id, round, {"v": np.array([step], np.int64)})
+            self.answers.append(int(reply.arrays["log"][-1]))
+        return None
+
+    def evaluate(self, state=None):
+        return {"accuracy": 0.5}
+
+
+class LoggingServer(ServerRole):
+    """Answers with everything it has been asked so far, in arrival order."""
+    step_exchange = True
+
+    def __init__(self):
+        self.log = []
+
+    def downlink(self, round, client_id):
+        raise AssertionError("a step-exchange server prepares no round downlink")
+
+    def answer(self, round, client_id, request):
+        self.log.append(int(client_id[1:]) * 10 + int(request.arrays["v"][0]))
+        return Payload("log", "server", round, {"log": np.array(self.log, np.int64)})
+
+    def aggregate(self, round, uplinks):
+        assert uplinks == {}
+        return {}
+
+
+def test_step_exchange_runs_clients_one_after_another_and_counts_every_message():
+    roles = {f"c{i}": AskingClient(f"c{i}") for i in range(3)}
+    server = LoggingServer()
+    federation = Federation(server, roles, InProcessTransport(), LoopConfig(rounds=2), np.random.default_rng(0))
+    records = federation.run()
+    # client c0's three requests are answered before c1 asks, and so on, every round
+    assert server.log == [0, 1, 2, 10, 11, 12, 20, 21, 22] * 2
+    assert roles["c1"].answers == [10, 11, 12] * 2
+    messages = federation.transport.ledger.messages
+    assert all(messages[(1, d, cid)] == 3 for d in ("up", "down") for cid in roles)
+    assert records[0].bytes_up > 0 and records[0].bytes_down > records[0].bytes_up
+
+
+def test_step_exchange_refuses_stragglers():
+    with pytest.raises(ValueError, match="straggler_rate"):
+        Federation(LoggingServer(), {"c0": AskingClient("c0")}, InProcessTransport(),
+                   LoopConfig(straggler_rate=0.2), np.random.default_rng(0))
