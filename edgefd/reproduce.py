@@ -138,6 +138,19 @@ RECIPES["fedict-profiles"] = Recipe(
          folder="fedict-balanced-reference")],
     target_from=["FedGKT", "FedICT (sim, paper)"], seeds=(0, 1, 2, 3))
 
+# Which of FedICT's two extra terms costs accuracy at alpha 3.0: FPKD on the client (lambda) or LKA on
+# the server (mu), each alone, and both at a third of the paper's weight; FedGKT is lambda = mu = 0.
+RECIPES["fedict-weights"] = Recipe(
+    "fedict-weights", "specs/fedict.md §11 at Dirichlet 3.0 (as fedict-a3.0), FedICT (sim, paper) with lambda and mu "
+                      "switched on one at a time",
+    replace(_FEDICT_BASE, partition="dirichlet:3.0"),
+    [Arm("FedGKT (lambda = mu = 0)", "fedgkt"),
+     Arm("FedICT (lambda = mu = 1.5)", "fedict", {"lka": "sim"}, folder="fedict-sim"),
+     Arm("FedICT FPKD only (lambda 1.5, mu 0)", "fedict", {"lka": "sim", "mu": 0.0}, folder="fedict-fpkd-only"),
+     Arm("FedICT LKA only (lambda 0, mu 1.5)", "fedict", {"lka": "sim", "lam": 0.0}, folder="fedict-lka-only"),
+     Arm("FedICT (lambda = mu = 0.5)", "fedict", {"lka": "sim", "lam": 0.5, "mu": 0.5}, folder="fedict-sim-0.5")],
+    target_from=["FedGKT (lambda = mu = 0)", "FedICT (lambda = mu = 1.5)"], seeds=(0, 1, 2, 3))
+
 # The same comparisons on real images and real sensor data (issue 4), scaled to this 2-core machine.
 RECIPES["fedcache-fmnist"] = Recipe(
     name="fedcache-fmnist",
