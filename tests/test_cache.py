@@ -225,3 +225,21 @@ def test_exchange_rejects_repeated_rows_and_wrong_shapes():
     with pytest.raises(ValueError, match="logits"):
         cache.exchange(np.array([1, 2]), np.zeros((2, 4), np.float32))
     assert cache.exchange(np.array([], np.int64), np.zeros((0, 3), np.float32)).shape == (0, 3)
+
+
+def test_sequential_and_snapshot_differ_only_for_intra_message_neighbours():
+    # spec §11.7: the faithful per-sample order changes a teacher only when one of its neighbours
+    # was written earlier in the same message
+    hashes, labels = clustered(10, 2, dim=5, seed=6)
+    cache = KnowledgeCache(num_classes=3)
+    cache.register("a", np.arange(len(labels)), labels, hashes)
+    cache.build(RelationConfig(neighbours=3, method="exact"))
+    rng = np.random.default_rng(7)
+    cache.update(np.arange(len(labels)), rng.normal(size=(len(labels), 3)))
+    rows = rng.choice(len(labels), size=12, replace=False)
+    snapshot = cache.fetch_all()[rows].numpy()
+    sequential = cache.exchange(rows, rng.normal(size=(12, 3)).astype(np.float32)).numpy()
+    earlier = np.array([np.isin(cache.neighbours[row], rows[:t]).any() for t, row in enumerate(rows)])
+    assert earlier.any() and not earlier.all()
+    np.testing.assert_allclose(sequential[~earlier], snapshot[~earlier], rtol=1e-6)
+    assert (np.abs(sequential[earlier] - snapshot[earlier]).max(axis=1) > 1e-4).all()
