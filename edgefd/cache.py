@@ -166,6 +166,7 @@ class KnowledgeCache:
         self._sorted_ids: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.labels = np.zeros(0, np.int64)
         self.neighbours = np.zeros((0, 0), np.int64)
+        self.owners = np.zeros(0, np.int64)
         self.knowledge = torch.zeros((0, num_classes))
         self.filled = torch.zeros(0, dtype=torch.bool)
         self.size = 0
@@ -201,6 +202,7 @@ class KnowledgeCache:
         owners = np.zeros(self.size, np.int64)
         for number, part in enumerate(self.slices.values()):
             owners[part] = number
+        self.owners = owners
         self.neighbours = build_relations(hashes, self.labels, config, owners)
         if self.max_ensemble:
             self.neighbours = np.ascontiguousarray(self.neighbours[:, :self.max_ensemble])
@@ -208,6 +210,15 @@ class KnowledgeCache:
         self.filled = torch.zeros(self.size, dtype=torch.bool)
         self._hashes = []
         self._labels = []
+
+    def cross_client_fraction(self) -> float:
+        """Fraction of the neighbour links that point at another client's sample: the spec's sanity
+        check (§11.2); knowledge only travels between clients through these links."""
+        named = self.neighbours >= 0
+        if not named.any():
+            return 0.0
+        other = self.owners[np.maximum(self.neighbours, 0)] != self.owners[:, None]
+        return float((other & named).sum() / named.sum())
 
     def sample_ids(self, client_id: str) -> np.ndarray:
         """The client's sample ids in registration order (the order `fetch` answers in)."""

@@ -243,3 +243,16 @@ def test_sequential_and_snapshot_differ_only_for_intra_message_neighbours():
     assert earlier.any() and not earlier.all()
     np.testing.assert_allclose(sequential[~earlier], snapshot[~earlier], rtol=1e-6)
     assert (np.abs(sequential[earlier] - snapshot[earlier]).max(axis=1) > 1e-4).all()
+
+
+def test_cross_client_fraction_counts_links_to_other_clients():
+    hashes, labels = clustered(6, 2, dim=4, seed=3)
+    a, b = [0, 1, 2, 6, 7, 8], [3, 4, 5, 9, 10, 11]  # both clients hold both classes
+    cache = KnowledgeCache(num_classes=2)
+    cache.register("a", np.array(a), labels[a], hashes[a])
+    cache.register("b", np.array(b), labels[b], hashes[b])
+    cache.build(RelationConfig(neighbours=3, method="exact"))  # rows 0-5 are a's, 6-11 b's
+    named = cache.neighbours >= 0
+    other = (cache.neighbours // 6 != np.arange(12)[:, None] // 6) & named
+    assert cache.cross_client_fraction() == pytest.approx(other.sum() / named.sum())
+    assert 0 < cache.cross_client_fraction() < 1

@@ -183,6 +183,7 @@ class FedCacheServer(ServerRole):
             arrays = hellos[client].arrays
             self.cache.register(client, arrays["ids"], arrays["labels"], arrays["hashes"])
         self.cache.build(self.relations)
+        self.cross_client = self.cache.cross_client_fraction()
 
     def downlink(self, round: int, client_id: str) -> Payload:
         ids = self.cache.sample_ids(client_id)
@@ -205,7 +206,7 @@ class FedCacheServer(ServerRole):
             self.cache.update(self.cache.rows(client, arrays["ids"]), arrays["logits"])
         updated = self.rows_answered + sum(len(p.arrays["ids"]) for p in uplinks.values())
         self.rows_answered = 0
-        return {"cache_rows_updated": float(updated)}
+        return {"cache_rows_updated": float(updated), "neighbours_from_other_clients": self.cross_client}
 
 
 register("fedcache", "per-sample knowledge cache related by hash similarity (Wu et al. 2024)",

@@ -114,6 +114,7 @@ def test_switchable_choices_reach_the_cache(tmp_path):
         owner[part] = number
     named = cache.neighbours >= 0
     assert named.any() and (owner[cache.neighbours[named]] != np.broadcast_to(owner[:, None], named.shape)[named]).all()
+    assert cache.cross_client_fraction() == 1.0
 
 
 def test_per_batch_exchange_sends_the_spec_bytes_in_one_message_per_batch(tmp_path):
