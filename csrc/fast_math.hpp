@@ -8,17 +8,9 @@
 
 #include <cstdint>
 
-// On x86-64 the row functions are compiled twice, for AVX2+FMA (x86-64-v3) and for the
-// baseline, and the loader picks one at run time: one build runs fast on a workstation and
-// still runs on an old CPU. ARM builds use NEON through the ordinary vectoriser.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(EDGEFD_NO_MULTIVERSION)
-#define EDGEFD_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define EDGEFD_MULTIVERSION
-#endif
-
-// Helpers called from a multiversioned function must be inlined into each clone: a call to an
-// out-of-line copy would run the baseline (SSE) code and lose the AVX2 speed.
+// The portable row loops are built from these helpers, which must be inlined for the loops to
+// vectorise. On x86-64 with AVX2+FMA the kernels run hand-written AVX2 rows instead
+// (simd_avx2.hpp); the portable loops serve ARM (NEON) and older x86 CPUs.
 #if defined(__GNUC__)
 #define EDGEFD_INLINE inline __attribute__((always_inline))
 #else
