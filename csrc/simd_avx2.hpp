@@ -91,6 +91,18 @@ EDGEFD_AVX2_INLINE __m256 keep_lanes(__m256 x, const RowTail& tail) {
     return _mm256_and_ps(x, _mm256_castsi256_ps(tail.keep));
 }
 
+// Asks for the cache lines of x[0, C) ahead of their use (for writing: the lines of an output
+// row, so that the store does not wait for the line to be read).
+EDGEFD_AVX2_INLINE void prefetch_row(const float* x, std::int64_t C) {
+    const char* p = reinterpret_cast<const char*>(x);
+    for (std::int64_t b = 0; b < C * static_cast<std::int64_t>(sizeof(float)); b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
+
+EDGEFD_AVX2_INLINE void prefetch_row_for_write(float* x, std::int64_t C) {
+    char* p = reinterpret_cast<char*>(x);
+    for (std::int64_t b = 0; b < C * static_cast<std::int64_t>(sizeof(float)); b += 64) __builtin_prefetch(p + b, 1);
+}
+
 // The maximum of x[0, C), C >= 1.
 EDGEFD_AVX2_INLINE float row_max(const float* x, std::int64_t C) {
     const __m256 lowest = _mm256_set1_ps(-__builtin_inff());
