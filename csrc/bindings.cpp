@@ -15,6 +15,7 @@
 #endif
 
 #include "kernels.hpp"
+#include "simd_avx2.hpp"
 
 namespace py = pybind11;
 using edgefd::KernelError;
@@ -187,6 +188,15 @@ PYBIND11_MODULE(_kernels, m) {
         return omp_get_max_threads();
 #else
         return 1;
+#endif
+    });
+    // Which row loops run: "avx2" (x86-64 with AVX2+FMA) or "portable" (ARM, older x86, or
+    // EDGEFD_KERNELS_PORTABLE=1).
+    m.def("simd_path", []() {
+#if EDGEFD_AVX2
+        return std::string(edgefd::avx2::available() ? "avx2" : "portable");
+#else
+        return std::string("portable");
 #endif
     });
 #ifdef _OPENMP

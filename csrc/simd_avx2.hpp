@@ -23,6 +23,8 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 // For functions of the AVX2 path: compiled for AVX2+FMA whatever the build's baseline is.
 #define EDGEFD_AVX2_FN __attribute__((target("avx2,fma")))
@@ -30,9 +32,15 @@
 
 namespace edgefd::avx2 {
 
-// True when the CPU runs AVX2 and FMA (checked once).
+// True when the CPU runs AVX2 and FMA (checked once), unless the environment variable
+// EDGEFD_KERNELS_PORTABLE is set to something other than "" or "0": then the portable loops run,
+// which is how the tests check on x86 the code that ARM devices run.
 inline bool available() {
-    static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    static const bool ok = [] {
+        const char* portable = std::getenv("EDGEFD_KERNELS_PORTABLE");
+        if (portable && *portable && std::strcmp(portable, "0") != 0) return false;
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }();
     return ok;
 }
 
