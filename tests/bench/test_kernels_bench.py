@@ -4,7 +4,8 @@ import json
 
 from edgefd import cli
 
-FIELDS = {"kernel", "shape", "cpp_ms", "torch_ms", "speedup", "gbps", "bandwidth_fraction"}
+FIELDS = {"kernel", "shape", "cpp_ms", "torch_ms", "speedup", "gbps", "bandwidth_fraction", "moved_gbps",
+          "moved_fraction"}
 
 
 def test_quick_benchmark_writes_one_record_per_kernel(tmp_path, capsys):
@@ -21,3 +22,16 @@ def test_quick_benchmark_writes_one_record_per_kernel(tmp_path, capsys):
         assert abs(record["speedup"] - ratio) <= 0.05 * ratio
     table = capsys.readouterr().out
     assert "copy bandwidth" in table and "weighted_kl" in table
+
+
+def test_only_gather_mean_moves_more_than_it_touches():
+    """gather_mean reads R cached rows per output row: its moved bytes are those rows, not the cache once."""
+    from edgefd.bench.kernels import FLOAT, INDEX, cases
+
+    for case in cases(quick=False):
+        if case.kernel != "gather_mean":
+            assert case.bytes_moved is None
+            continue
+        n, r, c = (int(part.split("=")[1]) for part in case.shape.split())
+        assert case.bytes_touched == n * r * INDEX + 2 * n * c * FLOAT
+        assert case.bytes_moved == n * r * INDEX + n * r * c * FLOAT + n * c * FLOAT
