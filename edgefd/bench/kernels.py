@@ -8,9 +8,9 @@ plus bytes written by a large ``Tensor.copy_``, on the same threads).
 
 ``moved_fraction`` is the same ratio for the bytes a kernel cannot avoid moving between memory and
 the core. It differs from ``bandwidth_fraction`` only for ``gather_mean``: each of its n x R
-lookups reads a whole cached row at a random place (n R C floats, R = 16 times the cache), and
-with random neighbours no order of the lookups reuses a row while it is still in a core's cache,
-so counting the cache once undercounts its traffic R-fold.
+lookups reads a whole cached row at a random place (n R C floats: R = 16 times a cache of n rows),
+and with random neighbours no order of the lookups reuses a row while it is still in a core's
+cache, so counting the cache once undercounts its traffic R-fold.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 import json
 
 from edgefd import cli
+from edgefd.bench.kernels import FLOAT, INDEX, cases
 
 FIELDS = {"kernel", "shape", "cpp_ms", "torch_ms", "speedup", "gbps", "bandwidth_fraction", "moved_gbps",
           "moved_fraction"}
@@ -26,8 +27,6 @@ def test_quick_benchmark_writes_one_record_per_kernel(tmp_path, capsys):
 
 def test_only_gather_mean_moves_more_than_it_touches():
     """gather_mean reads R cached rows per output row: its moved bytes are those rows, not the cache once."""
-    from edgefd.bench.kernels import FLOAT, INDEX, cases
-
     for case in cases(quick=False):
         if case.kernel != "gather_mean":
             assert case.bytes_moved is None
