@@ -172,7 +172,7 @@ RECIPES["fedict-fmnist"] = Recipe(
     replace(_FEDICT_BASE, dataset="fmnist", partition="dirichlet:0.5", samples_per_client=200, test_fraction=1.0,
             rounds=12, threads=1),
     [replace(arm, params={**arm.params, "server_model": "fedict_server_small"}) if arm.algo in ("fedgkt", "fedict")
-     else arm for arm in _FEDICT_ARMS], target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1))
+     else arm for arm in _FEDICT_ARMS], target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1, 2))
 RECIPES["fedict-watch"] = Recipe(
     "fedict-watch", "specs/fedict.md §11 sensor setting on the smartwatch IMU data (stand-in for the paper's "
                     "transport-mode data): 10 clients = 10 subjects (natural split), the weakest fully-connected "
