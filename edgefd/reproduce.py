@@ -165,6 +165,14 @@ RECIPES["fedcache-fmnist"] = Recipe(
     target_from=["FedCache", "FedAvg"],
     seeds=(0, 1, 2),
 )
+# Does FedCache's deficit on fmnist close with more rounds? The same recipe for 30 rounds, with
+# the three arms the question needs (about 20 single-thread minutes).
+RECIPES["fedcache-fmnist-30"] = replace(
+    RECIPES["fedcache-fmnist"], name="fedcache-fmnist-30",
+    source=RECIPES["fedcache-fmnist"].source.replace("10 rounds", "30 rounds") + "; Local, FedCache and FD only",
+    base=replace(RECIPES["fedcache-fmnist"].base, rounds=30),
+    arms=[arm for arm in RECIPES["fedcache-fmnist"].arms if arm.label in ("Local", "FedCache", "FD")],
+    target_from=["FedCache", "FD"])
 RECIPES["fedict-fmnist"] = Recipe(
     "fedict-fmnist", "specs/fedict.md §11 settings on Fashion-MNIST (K = 5, Dirichlet 0.5, fedict_c1 clients), "
                      "scaled: the small server fedict_server_small (the paper's A^S_1 costs ~90 s a round here), "
