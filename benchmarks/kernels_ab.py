@@ -21,17 +21,26 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("weighted_kl.cpp", "sl_loss.cpp", "labelwise_mean.cpp", "gather_mean.cpp")
 # The extension's flags (CMakeLists.txt); -Bsymbolic keeps each library's calls inside itself.
-FLAGS = ("-O3", "-fopenmp", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17", "-shared",
-         "-fPIC", "-Wl,-Bsymbolic")
+FLAGS = (
+    "-O3",
+    "-fopenmp",
+    "-fopenmp-simd",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+    "-Wl,-Bsymbolic",
+)
 WORKTREE = "worktree"
 
 # A C interface over kernels.hpp, so that ctypes can call both builds.
@@ -64,17 +73,21 @@ def build(rev: str, work: Path) -> Path:
         for name in names:
             (out / name).write_bytes((ROOT / "csrc" / name).read_bytes())
     else:
-        listing = subprocess.run(["git", "ls-tree", "--name-only", rev, "csrc/"], cwd=ROOT, check=True,
-                                 capture_output=True, text=True).stdout.split()
+        listing = subprocess.run(
+            ["git", "ls-tree", "--name-only", rev, "csrc/"], cwd=ROOT, check=True, capture_output=True, text=True
+        ).stdout.split()
         for path in listing:
             if path.endswith((".cpp", ".hpp")):
-                data = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True,
-                                      capture_output=True).stdout
+                data = subprocess.run(
+                    ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True
+                ).stdout
                 (out / Path(path).name).write_bytes(data)
     (out / "ab_wrapper.cpp").write_text(WRAPPER)
     library = out / "ab.so"
-    subprocess.run(["g++", *FLAGS, f"-I{out}", str(out / "ab_wrapper.cpp"), *(str(out / s) for s in SOURCES),
-                    "-o", str(library)], check=True)
+    subprocess.run(
+        ["g++", *FLAGS, f"-I{out}", str(out / "ab_wrapper.cpp"), *(str(out / s) for s in SOURCES), "-o", str(library)],
+        check=True,
+    )
     return library
 
 
@@ -124,8 +137,12 @@ def cases() -> list[Case]:
         out = np.zeros((n, C), np.float32)
         return (lambda: lib.ab_gather_mean(ptr(cache), n, C, ptr(ids), n, R, ptr(out))), out
 
-    return [Case(f"weighted_kl fwd+bwd B={B} C={C}", kl), Case(f"sl_loss fwd+bwd K={K} B={B} C={C}", sl),
-            Case(f"labelwise_mean N=1000000 C={C} (control)", lw), Case(f"gather_mean n={n} R={R} C={C}", gm)]
+    return [
+        Case(f"weighted_kl fwd+bwd B={B} C={C}", kl),
+        Case(f"sl_loss fwd+bwd K={K} B={B} C={C}", sl),
+        Case(f"labelwise_mean N=1000000 C={C} (control)", lw),
+        Case(f"gather_mean n={n} R={R} C={C}", gm),
+    ]
 
 
 def main() -> int:
@@ -152,8 +169,10 @@ def main() -> int:
                         call()
                         times[side].append(time.perf_counter() - start)
                 a, b = (statistics.median(t) * 1e3 for t in times)
-                print(f"{case.name:<42} {threads} thr  A {a:8.2f} ms  B {b:8.2f} ms  A/B {a / b:5.2f}x"
-                      f"  max |out A - out B| {diff:.2g}")
+                print(
+                    f"{case.name:<42} {threads} thr  A {a:8.2f} ms  B {b:8.2f} ms  A/B {a / b:5.2f}x"
+                    f"  max |out A - out B| {diff:.2g}"
+                )
     return 0
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -75,8 +75,10 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100, help="C")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"sl_loss K={args.teachers} C={args.classes}, {ROWS} rows, {args.threads} threads, "
-          f"SIMD path {_kernels.simd_path()}; medians of {args.repeats}")
+    print(
+        f"sl_loss K={args.teachers} C={args.classes}, {ROWS} rows, {args.threads} threads, "
+        f"SIMD path {_kernels.simd_path()}; medians of {args.repeats}"
+    )
     streaming = sl_loss_rows_ms(args.teachers, ROWS, args.classes, args.repeats)
     in_cache = sl_loss_rows_ms(args.teachers, SMALL_BATCH, args.classes, args.repeats)
     memory = memory_only_ms(args.teachers, args.classes, args.repeats)

@@ -61,7 +61,7 @@ def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, 
     n = len(unit)
     out = np.empty((n, r), dtype=np.int64)
     for start in range(0, n, block):
-        sims = (unit[start:start + block] @ unit.T).numpy()
+        sims = (unit[start : start + block] @ unit.T).numpy()
         rows = np.arange(start, min(start + block, n))
         sims[rows - start, rows] = -np.inf  # never yourself
         if owners is not None:
@@ -73,7 +73,7 @@ def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, 
         chosen = np.take_along_axis(candidates, order, axis=1)
         if owners is not None:
             chosen[np.take_along_axis(cand_sims, order, axis=1) == -np.inf] = -1
-        out[start:start + len(rows)] = chosen
+        out[start : start + len(rows)] = chosen
     return out
 
 
@@ -83,8 +83,10 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.
     try:
         import hnswlib
     except ImportError:
-        raise ModuleNotFoundError("knn=hnsw needs hnswlib (a workstation extra): pip install 'edgefd[server]', "
-                                  "or use exact search (--param knn=exact)") from None
+        raise ModuleNotFoundError(
+            "knn=hnsw needs hnswlib (a workstation extra): pip install 'edgefd[server]', "
+            "or use exact search (--param knn=exact)"
+        ) from None
 
     n, dim = vectors.shape
     index = hnswlib.Index(space="cosine", dim=dim)
@@ -111,8 +113,9 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.
     return np.take_along_axis(found, order, axis=1)[:, :r]
 
 
-def build_relations(hashes: np.ndarray, labels: np.ndarray, config: RelationConfig,
-                    owners: np.ndarray | None = None) -> np.ndarray:
+def build_relations(
+    hashes: np.ndarray, labels: np.ndarray, config: RelationConfig, owners: np.ndarray | None = None
+) -> np.ndarray:
     """Neighbour table [N, R] (int64 row ids, -1 where a class has fewer than R + 1 members).
 
     ``owners`` (one integer per row: which client holds it) is needed with
@@ -185,8 +188,10 @@ class KnowledgeCache:
         if len(np.unique(sample_ids)) != n:
             raise ValueError(f"client {client_id!r}: repeated sample ids")
         if self._hashes and hashes.shape[1:] != self._hashes[0].shape[1:]:
-            raise ValueError(f"client {client_id!r}: hash size {hashes.shape[1:]} differs from the others' "
-                             f"{self._hashes[0].shape[1:]} (all clients must use the same encoder)")
+            raise ValueError(
+                f"client {client_id!r}: hash size {hashes.shape[1:]} differs from the others' "
+                f"{self._hashes[0].shape[1:]} (all clients must use the same encoder)"
+            )
         self.slices[client_id] = slice(self.size, self.size + n)
         self._ids[client_id] = sample_ids
         order = np.argsort(sample_ids, kind="stable")
@@ -205,7 +210,7 @@ class KnowledgeCache:
         self.owners = owners
         self.neighbours = build_relations(hashes, self.labels, config, owners)
         if self.max_ensemble:
-            self.neighbours = np.ascontiguousarray(self.neighbours[:, :self.max_ensemble])
+            self.neighbours = np.ascontiguousarray(self.neighbours[:, : self.max_ensemble])
         self.knowledge = torch.zeros((self.size, self.num_classes))
         self.filled = torch.zeros(self.size, dtype=torch.bool)
         self._hashes = []
@@ -267,11 +272,11 @@ class KnowledgeCache:
             raise ValueError("a message names the same sample twice")
         if len(rows) == 0:
             return torch.zeros((0, self.num_classes))
-        neighbours = self.neighbours[rows]                        # [n, R], -1 = none
+        neighbours = self.neighbours[rows]  # [n, R], -1 = none
         order = np.argsort(rows)
         at = np.minimum(np.searchsorted(rows[order], neighbours), len(rows) - 1)
         in_message = (neighbours >= 0) & (rows[order][at] == neighbours)
-        position = np.where(in_message, order[at], -1)            # where in the message, or -1
+        position = np.where(in_message, order[at], -1)  # where in the message, or -1
         earlier = in_message & (position < np.arange(len(rows))[:, None])
         named, local = np.unique(neighbours[neighbours >= 0], return_inverse=True)
         table = np.full(neighbours.shape, -1, np.int64)

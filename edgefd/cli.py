@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ BENCHMARKS = {
     "kernels": Subcommand("kernels", "edgefd.bench.kernels", "C++ kernels vs their torch references"),
     "cache": Subcommand("cache", "edgefd.bench.cache", "FedCache's knowledge cache at scale (HNSW relations, lookups)"),
     "engine": Subcommand("engine", "edgefd.bench.engine", "simulation engine vs a plain PyTorch loop (FedAvg)"),
-    "onnx": Subcommand("onnx", "edgefd.bench.onnx", "exported models: onnxruntime fp32 / int8 vs torch latency and size"),
+    "onnx": Subcommand(
+        "onnx", "edgefd.bench.onnx", "exported models: onnxruntime fp32 / int8 vs torch latency and size"
+    ),
 }
 
 SUBCOMMANDS = [
@@ -69,8 +71,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_load('edgefd').__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    bench = commands.add_parser("bench", help="run a benchmark and print its figures",
-                                description="Benchmarks print figures; nothing here asserts on time.")
+    bench = commands.add_parser(
+        "bench",
+        help="run a benchmark and print its figures",
+        description="Benchmarks print figures; nothing here asserts on time.",
+    )
     which = bench.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     for item in BENCHMARKS.values():
         sub = which.add_parser(item.name, help=item.help, description=item.help)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from edgefd.data import DatasetNotFoundError
 from edgefd.deploy_args import add_broker_arguments, broker_settings, setup_logging
@@ -31,8 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="run name, as given to `edgefd server --run`")
     parser.add_argument("--client-id", help="this device's id in the run: client-0, client-1, ...")
     parser.add_argument("--state-dir", metavar="DIR", help="folder for the checkpoint (resume after a restart)")
-    parser.add_argument("--data-dir", metavar="DIR",
-                        help="folder with this device's data.npz (default: the run's dataset share of this id)")
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="folder with this device's data.npz (default: the run's dataset share of this id)",
+    )
     add_broker_arguments(parser, required=False)
 
 
@@ -69,9 +73,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         args = resolve(args)
         setup_logging(args.log_level)
-        settings = ClientSettings(args.run, args.client_id, broker_settings(args), state_dir=args.state_dir,
-                                  data_dir=args.data_dir, chunk_size=args.chunk_size,
-                                  max_message_bytes=args.max_message_bytes)
+        settings = ClientSettings(
+            args.run,
+            args.client_id,
+            broker_settings(args),
+            state_dir=args.state_dir,
+            data_dir=args.data_dir,
+            chunk_size=args.chunk_size,
+            max_message_bytes=args.max_message_bytes,
+        )
         return ClientRuntime(settings).run()
     except (ValueError, DatasetNotFoundError) as error:
         print(f"edgefd client: {error}", file=sys.stderr)

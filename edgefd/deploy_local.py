@@ -30,8 +30,12 @@ from edgefd.simulate import SimulationConfig, client_ids_of
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     simulate.add_arguments(parser)
     parser.add_argument("--run", help="run name (default: local-<random>)")
-    parser.add_argument("--broker-kind", choices=KINDS, default="auto",
-                        help="broker to start when --broker is not given (default: mosquitto if installed)")
+    parser.add_argument(
+        "--broker-kind",
+        choices=KINDS,
+        default="auto",
+        help="broker to start when --broker is not given (default: mosquitto if installed)",
+    )
     add_broker_arguments(parser, required=False)
     add_deployment_arguments(parser)
 
@@ -74,9 +78,18 @@ def run(args: argparse.Namespace) -> int:
         broker = start_broker(kind=args.broker_kind, workdir=out / "broker")
     url = args.broker or broker.url
     shared = broker_flags(args, url) + ["--run", run_name]
-    timing = ["--round-timeout", str(args.round_timeout), "--eval-timeout", str(args.eval_timeout),
-              "--hello-timeout", str(args.hello_timeout), "--min-clients", str(args.min_clients),
-              "--max-wait", str(args.max_wait)]
+    timing = [
+        "--round-timeout",
+        str(args.round_timeout),
+        "--eval-timeout",
+        str(args.eval_timeout),
+        "--hello-timeout",
+        str(args.hello_timeout),
+        "--min-clients",
+        str(args.min_clients),
+        "--max-wait",
+        str(args.max_wait),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(config.threads)}
     processes: dict[str, subprocess.Popen] = {}
     started = time.perf_counter()
@@ -84,14 +97,20 @@ def run(args: argparse.Namespace) -> int:
         with open(out / "logs" / "server.log", "wb") as log:
             processes["server"] = subprocess.Popen(
                 _command("server", "--config", str(out / "run.toml"), "--quiet", *shared, *timing),
-                stdout=log, stderr=subprocess.STDOUT, env=env)
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         for cid in client_ids_of(config.clients):
             with open(out / "logs" / f"{cid}.log", "wb") as log:
                 processes[cid] = subprocess.Popen(
                     _command("client", "--client-id", cid, "--state-dir", str(out / "clients"), *shared),
-                    stdout=log, stderr=subprocess.STDOUT, env=env)
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
         code = processes["server"].wait()
-        for name, process in processes.items():
+        for process in processes.values():
             try:
                 process.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -109,8 +128,10 @@ def run(args: argparse.Namespace) -> int:
         return code
     summary = json.loads((out / "summary.json").read_text())
     deployment = summary["deployment"]
-    print(f"{config.algo} on {config.dataset} over MQTT ({broker.kind if broker else url}): final accuracy "
-          f"{100 * summary['final_accuracy']:.2f}%, {summary['bytes_up_total']} B up, {summary['bytes_down_total']} B "
-          f"down (wire {deployment['wire_bytes_up_total']} B up, {deployment['wire_bytes_down_total']} B down), "
-          f"{time.perf_counter() - started:.1f} s -> {out}")
+    print(
+        f"{config.algo} on {config.dataset} over MQTT ({broker.kind if broker else url}): final accuracy "
+        f"{100 * summary['final_accuracy']:.2f}%, {summary['bytes_up_total']} B up, {summary['bytes_down_total']} B "
+        f"down (wire {deployment['wire_bytes_up_total']} B up, {deployment['wire_bytes_down_total']} B down), "
+        f"{time.perf_counter() - started:.1f} s -> {out}"
+    )
     return 0

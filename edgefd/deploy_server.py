@@ -25,30 +25,60 @@ from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = DeploymentSettings(run="x")
     group = parser.add_argument_group("deployment")
-    group.add_argument("--round-timeout", type=float, default=defaults.round_timeout,
-                       help=f"seconds a round waits for uplinks (default {defaults.round_timeout:g})")
-    group.add_argument("--eval-timeout", type=float, default=defaults.eval_timeout,
-                       help=f"seconds an evaluation waits for accuracies (default {defaults.eval_timeout:g})")
-    group.add_argument("--hello-timeout", type=float, default=defaults.hello_timeout,
-                       help=f"seconds the start waits for every client's hello (default {defaults.hello_timeout:g})")
-    group.add_argument("--min-clients", type=int, default=defaults.min_clients,
-                       help="a round starts only when at least this many clients are online (default 1)")
-    group.add_argument("--max-wait", type=float, default=defaults.max_wait,
-                       help=f"seconds to wait for --min-clients online (default {defaults.max_wait:g})")
+    group.add_argument(
+        "--round-timeout",
+        type=float,
+        default=defaults.round_timeout,
+        help=f"seconds a round waits for uplinks (default {defaults.round_timeout:g})",
+    )
+    group.add_argument(
+        "--eval-timeout",
+        type=float,
+        default=defaults.eval_timeout,
+        help=f"seconds an evaluation waits for accuracies (default {defaults.eval_timeout:g})",
+    )
+    group.add_argument(
+        "--hello-timeout",
+        type=float,
+        default=defaults.hello_timeout,
+        help=f"seconds the start waits for every client's hello (default {defaults.hello_timeout:g})",
+    )
+    group.add_argument(
+        "--min-clients",
+        type=int,
+        default=defaults.min_clients,
+        help="a round starts only when at least this many clients are online (default 1)",
+    )
+    group.add_argument(
+        "--max-wait",
+        type=float,
+        default=defaults.max_wait,
+        help=f"seconds to wait for --min-clients online (default {defaults.max_wait:g})",
+    )
 
 
 def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
-    return DeploymentSettings(run=args.run, broker=broker_settings(args), round_timeout=args.round_timeout,
-                              eval_timeout=args.eval_timeout, hello_timeout=args.hello_timeout,
-                              min_clients=args.min_clients, max_wait=args.max_wait, chunk_size=args.chunk_size,
-                              max_message_bytes=args.max_message_bytes)
+    return DeploymentSettings(
+        run=args.run,
+        broker=broker_settings(args),
+        round_timeout=args.round_timeout,
+        eval_timeout=args.eval_timeout,
+        hello_timeout=args.hello_timeout,
+        min_clients=args.min_clients,
+        max_wait=args.max_wait,
+        chunk_size=args.chunk_size,
+        max_message_bytes=args.max_message_bytes,
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     simulate.add_arguments(parser)
     parser.add_argument("--run", required=True, help="run name: the MQTT topics are edgefd/RUN/...")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from OUT/server.ckpt (the last finished round) instead of starting afresh")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUT/server.ckpt (the last finished round) instead of starting afresh",
+    )
     add_broker_arguments(parser)
     add_deployment_arguments(parser)
 
@@ -64,7 +94,14 @@ def run(args: argparse.Namespace) -> int:
         return 2
     logging.getLogger(__name__).info(
         "%s on %s over MQTT: final accuracy %.2f%%, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s",
-        config.algo, config.dataset, 100 * (summary["final_accuracy"] or float("nan")), summary["bytes_up_total"],
-        summary["bytes_down_total"], summary["deployment"]["wire_bytes_up_total"],
-        summary["deployment"]["wire_bytes_down_total"], summary["wall_seconds"], config.out_dir())
+        config.algo,
+        config.dataset,
+        100 * (summary["final_accuracy"] or float("nan")),
+        summary["bytes_up_total"],
+        summary["bytes_down_total"],
+        summary["deployment"]["wire_bytes_up_total"],
+        summary["deployment"]["wire_bytes_down_total"],
+        summary["wall_seconds"],
+        config.out_dir(),
+    )
     return 0

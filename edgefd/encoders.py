@@ -22,9 +22,9 @@ Every client must use the same encoder. Three are available, named by a spec str
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -43,7 +43,7 @@ class HashEncoder:
     batch_size: int = 256
 
     def __call__(self, x: torch.Tensor) -> np.ndarray:
-        parts = [self.encode_batch(x[i:i + self.batch_size]) for i in range(0, len(x), self.batch_size)]
+        parts = [self.encode_batch(x[i : i + self.batch_size]) for i in range(0, len(x), self.batch_size)]
         if not parts:
             return np.zeros((0, 0), np.float32)
         out = np.concatenate(parts).astype(np.float32, copy=False)

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
@@ -228,13 +228,21 @@ def weighted_kl(
     teacher = teacher.detach()
     route = _route(student_logits)
     if route == "cuda":
-        return _cuda.WeightedKL.apply(student_logits, teacher, float(temperature), sample_weight, class_weight,
-                                      teacher_is_prob)
+        return _cuda.WeightedKL.apply(
+            student_logits, teacher, float(temperature), sample_weight, class_weight, teacher_is_prob
+        )
     if route == "cpp":
-        return _WeightedKL.apply(student_logits, teacher, float(temperature), sample_weight, class_weight,
-                                 teacher_is_prob)
-    return reference.weighted_kl(student_logits, teacher, temperature=temperature, sample_weight=sample_weight,
-                                 class_weight=class_weight, teacher_is_prob=teacher_is_prob)
+        return _WeightedKL.apply(
+            student_logits, teacher, float(temperature), sample_weight, class_weight, teacher_is_prob
+        )
+    return reference.weighted_kl(
+        student_logits,
+        teacher,
+        temperature=temperature,
+        sample_weight=sample_weight,
+        class_weight=class_weight,
+        teacher_is_prob=teacher_is_prob,
+    )
 
 
 class _WeightedKL(torch.autograd.Function):
@@ -246,8 +254,15 @@ class _WeightedKL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, student, teacher, temperature, sample_weight, class_weight, teacher_is_prob):
         grad = torch.empty_like(student) if ctx.needs_input_grad[0] else None
-        loss = _cpp.weighted_kl(student.detach().numpy(), teacher.numpy(), temperature, _numpy(sample_weight),
-                                _numpy(class_weight), teacher_is_prob, _numpy(grad))
+        loss = _cpp.weighted_kl(
+            student.detach().numpy(),
+            teacher.numpy(),
+            temperature,
+            _numpy(sample_weight),
+            _numpy(class_weight),
+            teacher_is_prob,
+            _numpy(grad),
+        )
         ctx.grad = grad
         return student.new_tensor(loss)
 
@@ -346,8 +361,9 @@ class _LabelwiseMean(torch.autograd.Function):
     def forward(ctx, logits, labels, num_classes, sample_weight):
         means = logits.new_empty((num_classes, logits.shape[1]))
         counts = torch.empty(num_classes, dtype=torch.int64)
-        _cpp.labelwise_mean(logits.detach().numpy(), labels.numpy(), num_classes, _numpy(sample_weight),
-                            means.numpy(), counts.numpy())
+        _cpp.labelwise_mean(
+            logits.detach().numpy(), labels.numpy(), num_classes, _numpy(sample_weight), means.numpy(), counts.numpy()
+        )
         ctx.save_for_backward(labels, sample_weight)
         ctx.mark_non_differentiable(counts)
         return means, counts
@@ -356,8 +372,9 @@ class _LabelwiseMean(torch.autograd.Function):
     def backward(ctx, grad_means, _grad_counts):
         labels, sample_weight = ctx.saved_tensors
         grad_x = grad_means.new_empty((labels.shape[0], grad_means.shape[1]))
-        _cpp.labelwise_mean_backward(grad_means.contiguous().numpy(), labels.numpy(), _numpy(sample_weight),
-                                     grad_x.numpy())
+        _cpp.labelwise_mean_backward(
+            grad_means.contiguous().numpy(), labels.numpy(), _numpy(sample_weight), grad_x.numpy()
+        )
         return grad_x, None, None, None
 
 
@@ -414,8 +431,9 @@ class reference:  # noqa: N801 - a namespace, used as edgefd.kernels.reference.w
     """Pure-torch implementations. No validation: call the public functions for that."""
 
     @staticmethod
-    def weighted_kl(student_logits, teacher, *, temperature=1.0, sample_weight=None, class_weight=None,
-                    teacher_is_prob=False):
+    def weighted_kl(
+        student_logits, teacher, *, temperature=1.0, sample_weight=None, class_weight=None, teacher_is_prob=False
+    ):
         t = float(temperature)
         log_q = torch.log_softmax(student_logits / t, dim=1)
         if teacher_is_prob:

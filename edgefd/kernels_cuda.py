@@ -57,9 +57,19 @@ class WeightedKL(torch.autograd.Function):
         grad = torch.empty_like(student) if ctx.needs_input_grad[0] else None
         loss = torch.zeros((), dtype=torch.float64, device=student.device)
         with torch.cuda.device(student.device):
-            _cu.weighted_kl(_ptr(student), _ptr(teacher), student.shape[0], student.shape[1], float(temperature),
-                            _ptr(sample_weight), _ptr(class_weight), bool(teacher_is_prob), _ptr(grad), _ptr(loss),
-                            _stream(student))
+            _cu.weighted_kl(
+                _ptr(student),
+                _ptr(teacher),
+                student.shape[0],
+                student.shape[1],
+                float(temperature),
+                _ptr(sample_weight),
+                _ptr(class_weight),
+                bool(teacher_is_prob),
+                _ptr(grad),
+                _ptr(loss),
+                _stream(student),
+            )
         ctx.grad = grad
         return loss.to(student.dtype)
 
@@ -77,8 +87,7 @@ class SLLoss(torch.autograd.Function):
         loss = torch.zeros((), dtype=torch.float64, device=student.device)
         k, b, c = teacher.shape
         with torch.cuda.device(student.device):
-            _cu.sl_loss(_ptr(student), _ptr(teacher), k, b, c, _ptr(grad_s), _ptr(grad_t), _ptr(loss),
-                        _stream(student))
+            _cu.sl_loss(_ptr(student), _ptr(teacher), k, b, c, _ptr(grad_s), _ptr(grad_t), _ptr(loss), _stream(student))
         ctx.grads = (grad_s, grad_t)
         return loss.to(student.dtype)
 
@@ -94,8 +103,17 @@ class LabelwiseMean(torch.autograd.Function):
         means = logits.new_empty((num_classes, logits.shape[1]))
         counts = torch.empty(num_classes, dtype=torch.int64, device=logits.device)
         with torch.cuda.device(logits.device):
-            _cu.labelwise_mean(_ptr(logits), _ptr(labels), logits.shape[0], logits.shape[1], num_classes,
-                               _ptr(sample_weight), _ptr(means), _ptr(counts), _stream(logits))
+            _cu.labelwise_mean(
+                _ptr(logits),
+                _ptr(labels),
+                logits.shape[0],
+                logits.shape[1],
+                num_classes,
+                _ptr(sample_weight),
+                _ptr(means),
+                _ptr(counts),
+                _stream(logits),
+            )
         ctx.save_for_backward(labels, sample_weight)
         ctx.num_classes = num_classes
         ctx.mark_non_differentiable(counts)
@@ -107,8 +125,16 @@ class LabelwiseMean(torch.autograd.Function):
         grad_means = grad_means.contiguous()
         grad_x = grad_means.new_empty((labels.shape[0], grad_means.shape[1]))
         with torch.cuda.device(grad_means.device):
-            _cu.labelwise_mean_backward(_ptr(grad_means), _ptr(labels), labels.shape[0], grad_means.shape[1],
-                                        ctx.num_classes, _ptr(sample_weight), _ptr(grad_x), _stream(grad_means))
+            _cu.labelwise_mean_backward(
+                _ptr(grad_means),
+                _ptr(labels),
+                labels.shape[0],
+                grad_means.shape[1],
+                ctx.num_classes,
+                _ptr(sample_weight),
+                _ptr(grad_x),
+                _stream(grad_means),
+            )
         return grad_x, None, None, None
 
 
@@ -117,8 +143,16 @@ class GatherMean(torch.autograd.Function):
     def forward(ctx, cache, neighbours):
         out = cache.new_empty((neighbours.shape[0], cache.shape[1]))
         with torch.cuda.device(cache.device):
-            _cu.gather_mean(_ptr(cache), cache.shape[0], cache.shape[1], _ptr(neighbours), neighbours.shape[0],
-                            neighbours.shape[1], _ptr(out), _stream(cache))
+            _cu.gather_mean(
+                _ptr(cache),
+                cache.shape[0],
+                cache.shape[1],
+                _ptr(neighbours),
+                neighbours.shape[0],
+                neighbours.shape[1],
+                _ptr(out),
+                _stream(cache),
+            )
         ctx.save_for_backward(neighbours)
         ctx.cache_rows = cache.shape[0]
         return out
@@ -129,6 +163,14 @@ class GatherMean(torch.autograd.Function):
         grad_out = grad_out.contiguous()
         grad_cache = grad_out.new_empty((ctx.cache_rows, grad_out.shape[1]))
         with torch.cuda.device(grad_out.device):
-            _cu.gather_mean_backward(_ptr(grad_out), ctx.cache_rows, grad_out.shape[1], _ptr(neighbours),
-                                     neighbours.shape[0], neighbours.shape[1], _ptr(grad_cache), _stream(grad_out))
+            _cu.gather_mean_backward(
+                _ptr(grad_out),
+                ctx.cache_rows,
+                grad_out.shape[1],
+                _ptr(neighbours),
+                neighbours.shape[0],
+                neighbours.shape[1],
+                _ptr(grad_cache),
+                _stream(grad_out),
+            )
         return grad_cache, None

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edgefd.simulate import SimulationConfig, run as run_simulation
+from edgefd.simulate import SimulationConfig
+from edgefd.simulate import run as run_simulation
 
 
 @dataclass
@@ -60,16 +61,36 @@ RECIPES: dict[str, Recipe] = {
     "fedcache": Recipe(
         name="fedcache",
         source="specs/fedcache.md §11 (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
-        base=SimulationConfig(dataset="digits", clients=10, partition="dirichlet:1.0", models="resnet8",
-                              rounds=30, batch_size=8, lr=0.01, momentum=0.9, weight_decay=5e-4),
+        base=SimulationConfig(
+            dataset="digits",
+            clients=10,
+            partition="dirichlet:1.0",
+            models="resnet8",
+            rounds=30,
+            batch_size=8,
+            lr=0.01,
+            momentum=0.9,
+            weight_decay=5e-4,
+        ),
         arms=_FEDCACHE_ARMS,
         target_from=["FedCache", "FedAvg"],
     ),
 }
 
 # specs/dfl.md §11: digits, 20 devices of 70 samples, half of them per round, MLP, plain SGD.
-_DFL_BASE = SimulationConfig(dataset="digits", clients=20, samples_per_client=70, participation=0.5, models="mlp",
-                             rounds=100, epochs=5, batch_size=10, lr=0.05, momentum=0.0, weight_decay=0.0)
+_DFL_BASE = SimulationConfig(
+    dataset="digits",
+    clients=20,
+    samples_per_client=70,
+    participation=0.5,
+    models="mlp",
+    rounds=100,
+    epochs=5,
+    batch_size=10,
+    lr=0.05,
+    momentum=0.0,
+    weight_decay=0.0,
+)
 _DFL_ARMS = [
     Arm("FedAvg", "fedavg"),
     Arm("DFL", "dfl", {"threshold": 0.6}),
@@ -77,40 +98,82 @@ _DFL_ARMS = [
     Arm("DFL-FR (fixed 0.6)", "dfl", {"threshold": 0.6, "schedule": "fixed"}, folder="dfl-fixed"),
 ]
 for _name, _partition in (("dfl-iid", "iid"), ("dfl-noniid", "dominant:0.8")):
-    RECIPES[_name] = Recipe(_name, f"specs/dfl.md §11 ({_partition}, 20 devices x 70 samples, frac 0.5, MLP, "
-                                   "E 5, B 10, lr 0.05, 100 rounds)",
-                            replace(_DFL_BASE, partition=_partition), _DFL_ARMS, target_from=["FedAvg", "DFL"])
+    RECIPES[_name] = Recipe(
+        _name,
+        f"specs/dfl.md §11 ({_partition}, 20 devices x 70 samples, frac 0.5, MLP, E 5, B 10, lr 0.05, 100 rounds)",
+        replace(_DFL_BASE, partition=_partition),
+        _DFL_ARMS,
+        target_from=["FedAvg", "DFL"],
+    )
 
 # specs/dfl.md §11 on fmnist, scaled so that 3 seeds take a few CPU-minutes: the paper's 80/20 non-IID split,
 # 20 devices of 100 samples (paper: 100 devices of 600), half of them per round (paper: 0.1 of 100 = 10, the
 # same K), the spec's MLP 784-64-10 (paper: a 66k-param CNN), plain SGD lr 0.05, E 5, B 10, 40 rounds.
 RECIPES["dfl-fmnist"] = Recipe(
-    "dfl-fmnist", "specs/dfl.md §11 moved to fmnist (80/20 non-IID, 20 devices x 100 samples, frac 0.5, MLP, E 5, "
-                  "B 10, SGD lr 0.05, 40 rounds; paper: MNIST 100 devices x 600, frac 0.1, CNN, lr 0.01, E 5)",
-    SimulationConfig(dataset="fmnist", clients=20, samples_per_client=100, participation=0.5, models="mlp",
-                     partition="dominant:0.8", rounds=40, epochs=5, batch_size=10, lr=0.05, momentum=0.0,
-                     weight_decay=0.0, threads=1),
-    [Arm("FedAvg", "fedavg"), Arm("DFL", "dfl", {"threshold": 0.6})], target_from=["FedAvg", "DFL"])
+    "dfl-fmnist",
+    "specs/dfl.md §11 moved to fmnist (80/20 non-IID, 20 devices x 100 samples, frac 0.5, MLP, E 5, "
+    "B 10, SGD lr 0.05, 40 rounds; paper: MNIST 100 devices x 600, frac 0.1, CNN, lr 0.01, E 5)",
+    SimulationConfig(
+        dataset="fmnist",
+        clients=20,
+        samples_per_client=100,
+        participation=0.5,
+        models="mlp",
+        partition="dominant:0.8",
+        rounds=40,
+        epochs=5,
+        batch_size=10,
+        lr=0.05,
+        momentum=0.0,
+        weight_decay=0.0,
+        threads=1,
+    ),
+    [Arm("FedAvg", "fedavg"), Arm("DFL", "dfl", {"threshold": 0.6})],
+    target_from=["FedAvg", "DFL"],
+)
 
 # specs/fedd2s.md §11 on fmnist, scaled to a few CPU-minutes per seed: 10 clients of 150 training samples,
 # Dirichlet 0.1 (the paper's main skew, Z0 = 3), M1 (the paper's CIFAR-10 model, here on 1x28x28), half of the
 # clients per round, 20 rounds, E = 2 passes per phase (= the baselines' 2 local epochs), batch 32, Adam lr 0.01.
 RECIPES["fedd2s"] = Recipe(
-    "fedd2s", "specs/fedd2s.md §11 moved to fmnist (10 clients x 150 train samples, Dirichlet 0.1, M1, rho 0.5, "
-              "20 rounds, E 2, B 32, Adam lr 0.01, Z0 3, S = [C3, F1, F2, F3]; paper: CIFAR-10/CINIC-10/FEMNIST/"
-              "CIFAR-100, 50 clients, rho 0.2, 100 rounds, E 4, B 128)",
-    SimulationConfig(dataset="fmnist", clients=10, samples_per_client=150, partition="dirichlet:0.1",
-                     participation=0.5, models="fedd2s_m1", rounds=20, epochs=2, batch_size=32, optimizer="adam",
-                     lr=0.01, weight_decay=0.0, threads=1),
-    [Arm("Local", "local"), Arm("FD", "fd"), Arm("FedAvg", "fedavg"),
-     Arm("FedD2S", "fedd2s", {"z0": 3, "phase_epochs": None}),
-     Arm("FedD2S* (l = 2 from round 1)", "fedd2s", {"z0": 3, "phase_epochs": None, "schedule": "floor"},
-         folder="fedd2s-floor")],
-    target_from=["Local", "FedD2S"])
+    "fedd2s",
+    "specs/fedd2s.md §11 moved to fmnist (10 clients x 150 train samples, Dirichlet 0.1, M1, rho 0.5, "
+    "20 rounds, E 2, B 32, Adam lr 0.01, Z0 3, S = [C3, F1, F2, F3]; paper: CIFAR-10/CINIC-10/FEMNIST/"
+    "CIFAR-100, 50 clients, rho 0.2, 100 rounds, E 4, B 128)",
+    SimulationConfig(
+        dataset="fmnist",
+        clients=10,
+        samples_per_client=150,
+        partition="dirichlet:0.1",
+        participation=0.5,
+        models="fedd2s_m1",
+        rounds=20,
+        epochs=2,
+        batch_size=32,
+        optimizer="adam",
+        lr=0.01,
+        weight_decay=0.0,
+        threads=1,
+    ),
+    [
+        Arm("Local", "local"),
+        Arm("FD", "fd"),
+        Arm("FedAvg", "fedavg"),
+        Arm("FedD2S", "fedd2s", {"z0": 3, "phase_epochs": None}),
+        Arm(
+            "FedD2S* (l = 2 from round 1)",
+            "fedd2s",
+            {"z0": 3, "phase_epochs": None, "schedule": "floor"},
+            folder="fedd2s-floor",
+        ),
+    ],
+    target_from=["Local", "FedD2S"],
+)
 
 # specs/fedict.md §11: digits, 5 clients, weak clients (D1 = fedict_c1), scaled server, 30 rounds.
-_FEDICT_BASE = SimulationConfig(dataset="digits", clients=5, models="fedict_c1", rounds=30, batch_size=32, lr=0.01,
-                                momentum=0.9, weight_decay=5e-4)
+_FEDICT_BASE = SimulationConfig(
+    dataset="digits", clients=5, models="fedict_c1", rounds=30, batch_size=32, lr=0.01, momentum=0.9, weight_decay=5e-4
+)
 _FEDICT_ARMS = [
     Arm("Local", "local"),
     Arm("FedGKT", "fedgkt"),
@@ -121,89 +184,160 @@ _FEDICT_ARMS = [
 ]
 for _alpha in ("0.5", "3.0"):
     _name = f"fedict-a{_alpha}"
-    RECIPES[_name] = Recipe(_name, f"specs/fedict.md §11 (digits, K = 5, Dirichlet {_alpha}, fedict_c1 clients, "
-                                   "server auto (fedict_server_small), batch 32, 30 rounds)",
-                            replace(_FEDICT_BASE, partition=f"dirichlet:{_alpha}"), _FEDICT_ARMS,
-                            target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1))
+    RECIPES[_name] = Recipe(
+        _name,
+        f"specs/fedict.md §11 (digits, K = 5, Dirichlet {_alpha}, fedict_c1 clients, "
+        "server auto (fedict_server_small), batch 32, 30 rounds)",
+        replace(_FEDICT_BASE, partition=f"dirichlet:{_alpha}"),
+        _FEDICT_ARMS,
+        target_from=["FedGKT", "FedICT (sim)"],
+        seeds=(0, 1),
+    )
 
 # Why FedICT (sim) trails FedGKT at alpha 3.0 on digits: the `paper` weights against the authors'
 # `reference` formulas, over four seeds.
 RECIPES["fedict-profiles"] = Recipe(
-    "fedict-profiles", "specs/fedict.md §11 at Dirichlet 3.0 (as fedict-a3.0), FedICT's two weight profiles (§3.10)",
+    "fedict-profiles",
+    "specs/fedict.md §11 at Dirichlet 3.0 (as fedict-a3.0), FedICT's two weight profiles (§3.10)",
     replace(_FEDICT_BASE, partition="dirichlet:3.0"),
-    [Arm("FedGKT", "fedgkt"),
-     Arm("FedICT (sim, paper)", "fedict", {"lka": "sim"}, folder="fedict-sim-paper"),
-     Arm("FedICT (sim, reference)", "fedict", {"lka": "sim", "profile": "reference"}, folder="fedict-sim-reference"),
-     Arm("FedICT (balanced, reference)", "fedict", {"lka": "balanced", "profile": "reference"},
-         folder="fedict-balanced-reference")],
-    target_from=["FedGKT", "FedICT (sim, paper)"], seeds=(0, 1, 2, 3))
+    [
+        Arm("FedGKT", "fedgkt"),
+        Arm("FedICT (sim, paper)", "fedict", {"lka": "sim"}, folder="fedict-sim-paper"),
+        Arm("FedICT (sim, reference)", "fedict", {"lka": "sim", "profile": "reference"}, folder="fedict-sim-reference"),
+        Arm(
+            "FedICT (balanced, reference)",
+            "fedict",
+            {"lka": "balanced", "profile": "reference"},
+            folder="fedict-balanced-reference",
+        ),
+    ],
+    target_from=["FedGKT", "FedICT (sim, paper)"],
+    seeds=(0, 1, 2, 3),
+)
 
 # Which of FedICT's two extra terms costs accuracy at alpha 3.0: FPKD on the client (lambda) or LKA on
 # the server (mu), each alone, and both at a third of the paper's weight; FedGKT is lambda = mu = 0.
 RECIPES["fedict-weights"] = Recipe(
-    "fedict-weights", "specs/fedict.md §11 at Dirichlet 3.0 (as fedict-a3.0), FedICT (sim, paper) with lambda and mu "
-                      "switched on one at a time",
+    "fedict-weights",
+    "specs/fedict.md §11 at Dirichlet 3.0 (as fedict-a3.0), FedICT (sim, paper) with lambda and mu "
+    "switched on one at a time",
     replace(_FEDICT_BASE, partition="dirichlet:3.0"),
-    [Arm("FedGKT (lambda = mu = 0)", "fedgkt"),
-     Arm("FedICT (lambda = mu = 1.5)", "fedict", {"lka": "sim"}, folder="fedict-sim"),
-     Arm("FedICT FPKD only (lambda 1.5, mu 0)", "fedict", {"lka": "sim", "mu": 0.0}, folder="fedict-fpkd-only"),
-     Arm("FedICT LKA only (lambda 0, mu 1.5)", "fedict", {"lka": "sim", "lam": 0.0}, folder="fedict-lka-only"),
-     Arm("FedICT (lambda = mu = 0.5)", "fedict", {"lka": "sim", "lam": 0.5, "mu": 0.5}, folder="fedict-sim-0.5")],
-    target_from=["FedGKT (lambda = mu = 0)", "FedICT (lambda = mu = 1.5)"], seeds=(0, 1, 2, 3))
+    [
+        Arm("FedGKT (lambda = mu = 0)", "fedgkt"),
+        Arm("FedICT (lambda = mu = 1.5)", "fedict", {"lka": "sim"}, folder="fedict-sim"),
+        Arm("FedICT FPKD only (lambda 1.5, mu 0)", "fedict", {"lka": "sim", "mu": 0.0}, folder="fedict-fpkd-only"),
+        Arm("FedICT LKA only (lambda 0, mu 1.5)", "fedict", {"lka": "sim", "lam": 0.0}, folder="fedict-lka-only"),
+        Arm("FedICT (lambda = mu = 0.5)", "fedict", {"lka": "sim", "lam": 0.5, "mu": 0.5}, folder="fedict-sim-0.5"),
+    ],
+    target_from=["FedGKT (lambda = mu = 0)", "FedICT (lambda = mu = 1.5)"],
+    seeds=(0, 1, 2, 3),
+)
 
 # The same comparisons on real images and real sensor data (issue 4), scaled to this 2-core machine.
 RECIPES["fedcache-fmnist"] = Recipe(
     name="fedcache-fmnist",
     source="specs/fedcache.md §11 settings on Fashion-MNIST (the paper's FMNIST, K = 10, Dirichlet 1.0, ResNet-8), "
-           "scaled: at most 200 training samples per client (local test splits of the same size), batch 16, "
-           "10 rounds, hashes = a fixed random projection of the pixels to 64-d (spec §11.2)",
-    base=SimulationConfig(dataset="fmnist", clients=10, partition="dirichlet:1.0", samples_per_client=200,
-                          test_fraction=1.0, models="resnet8", rounds=10, batch_size=16, lr=0.01, momentum=0.9, weight_decay=5e-4,
-                          threads=1),
-    arms=[replace(arm, params={**arm.params, "encoder": "projection:64"}) if arm.algo == "fedcache" else arm
-          for arm in _FEDCACHE_ARMS],
+    "scaled: at most 200 training samples per client (local test splits of the same size), batch 16, "
+    "10 rounds, hashes = a fixed random projection of the pixels to 64-d (spec §11.2)",
+    base=SimulationConfig(
+        dataset="fmnist",
+        clients=10,
+        partition="dirichlet:1.0",
+        samples_per_client=200,
+        test_fraction=1.0,
+        models="resnet8",
+        rounds=10,
+        batch_size=16,
+        lr=0.01,
+        momentum=0.9,
+        weight_decay=5e-4,
+        threads=1,
+    ),
+    arms=[
+        replace(arm, params={**arm.params, "encoder": "projection:64"}) if arm.algo == "fedcache" else arm
+        for arm in _FEDCACHE_ARMS
+    ],
     target_from=["FedCache", "FedAvg"],
     seeds=(0, 1, 2),
 )
 # Does FedCache's deficit on fmnist close with more rounds? The same recipe for 30 rounds, with
 # the three arms the question needs (about 20 single-thread minutes).
 RECIPES["fedcache-fmnist-30"] = replace(
-    RECIPES["fedcache-fmnist"], name="fedcache-fmnist-30",
+    RECIPES["fedcache-fmnist"],
+    name="fedcache-fmnist-30",
     source=RECIPES["fedcache-fmnist"].source.replace("10 rounds", "30 rounds") + "; Local, FedCache and FD only",
     base=replace(RECIPES["fedcache-fmnist"].base, rounds=30),
     arms=[arm for arm in RECIPES["fedcache-fmnist"].arms if arm.label in ("Local", "FedCache", "FD")],
-    target_from=["FedCache", "FD"])
+    target_from=["FedCache", "FD"],
+)
 RECIPES["fedict-fmnist"] = Recipe(
-    "fedict-fmnist", "specs/fedict.md §11 settings on Fashion-MNIST (K = 5, Dirichlet 0.5, fedict_c1 clients), "
-                     "scaled: the small server fedict_server_small (the paper's A^S_1 costs ~90 s a round here), "
-                     "at most 200 training samples per client (local test splits of the same size), 12 rounds",
-    replace(_FEDICT_BASE, dataset="fmnist", partition="dirichlet:0.5", samples_per_client=200, test_fraction=1.0,
-            rounds=12, threads=1),
-    [replace(arm, params={**arm.params, "server_model": "fedict_server_small"}) if arm.algo in ("fedgkt", "fedict")
-     else arm for arm in _FEDICT_ARMS], target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1, 2))
+    "fedict-fmnist",
+    "specs/fedict.md §11 settings on Fashion-MNIST (K = 5, Dirichlet 0.5, fedict_c1 clients), "
+    "scaled: the small server fedict_server_small (the paper's A^S_1 costs ~90 s a round here), "
+    "at most 200 training samples per client (local test splits of the same size), 12 rounds",
+    replace(
+        _FEDICT_BASE,
+        dataset="fmnist",
+        partition="dirichlet:0.5",
+        samples_per_client=200,
+        test_fraction=1.0,
+        rounds=12,
+        threads=1,
+    ),
+    [
+        replace(arm, params={**arm.params, "server_model": "fedict_server_small"})
+        if arm.algo in ("fedgkt", "fedict")
+        else arm
+        for arm in _FEDICT_ARMS
+    ],
+    target_from=["FedGKT", "FedICT (sim)"],
+    seeds=(0, 1, 2),
+)
 RECIPES["fedict-watch"] = Recipe(
-    "fedict-watch", "specs/fedict.md §11 sensor setting on the smartwatch IMU data (stand-in for the paper's "
-                    "transport-mode data): 10 clients = 10 subjects (natural split), the weakest fully-connected "
-                    "client fedict_fc6 for all (FedAvg needs one architecture), server fedict_fc_server, batch 32, "
-                    "30 rounds",
+    "fedict-watch",
+    "specs/fedict.md §11 sensor setting on the smartwatch IMU data (stand-in for the paper's "
+    "transport-mode data): 10 clients = 10 subjects (natural split), the weakest fully-connected "
+    "client fedict_fc6 for all (FedAvg needs one architecture), server fedict_fc_server, batch 32, "
+    "30 rounds",
     replace(_FEDICT_BASE, dataset="watch", clients=10, partition="natural", models="fedict_fc6", threads=1),
-    _FEDICT_ARMS, target_from=["FedGKT", "FedICT (sim)"], seeds=(0, 1, 2))
+    _FEDICT_ARMS,
+    target_from=["FedGKT", "FedICT (sim)"],
+    seeds=(0, 1, 2),
+)
 
 # specs/fedzkt.md §5-§6 scaled to ~45 CPU-minutes in total (single thread): fmnist, 10 devices of 300
 # samples, the spec's MNIST-family devices without S1 (round-robin S2, S3, S4, S5), global model S5,
 # GeneratorA with ngf 16, n_D = 20 server iterations of 32 generated samples, 10 rounds of 2 epochs,
 # batch 32, SGD lr 0.05 without momentum (the §11 small recipe's lrs); FedMD with public mnist5k and
 # 1,000 alignment samples per round (paper: 5,000).
-_ZKT_BASE = SimulationConfig(dataset="fmnist", clients=10, samples_per_client=300, rounds=10, epochs=2,
-                             models="zkt_s2_fc,zkt_s3_lenet5,zkt_s4_lenet3,zkt_s5_lenet_wide", batch_size=32,
-                             lr=0.05, momentum=0.0, weight_decay=0.0, threads=1)
-_ZKT_SERVER = {"global_model": "zkt_s5_lenet_wide", "generator": "zkt_generator", "generator_ngf": 16,
-               "iterations": 20, "server_batch_size": 32, "server_lr": 0.05}
-_ZKT_SOURCE = ("specs/fedzkt.md §5-6 scaled down: fmnist, 10 devices x 300 samples, {partition}, devices S2-S5 "
-               "round-robin (S1 left out for CPU time), global S5, GeneratorA ngf 16, n_D 20 x 32 generated "
-               "samples, 10 rounds x 2 epochs, batch 32, SGD lr 0.05 no momentum, prox 1; FedMD public mnist5k, "
-               "N_a 1000 (paper: 6,000 samples/device, 50 rounds x 5 epochs, n_D 200 x 256, ResNet-18 global, "
-               "N_a 5000)")
+_ZKT_BASE = SimulationConfig(
+    dataset="fmnist",
+    clients=10,
+    samples_per_client=300,
+    rounds=10,
+    epochs=2,
+    models="zkt_s2_fc,zkt_s3_lenet5,zkt_s4_lenet3,zkt_s5_lenet_wide",
+    batch_size=32,
+    lr=0.05,
+    momentum=0.0,
+    weight_decay=0.0,
+    threads=1,
+)
+_ZKT_SERVER = {
+    "global_model": "zkt_s5_lenet_wide",
+    "generator": "zkt_generator",
+    "generator_ngf": 16,
+    "iterations": 20,
+    "server_batch_size": 32,
+    "server_lr": 0.05,
+}
+_ZKT_SOURCE = (
+    "specs/fedzkt.md §5-6 scaled down: fmnist, 10 devices x 300 samples, {partition}, devices S2-S5 "
+    "round-robin (S1 left out for CPU time), global S5, GeneratorA ngf 16, n_D 20 x 32 generated "
+    "samples, 10 rounds x 2 epochs, batch 32, SGD lr 0.05 no momentum, prox 1; FedMD public mnist5k, "
+    "N_a 1000 (paper: 6,000 samples/device, 50 rounds x 5 epochs, n_D 200 x 256, ResNet-18 global, "
+    "N_a 5000)"
+)
 _ZKT_ARMS = [
     Arm("Local", "local"),
     Arm("FedMD (public mnist5k)", "fedmd", {"public_dataset": "mnist5k", "alignment_size": 1000}),
@@ -213,11 +347,22 @@ _ZKT_ABLATION = [
     Arm("FedZKT (KL)", "fedzkt", {**_ZKT_SERVER, "loss": "kl"}, folder="fedzkt-kl"),
     Arm("FedZKT (l1)", "fedzkt", {**_ZKT_SERVER, "loss": "l1"}, folder="fedzkt-l1"),
 ]
-RECIPES["fedzkt"] = Recipe("fedzkt", _ZKT_SOURCE.format(partition="IID"), replace(_ZKT_BASE, partition="iid"),
-                           _ZKT_ARMS, target_from=["FedMD (public mnist5k)", "FedZKT (SL)"], seeds=(0, 1))
-RECIPES["fedzkt-dir0.5"] = Recipe("fedzkt-dir0.5", _ZKT_SOURCE.format(partition="Dirichlet 0.5"),
-                                  replace(_ZKT_BASE, partition="dirichlet:0.5"), _ZKT_ARMS + _ZKT_ABLATION,
-                                  target_from=["FedMD (public mnist5k)", "FedZKT (SL)"], seeds=(0, 1))
+RECIPES["fedzkt"] = Recipe(
+    "fedzkt",
+    _ZKT_SOURCE.format(partition="IID"),
+    replace(_ZKT_BASE, partition="iid"),
+    _ZKT_ARMS,
+    target_from=["FedMD (public mnist5k)", "FedZKT (SL)"],
+    seeds=(0, 1),
+)
+RECIPES["fedzkt-dir0.5"] = Recipe(
+    "fedzkt-dir0.5",
+    _ZKT_SOURCE.format(partition="Dirichlet 0.5"),
+    replace(_ZKT_BASE, partition="dirichlet:0.5"),
+    _ZKT_ARMS + _ZKT_ABLATION,
+    target_from=["FedMD (public mnist5k)", "FedZKT (SL)"],
+    seeds=(0, 1),
+)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -237,8 +382,14 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
     for arm in recipe.arms:
         for seed in seeds:
             folder = out / recipe.name / f"{arm.folder or arm.algo}-s{seed}"
-            config = replace(recipe.base, algo=arm.algo, params=dict(arm.params), seed=seed, out=str(folder),
-                             rounds=rounds or recipe.base.rounds)
+            config = replace(
+                recipe.base,
+                algo=arm.algo,
+                params=dict(arm.params),
+                seed=seed,
+                out=str(folder),
+                rounds=rounds or recipe.base.rounds,
+            )
             summary = run_simulation(config, progress=True)
             lines = [json.loads(text) for text in (folder / "metrics.jsonl").read_text().splitlines()]
             results.setdefault(arm.label, []).append((summary, lines))
@@ -248,7 +399,7 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
     rounds_run = rounds or recipe.base.rounds
     rows = [
         f"Recipe `{recipe.name}`: {recipe.source}; ran {rounds_run} rounds, seeds {', '.join(map(str, seeds))}.",
-        f"Command: `edgefd reproduce {recipe.name}`. Target accuracy for \"bytes to target\": "
+        f'Command: `edgefd reproduce {recipe.name}`. Target accuracy for "bytes to target": '
         f"{100 * target:.2f}% (lowest mean best accuracy of {', '.join(recipe.target_from)}, minus 1 point).",
         "",
         "| method | best acc. % (MAUA) | final acc. % | MB up + down per run | one-time upload MB | MB to target |",
@@ -261,9 +412,12 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
         reach = [bytes_to_reach(lines, target) for _, lines in runs]
         reached = [b / 1e6 for b in reach if b is not None]
         reach_text = (f"{statistics.mean(reached):.3f}" if reached else "not reached") + (
-            f" ({len(reached)}/{len(reach)} seeds)" if len(reached) != len(reach) else "")
-        rows.append(f"| {label} | {100 * best[label][0]:.2f} ± {100 * best[label][1]:.2f} | "
-                    f"{100 * final[0]:.2f} ± {100 * final[1]:.2f} | {total:.3f} | {hello:.3f} | {reach_text} |")
+            f" ({len(reached)}/{len(reach)} seeds)" if len(reached) != len(reach) else ""
+        )
+        rows.append(
+            f"| {label} | {100 * best[label][0]:.2f} ± {100 * best[label][1]:.2f} | "
+            f"{100 * final[0]:.2f} ± {100 * final[1]:.2f} | {total:.3f} | {hello:.3f} | {reach_text} |"
+        )
     table = "\n".join(rows) + "\n"
     (out / recipe.name).mkdir(parents=True, exist_ok=True)
     (out / recipe.name / "results.md").write_text(table)

@@ -16,12 +16,13 @@ import argparse
 import dataclasses
 import sys
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+import tomllib
 import torch
 
 from edgefd import kernels
@@ -87,12 +88,22 @@ class SimulationConfig:
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum,
-                           weight_decay=self.weight_decay, optimizer=self.optimizer)
+        return TrainConfig(
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            optimizer=self.optimizer,
+        )
 
     def loop_config(self) -> LoopConfig:
-        return LoopConfig(rounds=self.rounds, participation=self.participation, straggler_rate=self.straggler_rate,
-                          eval_every=self.eval_every)
+        return LoopConfig(
+            rounds=self.rounds,
+            participation=self.participation,
+            straggler_rate=self.straggler_rate,
+            eval_every=self.eval_every,
+        )
 
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / f"{self.algo}-{self.dataset}-s{self.seed}"
@@ -148,8 +159,12 @@ class RunPieces:
     client_ids: list[str]
 
     def make_model(self, name: str) -> torch.nn.Module:
-        return build_model(name, in_channels=in_channels_of(tuple(self.dataset.input_shape)),
-                           num_classes=self.dataset.num_classes, input_shape=self.dataset.input_shape)
+        return build_model(
+            name,
+            in_channels=in_channels_of(tuple(self.dataset.input_shape)),
+            num_classes=self.dataset.num_classes,
+            input_shape=self.dataset.input_shape,
+        )
 
 
 def client_ids_of(clients: int) -> list[str]:
@@ -171,8 +186,14 @@ def prepare(config: SimulationConfig, dataset: Any = None) -> RunPieces:
     splits = []
     if dataset is None:
         dataset = load_dataset(config.dataset, root=config.data_root)
-        splits = partition(dataset, config.clients, config.partition, seed=config.seed,
-                           samples_per_client=config.samples_per_client, test_fraction=config.test_fraction)
+        splits = partition(
+            dataset,
+            config.clients,
+            config.partition,
+            seed=config.seed,
+            samples_per_client=config.samples_per_client,
+            test_fraction=config.test_fraction,
+        )
     names = assign_models(config.models, config.clients, input_shape=dataset.input_shape)
     return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients))
 
@@ -182,12 +203,17 @@ def client_data(pieces: RunPieces, index: int) -> ClientData:
     dataset, split = pieces.dataset, pieces.splits[index]
     train_idx = torch.from_numpy(np.asarray(split.train_indices, dtype=np.int64))
     test_idx = torch.from_numpy(np.asarray(split.test_indices, dtype=np.int64))
-    return ClientData(dataset.train_x[train_idx], dataset.train_y[train_idx], dataset.test_x[test_idx],
-                      dataset.test_y[test_idx], train_idx, dataset.num_classes)
+    return ClientData(
+        dataset.train_x[train_idx],
+        dataset.train_y[train_idx],
+        dataset.test_x[test_idx],
+        dataset.test_y[test_idx],
+        train_idx,
+        dataset.num_classes,
+    )
 
 
-def build_client(config: SimulationConfig, pieces: RunPieces, index: int,
-                 data: ClientData | None = None) -> ClientRole:
+def build_client(config: SimulationConfig, pieces: RunPieces, index: int, data: ClientData | None = None) -> ClientRole:
     """Client `index`'s role, seeded from (seed, 1, index) alone: the same in any process.
     `data` replaces its dataset share (a device's own data)."""
     stream = _seed_stream(config.seed, 1, index)
@@ -195,10 +221,17 @@ def build_client(config: SimulationConfig, pieces: RunPieces, index: int,
     if data is None:
         data = client_data(pieces, index)
     name = pieces.model_names[index]
-    context = ClientContext(pieces.client_ids[index], pieces.make_model(name), name, data, config.train_config(),
-                            np.random.default_rng(stream),
-                            torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])), config.precision,
-                            config.rounds)
+    context = ClientContext(
+        pieces.client_ids[index],
+        pieces.make_model(name),
+        name,
+        data,
+        config.train_config(),
+        np.random.default_rng(stream),
+        torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])),
+        config.precision,
+        config.rounds,
+    )
     return pieces.method.client(context, pieces.params)
 
 
@@ -206,9 +239,17 @@ def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
     """The server role, seeded from (seed, 2)."""
     torch.manual_seed(_torch_seed(_seed_stream(config.seed, 2)))
     model_names = dict(zip(pieces.client_ids, pieces.model_names))
-    context = ServerContext(list(pieces.client_ids), pieces.dataset.num_classes, tuple(pieces.dataset.input_shape),
-                            model_names, pieces.make_model, config.train_config(), config.seed, config.precision,
-                            config.rounds)
+    context = ServerContext(
+        list(pieces.client_ids),
+        pieces.dataset.num_classes,
+        tuple(pieces.dataset.input_shape),
+        model_names,
+        pieces.make_model,
+        config.train_config(),
+        config.seed,
+        config.precision,
+        config.rounds,
+    )
     return pieces.method.server(context, pieces.params)
 
 
@@ -223,12 +264,21 @@ def build(config: SimulationConfig) -> Simulation:
     clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
     server = build_server(config, pieces)
     federation = Federation(server, clients, InProcessTransport(), config.loop_config(), selection_rng(config))
-    return Simulation(config, federation, clients, server, dict(zip(pieces.client_ids, pieces.model_names)),
-                      pieces.params, pieces.dataset, dict(zip(pieces.client_ids, pieces.splits)))
+    return Simulation(
+        config,
+        federation,
+        clients,
+        server,
+        dict(zip(pieces.client_ids, pieces.model_names)),
+        pieces.params,
+        pieces.dataset,
+        dict(zip(pieces.client_ids, pieces.splits)),
+    )
 
 
-def run(config: SimulationConfig, progress: bool = True,
-        on_round: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+def run(
+    config: SimulationConfig, progress: bool = True, on_round: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
     """Builds and runs the simulation, writes its results, and returns the summary."""
     started = time.perf_counter()
     sim = build(config)
@@ -237,8 +287,16 @@ def run(config: SimulationConfig, progress: bool = True,
     federation = sim.federation
 
     federation.hello()
-    initial = RoundRecord(HELLO_ROUND, None, None, federation.transport.ledger.total(UP, HELLO_ROUND),
-                          federation.transport.ledger.total(DOWN, HELLO_ROUND), 0.0, [], [])
+    initial = RoundRecord(
+        HELLO_ROUND,
+        None,
+        None,
+        federation.transport.ledger.total(UP, HELLO_ROUND),
+        federation.transport.ledger.total(DOWN, HELLO_ROUND),
+        0.0,
+        [],
+        [],
+    )
     federation.evaluate(initial)
     writer.add(initial)
 
@@ -250,8 +308,10 @@ def run(config: SimulationConfig, progress: bool = True,
         if bar is not None:
             bar.update(1)
             accuracy = "" if line["accuracy"] is None else f"acc {100 * line['accuracy']:.1f}%  "
-            bar.set_postfix_str(f"{accuracy}up {_megabytes(line['bytes_up_cumulative'])}  "
-                                f"down {_megabytes(line['bytes_down_cumulative'])}")
+            bar.set_postfix_str(
+                f"{accuracy}up {_megabytes(line['bytes_up_cumulative'])}  "
+                f"down {_megabytes(line['bytes_down_cumulative'])}"
+            )
     if bar is not None:
         bar.close()
     save_run_models(sim, writer.lines[-1]["client_accuracy"], out)
@@ -308,10 +368,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for name, f in _config_fields().items():
         flag = "--" + name.replace("_", "-")
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        parser.add_argument(flag, dest=name, type=kind, default=argparse.SUPPRESS,
-                            help=f"default: {getattr(defaults, name)}")
-    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                        help="a method hyperparameter (repeatable)")
+        parser.add_argument(
+            flag, dest=name, type=kind, default=argparse.SUPPRESS, help=f"default: {getattr(defaults, name)}"
+        )
+    parser.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE", help="a method hyperparameter (repeatable)"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -349,8 +411,10 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"edgefd simulate: {error}", file=sys.stderr)
         return 2
     final = summary["final_accuracy"]
-    print(f"{config.algo} on {config.dataset}: final accuracy {100 * final:.2f}% "
-          f"(best {100 * summary['best_accuracy']:.2f}%), "
-          f"{_megabytes(summary['bytes_up_total'])} up, {_megabytes(summary['bytes_down_total'])} down, "
-          f"{summary['wall_seconds']:.1f} s -> {config.out_dir()}")
+    print(
+        f"{config.algo} on {config.dataset}: final accuracy {100 * final:.2f}% "
+        f"(best {100 * summary['best_accuracy']:.2f}%), "
+        f"{_megabytes(summary['bytes_up_total'])} up, {_megabytes(summary['bytes_down_total'])} down, "
+        f"{summary['wall_seconds']:.1f} s -> {config.out_dir()}"
+    )
     return 0

@@ -23,7 +23,7 @@ def brute_force(hashes, labels, r):
         same = [j for j in np.flatnonzero(labels == labels[g]) if j != g]
         sims = unit[same] @ unit[g]
         ranked = sorted(zip(-sims, same))[:r]  # descending similarity, then smaller id
-        out[g, :len(ranked)] = [j for _, j in ranked]
+        out[g, : len(ranked)] = [j for _, j in ranked]
     return out
 
 
@@ -131,8 +131,9 @@ def test_exclude_same_owner_relates_only_to_other_owners(method):
 def test_exclude_same_owner_leaves_minus_one_where_too_few_others():
     hashes, labels = clustered(4, 1, dim=4)
     owners = np.array([0, 0, 0, 1])
-    table = build_relations(hashes, labels, RelationConfig(neighbours=2, method="exact", exclude_same_owner=True),
-                            owners)
+    table = build_relations(
+        hashes, labels, RelationConfig(neighbours=2, method="exact", exclude_same_owner=True), owners
+    )
     assert table[:3, 0].tolist() == [3, 3, 3] and (table[:3, 1] == -1).all()
     assert set(table[3].tolist()) <= {0, 1, 2} and table[3, 0] != table[3, 1]
     with pytest.raises(ValueError, match="one owner per sample"):
@@ -211,7 +212,9 @@ def test_exchange_fetches_then_updates_sample_by_sample(mask_unfilled):
         logits = rng.normal(size=(8, 4)).astype(np.float32)
         expected, knowledge = sequential_reference(cache, rows, logits)
         position = {row: t for t, row in enumerate(rows)}
-        checked_within_message += sum(position.get(j, 99) < t for t, row in enumerate(rows) for j in cache.neighbours[row])
+        checked_within_message += sum(
+            position.get(j, 99) < t for t, row in enumerate(rows) for j in cache.neighbours[row]
+        )
         got = cache.exchange(rows, logits)
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-6)
         torch.testing.assert_close(cache.knowledge, knowledge)

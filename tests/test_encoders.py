@@ -57,8 +57,15 @@ def test_onnx_encoder_matches_torch(tmp_path):
     torch.manual_seed(0)
     net = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten()).eval()
     path = tmp_path / "enc.onnx"
-    torch.onnx.export(net, (torch.randn(2, 1, 8, 8),), str(path), input_names=["x"], output_names=["h"],
-                      dynamo=False, dynamic_axes={"x": {0: "batch"}, "h": {0: "batch"}})
+    torch.onnx.export(
+        net,
+        (torch.randn(2, 1, 8, 8),),
+        str(path),
+        input_names=["x"],
+        output_names=["h"],
+        dynamo=False,
+        dynamic_axes={"x": {0: "batch"}, "h": {0: "batch"}},
+    )
     x = torch.randn(7, 1, 8, 8)
     out = build_encoder(f"onnx:{path}")(x)
     np.testing.assert_allclose(out, net(x).detach().numpy(), atol=1e-5)

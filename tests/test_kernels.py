@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from edgefd import kernels
 
-
 ATOL = 1e-5
 RTOL = 1e-4
 
@@ -56,8 +55,10 @@ def test_weighted_kl_matches_reference(batch, classes, temperature):
     t = torch.randn(batch, classes, generator=g) * 3
     w = torch.rand(batch, generator=g)
     v = torch.rand(classes, generator=g)
-    fn = lambda s_, t_: kernels.weighted_kl(s_, t_.detach(), temperature=temperature, sample_weight=w,
-                                            class_weight=v)
+
+    def fn(s_, t_):
+        return kernels.weighted_kl(s_, t_.detach(), temperature=temperature, sample_weight=w, class_weight=v)
+
     (lc, (gc, _)), (lt, (gt, _)) = grads(fn, s, t)
     close(lc, lt)
     close(gc, gt)
@@ -66,8 +67,12 @@ def test_weighted_kl_matches_reference(batch, classes, temperature):
 def test_weighted_kl_unweighted_equals_torch_kl_div():
     g = rng(1)
     s, t = torch.randn(64, 10, generator=g), torch.randn(64, 10, generator=g)
-    expected = torch.nn.functional.kl_div(torch.log_softmax(s / 2, 1), torch.log_softmax(t / 2, 1),
-                                          reduction="batchmean", log_target=True) * 4
+    expected = (
+        torch.nn.functional.kl_div(
+            torch.log_softmax(s / 2, 1), torch.log_softmax(t / 2, 1), reduction="batchmean", log_target=True
+        )
+        * 4
+    )
     loss_cpp, loss_torch = both(kernels.weighted_kl, s, t, temperature=2.0)
     close(loss_cpp, expected)
     close(loss_torch, expected)
@@ -150,8 +155,9 @@ def test_weighted_kl_cpp_gradient_passes_gradcheck_against_finite_differences():
             plus, minus = s.clone(), s.clone()
             plus[i, c] += eps
             minus[i, c] -= eps
-            numeric[i, c] = (kernels.weighted_kl(plus, t, temperature=2.0)
-                             - kernels.weighted_kl(minus, t, temperature=2.0)) / (2 * eps)
+            numeric[i, c] = (
+                kernels.weighted_kl(plus, t, temperature=2.0) - kernels.weighted_kl(minus, t, temperature=2.0)
+            ) / (2 * eps)
     close(leaf.grad, numeric, atol=2e-3, rtol=1e-2)
 
 
@@ -164,12 +170,26 @@ def test_weighted_kl_cpp_gradient_passes_gradcheck_against_finite_differences():
         (dict(student_logits=torch.zeros(0, 2), teacher=torch.zeros(0, 2)), "empty batch"),
         (dict(student_logits=torch.zeros(3, 2, dtype=torch.float64), teacher=torch.zeros(3, 2)), "float32"),
         (dict(student_logits=torch.zeros(2, 3).t(), teacher=torch.zeros(3, 2)), "contiguous"),
-        (dict(student_logits=torch.zeros(3, 2), teacher=torch.zeros(3, 2), sample_weight=torch.tensor([1.0, -1.0, 0.0])),
-         "sample_weight: contains negative"),
-        (dict(student_logits=torch.zeros(3, 2), teacher=torch.zeros(3, 2), class_weight=torch.tensor([1.0, float("nan")])),
-         "class_weight: contains NaN"),
-        (dict(student_logits=torch.zeros(3, 2), teacher=torch.zeros(3, 2), sample_weight=torch.ones(2)),
-         "sample_weight: dimension 0"),
+        (
+            dict(
+                student_logits=torch.zeros(3, 2),
+                teacher=torch.zeros(3, 2),
+                sample_weight=torch.tensor([1.0, -1.0, 0.0]),
+            ),
+            "sample_weight: contains negative",
+        ),
+        (
+            dict(
+                student_logits=torch.zeros(3, 2),
+                teacher=torch.zeros(3, 2),
+                class_weight=torch.tensor([1.0, float("nan")]),
+            ),
+            "class_weight: contains NaN",
+        ),
+        (
+            dict(student_logits=torch.zeros(3, 2), teacher=torch.zeros(3, 2), sample_weight=torch.ones(2)),
+            "sample_weight: dimension 0",
+        ),
         (dict(student_logits=torch.zeros(3, 2), teacher=torch.zeros(3, 2), temperature=0.0), "temperature"),
         (dict(student_logits=torch.zeros(3, 2), teacher=-torch.ones(3, 2), teacher_is_prob=True), "teacher"),
     ],
@@ -181,15 +201,20 @@ def test_weighted_kl_rejects_bad_input(kwargs, match, backend):
 
 
 @settings(max_examples=60, deadline=None)
-@given(batch=st.integers(1, 40), classes=st.integers(1, 40), temperature=st.floats(0.2, 8.0),
-       scale=st.floats(0.0, 50.0), seed=st.integers(0, 2**31 - 1), weighted=st.booleans())
+@given(
+    batch=st.integers(1, 40),
+    classes=st.integers(1, 40),
+    temperature=st.floats(0.2, 8.0),
+    scale=st.floats(0.0, 50.0),
+    seed=st.integers(0, 2**31 - 1),
+    weighted=st.booleans(),
+)
 def test_weighted_kl_property_backends_agree(batch, classes, temperature, scale, seed, weighted):
     g = rng(seed)
     s = torch.randn(batch, classes, generator=g) * scale
     t = torch.randn(batch, classes, generator=g) * scale
     w = torch.rand(batch, generator=g) if weighted else None
-    (lc, (gc,)), (lt, (gt,)) = grads(
-        lambda s_: kernels.weighted_kl(s_, t, temperature=temperature, sample_weight=w), s)
+    (lc, (gc,)), (lt, (gt,)) = grads(lambda s_: kernels.weighted_kl(s_, t, temperature=temperature, sample_weight=w), s)
     assert lc.item() >= -1e-5  # KL is never negative
     close(lc, lt, atol=1e-4, rtol=1e-3)
     close(gc, gt, atol=1e-5, rtol=1e-3)
@@ -244,8 +269,7 @@ def test_sl_loss_rejects_bad_input(backend):
 
 
 @settings(max_examples=40, deadline=None)
-@given(teachers=st.integers(1, 6), batch=st.integers(1, 20), classes=st.integers(1, 30),
-       seed=st.integers(0, 2**31 - 1))
+@given(teachers=st.integers(1, 6), batch=st.integers(1, 20), classes=st.integers(1, 30), seed=st.integers(0, 2**31 - 1))
 def test_sl_loss_property_backends_agree(teachers, batch, classes, seed):
     g = rng(seed)
     s = torch.randn(batch, classes, generator=g) * 4
@@ -333,8 +357,9 @@ def test_labelwise_mean_rejects_bad_input(backend):
 
 
 @settings(max_examples=50, deadline=None)
-@given(rows=st.integers(1, 300), classes=st.integers(1, 20), num_classes=st.integers(1, 30),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    rows=st.integers(1, 300), classes=st.integers(1, 20), num_classes=st.integers(1, 30), seed=st.integers(0, 2**31 - 1)
+)
 def test_labelwise_mean_property(rows, classes, num_classes, seed):
     g = rng(seed)
     x = torch.randn(rows, classes, generator=g) * 10
@@ -349,8 +374,9 @@ def test_labelwise_mean_property(rows, classes, num_classes, seed):
 # gather_mean
 
 
-@pytest.mark.parametrize("cache_rows,classes,n,r", [(1, 1, 1, 1), (100, 10, 50, 16), (1000, 100, 300, 4),
-                                                     (5000, 10, 4000, 16)])
+@pytest.mark.parametrize(
+    "cache_rows,classes,n,r", [(1, 1, 1, 1), (100, 10, 50, 16), (1000, 100, 300, 4), (5000, 10, 4000, 16)]
+)
 def test_gather_mean_matches_reference(cache_rows, classes, n, r):
     g = rng(cache_rows)
     cache = torch.randn(cache_rows, classes, generator=g)
@@ -397,8 +423,13 @@ def test_gather_mean_rejects_bad_input(backend):
 
 
 @settings(max_examples=50, deadline=None)
-@given(cache_rows=st.integers(1, 200), classes=st.integers(1, 20), n=st.integers(0, 100), r=st.integers(1, 20),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    cache_rows=st.integers(1, 200),
+    classes=st.integers(1, 20),
+    n=st.integers(0, 100),
+    r=st.integers(1, 20),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_gather_mean_property(cache_rows, classes, n, r, seed):
     g = rng(seed)
     cache = torch.randn(cache_rows, classes, generator=g)

@@ -19,8 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _nvcc():
-    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/bin/nvcc",
-                      "/usr/local/cuda/bin/nvcc"):
+    for candidate in (
+        os.environ.get("CUDACXX"),
+        shutil.which("nvcc"),
+        "/usr/local/bin/nvcc",
+        "/usr/local/cuda/bin/nvcc",
+    ):
         if candidate and Path(candidate).is_file():
             return candidate
     return None
@@ -35,13 +39,26 @@ def test_cuda_kernels_build_for_sm75_and_sm87_and_import(tmp_path):
 
     build = tmp_path / "build"
     configure = [
-        "cmake", "-S", str(ROOT), "-B", str(build), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DEDGEFD_CUDA=ON",
-        f"-DCMAKE_CUDA_COMPILER={NVCC}", "-DCMAKE_CUDA_ARCHITECTURES=75;87", "-DCMAKE_CUDA_FLAGS=-Werror=all-warnings",
-        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}", f"-DPython_EXECUTABLE={sys.executable}",
+        "cmake",
+        "-S",
+        str(ROOT),
+        "-B",
+        str(build),
+        "-G",
+        "Ninja",
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DEDGEFD_CUDA=ON",
+        f"-DCMAKE_CUDA_COMPILER={NVCC}",
+        "-DCMAKE_CUDA_ARCHITECTURES=75;87",
+        "-DCMAKE_CUDA_FLAGS=-Werror=all-warnings",
+        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+        f"-DPython_EXECUTABLE={sys.executable}",
     ]
     for command in (configure, ["cmake", "--build", str(build), "--target", "_kernels_cuda"]):
         result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        assert result.returncode == 0, f"{' '.join(command[:2])} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        assert result.returncode == 0, (
+            f"{' '.join(command[:2])} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+        )
 
     (module,) = build.glob("_kernels_cuda*.so")
     objdump = shutil.which("cuobjdump") or str(Path(NVCC).with_name("cuobjdump"))
@@ -60,8 +77,10 @@ def test_cuda_kernels_build_for_sm75_and_sm87_and_import(tmp_path):
     assert int(result.stdout.strip()) >= 0  # 0 here: no GPU, and asking must not crash
 
 
-@pytest.mark.skipif(os.environ.get("EDGEFD_CUDA", "").upper() in ("1", "ON", "TRUE"),
-                    reason="this install was asked to build the CUDA kernels")
+@pytest.mark.skipif(
+    os.environ.get("EDGEFD_CUDA", "").upper() in ("1", "ON", "TRUE"),
+    reason="this install was asked to build the CUDA kernels",
+)
 def test_default_install_is_cpu_only():
     """Without EDGEFD_CUDA the CUDA target is not built, and the kernels dispatch only to C++."""
     from edgefd import kernels_cuda

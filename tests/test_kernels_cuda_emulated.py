@@ -5,8 +5,9 @@ No GPU exists on this project's machines. tests/cuda_emulation/cuda_runtime.h st
 CUDA runtime (one OS thread per CUDA thread, real barriers for __syncthreads and warp shuffles,
 blocks one at a time, atomics under a lock, host memory as device memory); g++ compiles
 csrc/*.cu against it, with a small C interface (tests/cuda_emulation/c_api.cpp) in place of the
-pybind11 bindings (those are compiled by nvcc in test_kernels_cuda_build.py). This checks the kernels' indexing, block reductions, shared-memory use, gradient
-formulas and error reporting; it cannot check GPU-specific behaviour (memory model, occupancy,
+pybind11 bindings (those are compiled by nvcc in test_kernels_cuda_build.py). This checks the
+kernels' indexing, block reductions, shared-memory use, gradient formulas and error reporting; it
+cannot check GPU-specific behaviour (memory model, occupancy,
 the real warp scheduler), so the kernels remain unrun on a GPU (see README).
 """
 
@@ -30,8 +31,11 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 def _to_cpu_source(text: str) -> str:
     """`kernel<<<grid, block, shared, stream>>>(args)` -> a call of the emulator's launcher."""
     text = re.sub(r"(\w+)<<<(.+?)>>>\(", r"edgefd_cpu::launcher(\1, \2)(", text, flags=re.S)
-    return re.sub(r"extern __shared__ float (\w+)\[\];",
-                  r"float* \1 = reinterpret_cast<float*>(edgefd_cpu::dynamic_shared);", text)
+    return re.sub(
+        r"extern __shared__ float (\w+)\[\];",
+        r"float* \1 = reinterpret_cast<float*>(edgefd_cpu::dynamic_shared);",
+        text,
+    )
 
 
 class EmulatedKernels:
@@ -60,6 +64,7 @@ class EmulatedKernels:
             if status:
                 message = self._lib.edgefd_last_error().decode()
                 raise (ValueError if status == 1 else RuntimeError)(message)
+
         return call
 
 
@@ -72,9 +77,21 @@ def cu(tmp_path_factory):
         target.write_text(_to_cpu_source((ROOT / "csrc" / f"{name}.cu").read_text()))
         sources.append(str(target))
     library = build / "kernels_cuda_emulated.so"
-    command = ["g++", "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", "-w",
-               f"-I{ROOT / 'tests' / 'cuda_emulation'}", f"-I{ROOT / 'csrc'}",
-               str(ROOT / "tests" / "cuda_emulation" / "c_api.cpp"), *sources, "-o", str(library)]
+    command = [
+        "g++",
+        "-std=c++20",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-pthread",
+        "-w",
+        f"-I{ROOT / 'tests' / 'cuda_emulation'}",
+        f"-I{ROOT / 'csrc'}",
+        str(ROOT / "tests" / "cuda_emulation" / "c_api.cpp"),
+        *sources,
+        "-o",
+        str(library),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     return EmulatedKernels(ctypes.CDLL(str(library)))
@@ -103,11 +120,28 @@ def test_weighted_kl(cu, classes, teacher_is_prob, weighted):
     sample_weight = torch.rand(batch, generator=g) if weighted else None
     class_weight = torch.rand(classes, generator=g) if weighted else None
     grad, loss = torch.empty_like(student), _loss()
-    cu.weighted_kl(_p(student), _p(teacher), batch, classes, temperature, _p(sample_weight), _p(class_weight),
-                   teacher_is_prob, _p(grad), _p(loss), 0)
+    cu.weighted_kl(
+        _p(student),
+        _p(teacher),
+        batch,
+        classes,
+        temperature,
+        _p(sample_weight),
+        _p(class_weight),
+        teacher_is_prob,
+        _p(grad),
+        _p(loss),
+        0,
+    )
     s = student.clone().requires_grad_()
-    expected = reference.weighted_kl(s, teacher, temperature=temperature, sample_weight=sample_weight,
-                                     class_weight=class_weight, teacher_is_prob=teacher_is_prob)
+    expected = reference.weighted_kl(
+        s,
+        teacher,
+        temperature=temperature,
+        sample_weight=sample_weight,
+        class_weight=class_weight,
+        teacher_is_prob=teacher_is_prob,
+    )
     expected.backward()
     torch.testing.assert_close(loss.float(), expected.detach(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(grad, s.grad, rtol=1e-4, atol=1e-6)

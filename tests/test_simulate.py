@@ -25,8 +25,19 @@ def test_writes_metrics_summary_and_plot(tmp_path):
     for line in lines:
         assert {"round", "accuracy", "accuracy_std", "bytes_up", "bytes_down", "seconds"} <= line.keys()
     written = json.loads((tmp_path / "summary.json").read_text())
-    for key in ("algo", "dataset", "clients", "rounds", "seed", "final_accuracy", "best_accuracy",
-                "bytes_up_total", "bytes_down_total", "wall_seconds", "config"):
+    for key in (
+        "algo",
+        "dataset",
+        "clients",
+        "rounds",
+        "seed",
+        "final_accuracy",
+        "best_accuracy",
+        "bytes_up_total",
+        "bytes_down_total",
+        "wall_seconds",
+        "config",
+    ):
         assert key in written
     assert written["final_accuracy"] == lines[-1]["accuracy"] == summary["final_accuracy"]
     assert written["bytes_up_total"] == sum(line["bytes_up"] for line in lines) > 0
@@ -58,17 +69,22 @@ def test_cli_with_toml_config_and_param_override(tmp_path, capsys):
     assert "final accuracy" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--algo", "nope"], "unknown method 'nope'"),
-    (["--dataset", "cifar10", "--data-root", "{tmp}"], "cifar10"),
-    (["--param", "beta"], "expected NAME=VALUE"),
-    (["--param", "gamma=1"], "unknown param(s) gamma"),
-    (["--param", "beta=abc"], "param beta: expected float"),
-    (["--rounds", "0"], "rounds: must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--algo", "nope"], "unknown method 'nope'"),
+        (["--dataset", "cifar10", "--data-root", "{tmp}"], "cifar10"),
+        (["--param", "beta"], "expected NAME=VALUE"),
+        (["--param", "gamma=1"], "unknown param(s) gamma"),
+        (["--param", "beta=abc"], "param beta: expected float"),
+        (["--rounds", "0"], "rounds: must be >= 1"),
+    ],
+)
 def test_bad_input_gives_one_clear_error(tmp_path, capsys, argv, message):
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert cli.main(["simulate", "--quiet", "--clients", "2", "--rounds", "1", "--out", str(tmp_path / "o")] + argv) == 2
+    assert (
+        cli.main(["simulate", "--quiet", "--clients", "2", "--rounds", "1", "--out", str(tmp_path / "o")] + argv) == 2
+    )
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
@@ -86,8 +102,11 @@ def test_report_compares_runs(tmp_path, capsys):
 
 
 def test_test_fraction_sizes_each_clients_test_split(tmp_path):
-    sim = build(SimulationConfig(dataset="digits", clients=4, partition="iid", models="mlp", test_fraction=0.25,
-                                 out=str(tmp_path)))
+    sim = build(
+        SimulationConfig(
+            dataset="digits", clients=4, partition="iid", models="mlp", test_fraction=0.25, out=str(tmp_path)
+        )
+    )
     for client in sim.clients.values():
         train, test = len(client.data.train_y), len(client.data.test_y)
         assert abs(test - 0.25 * train) <= 2

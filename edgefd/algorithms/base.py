@@ -26,8 +26,9 @@ import copy
 import dataclasses
 import typing
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generator
+from typing import Any
 
 import numpy as np
 import torch
@@ -144,7 +145,7 @@ class ServerRole(ABC):
     of preparing one downlink per client per round. Clients then train one after another, each
     seeing what the previous ones wrote (the order of the FedCache authors' simulation)."""
 
-    def start(self, hellos: dict[str, Payload]) -> None:
+    def start(self, hellos: dict[str, Payload]) -> None:  # noqa: B027 (an optional hook)
         """Receive the clients' one-time uploads."""
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
@@ -241,7 +242,7 @@ def eval_annotation(text: str) -> Any:
     """Resolves the string annotations of `from __future__ import annotations` dataclasses."""
     parts = [p.strip() for p in text.split("|")]
     types = [type(None) if p == "None" else _ANNOTATIONS.get(p, str) for p in parts]
-    return types[0] if len(types) == 1 else typing.Union[tuple(types)]
+    return types[0] if len(types) == 1 else typing.Union[tuple(types)]  # noqa: UP007 (built at run time)
 
 
 def make_params(params_type: type, values: dict[str, Any]) -> Any:
@@ -249,8 +250,9 @@ def make_params(params_type: type, values: dict[str, Any]) -> Any:
     fields = {f.name: f for f in dataclasses.fields(params_type)}
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ValueError(f"unknown param(s) {', '.join(unknown)} for {params_type.__name__}; "
-                         f"known: {', '.join(fields) or '(none)'}")
+        raise ValueError(
+            f"unknown param(s) {', '.join(unknown)} for {params_type.__name__}; known: {', '.join(fields) or '(none)'}"
+        )
     converted = {name: _convert(value, fields[name].type, name) for name, value in values.items()}
     return params_type(**converted)
 
@@ -270,8 +272,11 @@ def describe_params(params_type: type) -> list[tuple[str, Any, str]]:
     """(name, default, doc) of each field, for `--help` and docs."""
     out = []
     for f in dataclasses.fields(params_type):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        default = (
+            f.default
+            if f.default is not dataclasses.MISSING
+            else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+        )
         out.append((f.name, default, f.metadata.get("doc", "")))
     return out
 
@@ -279,4 +284,3 @@ def describe_params(params_type: type) -> list[tuple[str, Any, str]]:
 def param(default: Any, doc: str) -> Any:
     """A params dataclass field with a one-line description (shown by `edgefd methods`)."""
     return field(default=default, metadata={"doc": doc})
-

@@ -94,20 +94,31 @@ SOFT_TARGET_DTYPES = {"float32": np.float32, "float64": np.float64}
 class DFLParams:
     """DFL's hyperparameters; defaults from the paper, or the spec where the paper is silent."""
 
-    threshold: float = param(0.6, "lower bound of the CE weight rho = max(1 - r/R, threshold) (paper Eq. 6, "
-                                  "Sec. IV-C); 1 = FedAvg, 0 = DFL-DRw/T")
+    threshold: float = param(
+        0.6,
+        "lower bound of the CE weight rho = max(1 - r/R, threshold) (paper Eq. 6, "
+        "Sec. IV-C); 1 = FedAvg, 0 = DFL-DRw/T",
+    )
     temperature: float = param(1.0, "softmax temperature tau of the KD term (not in the paper: 1, spec §9.1)")
     kappa: float | None = param(None, "factor on the KL term; None = tau^2 (1 at tau = 1, spec §9.1, E3)")
-    soft_targets: str = param("logits", "what the table averages: 'logits' (teacher = softmax(row/tau)) or "
-                                        "'probs' (softmax outputs) (spec §9.2)")
-    aggregation: str = param("masked", "soft-target row weights: 'masked' (n_k if the client has the class), "
-                                       "'paper' (n_k, Eq. 2), 'class_count' (n_kc) (spec E2b, §9.8-9)")
-    kl_reduction: str = param("batchmean", "'batchmean' (KL per sample) or 'torch_mean' (also / C, the "
-                                           "KLDivLoss() default) (spec §9.4)")
-    schedule: str = param("dynamic", "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the "
-                                     "DFL-FR ablation, spec §6.4, §9.22)")
-    soft_target_dtype: str = param("float32", "wire dtype of the table: 'float32' (edgefd) or 'float64' "
-                                              "(the paper's 8 B/element, spec §2.2)")
+    soft_targets: str = param(
+        "logits",
+        "what the table averages: 'logits' (teacher = softmax(row/tau)) or 'probs' (softmax outputs) (spec §9.2)",
+    )
+    aggregation: str = param(
+        "masked",
+        "soft-target row weights: 'masked' (n_k if the client has the class), "
+        "'paper' (n_k, Eq. 2), 'class_count' (n_kc) (spec E2b, §9.8-9)",
+    )
+    kl_reduction: str = param(
+        "batchmean", "'batchmean' (KL per sample) or 'torch_mean' (also / C, the KLDivLoss() default) (spec §9.4)"
+    )
+    schedule: str = param(
+        "dynamic", "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the DFL-FR ablation, spec §6.4, §9.22)"
+    )
+    soft_target_dtype: str = param(
+        "float32", "wire dtype of the table: 'float32' (edgefd) or 'float64' (the paper's 8 B/element, spec §2.2)"
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.threshold <= 1.0:
@@ -116,16 +127,20 @@ class DFLParams:
             raise ValueError(f"param temperature: must be a finite number > 0, got {self.temperature}")
         if self.kappa is not None and not (self.kappa >= 0 and np.isfinite(self.kappa)):
             raise ValueError(f"param kappa: must be a finite number >= 0, got {self.kappa}")
-        for name, allowed in (("soft_targets", SOFT_TARGET_SPACES), ("aggregation", AGGREGATIONS),
-                              ("kl_reduction", KL_REDUCTIONS), ("schedule", SCHEDULES),
-                              ("soft_target_dtype", tuple(SOFT_TARGET_DTYPES))):
+        for name, allowed in (
+            ("soft_targets", SOFT_TARGET_SPACES),
+            ("aggregation", AGGREGATIONS),
+            ("kl_reduction", KL_REDUCTIONS),
+            ("schedule", SCHEDULES),
+            ("soft_target_dtype", tuple(SOFT_TARGET_DTYPES)),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
 
     @property
     def kl_factor(self) -> float:
         """kappa; None means tau^2."""
-        return self.temperature ** 2 if self.kappa is None else float(self.kappa)
+        return self.temperature**2 if self.kappa is None else float(self.kappa)
 
 
 def rho(round: int, total_rounds: int, threshold: float, schedule: str = "dynamic") -> float:
@@ -146,8 +161,9 @@ def initial_soft_targets(num_classes: int, space: str) -> np.ndarray:
     return np.full((num_classes, num_classes), fill, dtype=np.float64)
 
 
-def aggregate_soft_targets(tables: list[np.ndarray], counts: list[np.ndarray], samples: list[float],
-                           previous: np.ndarray, mode: str = "masked") -> np.ndarray:
+def aggregate_soft_targets(
+    tables: list[np.ndarray], counts: list[np.ndarray], samples: list[float], previous: np.ndarray, mode: str = "masked"
+) -> np.ndarray:
     """Spec §8 K3 (Eq. 2 / E2b): ``Y[c] = sum_k a_kc Y_k[c] / sum_k a_kc`` in float64, clients in
     the given order, with ``a_kc`` = ``n_k [n_kc > 0]`` (masked), ``n_k`` (paper) or ``n_kc``
     (class_count); a row whose weights sum to 0 keeps ``previous[c]``. Returns float64."""
@@ -170,8 +186,9 @@ def aggregate_soft_targets(tables: list[np.ndarray], counts: list[np.ndarray], s
         return np.where(den[:, None] > 0, acc / np.where(den > 0, den, 1.0)[:, None], previous)
 
 
-def dfl_loss(logits: torch.Tensor, labels: torch.Tensor, teacher_table: torch.Tensor, rho_value: float,
-             params: DFLParams) -> torch.Tensor:
+def dfl_loss(
+    logits: torch.Tensor, labels: torch.Tensor, teacher_table: torch.Tensor, rho_value: float, params: DFLParams
+) -> torch.Tensor:
     """Eq. 3: ``rho CE(z, y) + (1 - rho) kappa KL(teacher(Y[y]) || softmax(z / tau))``, batch-averaged.
 
     With ``rho == 1`` this is exactly ``F.cross_entropy(logits, labels)`` (the KL term is not
@@ -179,10 +196,11 @@ def dfl_loss(logits: torch.Tensor, labels: torch.Tensor, teacher_table: torch.Te
     ce = nn.functional.cross_entropy(logits, labels)
     if rho_value == 1.0:
         return ce
-    kl = kernels.weighted_kl(logits, teacher_table[labels], temperature=params.temperature,
-                             teacher_is_prob=params.soft_targets == "probs")
+    kl = kernels.weighted_kl(
+        logits, teacher_table[labels], temperature=params.temperature, teacher_is_prob=params.soft_targets == "probs"
+    )
     # the kernel already multiplies by tau^2; rescale to kappa
-    factor = params.kl_factor / params.temperature ** 2
+    factor = params.kl_factor / params.temperature**2
     if params.kl_reduction == "torch_mean":
         factor /= logits.shape[1]
     if rho_value == 0.0:
@@ -220,8 +238,9 @@ class DFLClient(ClientRole):
         else:
             loss_fn = lambda logits, idx: dfl_loss(logits, y[idx], teacher, rho_value, self.params)  # noqa: E731
         optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh each round, as FedAvg
-        train_epochs(self.model, self.data.train_x, loss_fn, optimizer, self.context.train,
-                     self.context.torch_generator)
+        train_epochs(
+            self.model, self.data.train_x, loss_fn, optimizer, self.context.train, self.context.torch_generator
+        )
 
         means, counts = self.label_wise_outputs()
         arrays = state_arrays(self.model)
@@ -274,8 +293,9 @@ class DFLServer(ServerRole):
         models = [{k: v for k, v in p.arrays.items() if k not in _RESERVED} for p in ordered]
         self.global_state = weighted_average(models, samples)  # Eq. 1, FedAvg's arithmetic
         counts = [p.arrays[CLASS_COUNTS] for p in ordered]
-        table = aggregate_soft_targets([p.arrays[SOFT_TARGETS] for p in ordered], counts, samples,
-                                       self.soft_targets, self.params.aggregation)  # Eq. 2 / E2b
+        table = aggregate_soft_targets(
+            [p.arrays[SOFT_TARGETS] for p in ordered], counts, samples, self.soft_targets, self.params.aggregation
+        )  # Eq. 2 / E2b
         self.soft_targets = self._wire(table)
         metrics["labels_covered"] = float((np.sum(counts, axis=0) > 0).sum())
         return metrics
@@ -284,5 +304,10 @@ class DFLServer(ServerRole):
         return Payload("weights", "server", 0, self.global_state)
 
 
-register("dfl", "FedAvg plus label-wise soft targets with a dynamic CE/KD weight (Liu et al., DFL)",
-         DFLClient, DFLServer, DFLParams)
+register(
+    "dfl",
+    "FedAvg plus label-wise soft targets with a dynamic CE/KD weight (Liu et al., DFL)",
+    DFLClient,
+    DFLServer,
+    DFLParams,
+)

@@ -49,8 +49,9 @@ class FDClient(ClientRole):
             own = self.last_counts.astype(np.float64)
             rest = counts - own
             with np.errstate(invalid="ignore", divide="ignore"):
-                means = np.where(rest[:, None] > 0,
-                                 (means * counts[:, None] - self.last_means * own[:, None]) / rest[:, None], 0.0)
+                means = np.where(
+                    rest[:, None] > 0, (means * counts[:, None] - self.last_means * own[:, None]) / rest[:, None], 0.0
+                )
             counts = rest
         return torch.from_numpy(means.astype(np.float32)), torch.from_numpy(counts > 0)
 
@@ -64,12 +65,14 @@ class FDClient(ClientRole):
 
             def loss_fn(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
                 labels = y[idx]
-                distill = kernels.weighted_kl(logits, table[labels], temperature=temperature,
-                                              sample_weight=known[labels].float())
+                distill = kernels.weighted_kl(
+                    logits, table[labels], temperature=temperature, sample_weight=known[labels].float()
+                )
                 return nn.functional.cross_entropy(logits, labels) + beta * distill
 
-        train_epochs(self.model, self.data.train_x, loss_fn, self.optimizer, self.context.train,
-                     self.context.torch_generator)
+        train_epochs(
+            self.model, self.data.train_x, loss_fn, self.optimizer, self.context.train, self.context.torch_generator
+        )
         logits = predict_logits(self.model, self.data.train_x, self.context.train.eval_batch_size)
         means, counts = kernels.labelwise_mean(logits, y, self.data.num_classes)
         self.last_means, self.last_counts = means.numpy().astype(np.float64), counts.numpy()
@@ -86,8 +89,7 @@ class FDServer(ServerRole):
     def downlink(self, round: int, client_id: str) -> Payload | None:
         if self.global_logits is None:
             return None
-        payload = Payload("knowledge", "server", round,
-                          {"logits": self.global_logits, "counts": self.global_counts})
+        payload = Payload("knowledge", "server", round, {"logits": self.global_logits, "counts": self.global_counts})
         precision = self.context.precision
         return payload.with_precision(precision) if precision != "fp32" else payload
 

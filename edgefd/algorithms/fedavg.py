@@ -43,8 +43,14 @@ class FedAvgClient(ClientRole):
             load_state_arrays(self.model, downlink.arrays)
         y = self.data.train_y
         optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh each round
-        train_epochs(self.model, self.data.train_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-                     optimizer, self.context.train, self.context.torch_generator)
+        train_epochs(
+            self.model,
+            self.data.train_x,
+            lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+            optimizer,
+            self.context.train,
+            self.context.torch_generator,
+        )
         return Payload("weights", self.client_id, round, state_arrays(self.model), {"samples": len(y)})
 
 
@@ -62,8 +68,9 @@ class FedAvgServer(ServerRole):
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if uplinks:
             ordered = [uplinks[c] for c in sorted(uplinks)]
-            self.global_state = weighted_average([p.arrays for p in ordered],
-                                                 [float(p.scalars["samples"]) for p in ordered])
+            self.global_state = weighted_average(
+                [p.arrays for p in ordered], [float(p.scalars["samples"]) for p in ordered]
+            )
         return {}
 
     def evaluation_state(self, client_id: str) -> Payload:

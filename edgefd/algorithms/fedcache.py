@@ -39,8 +39,8 @@ Choices, with the spec's sections:
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Generator
 
 import numpy as np
 import torch
@@ -52,7 +52,6 @@ from edgefd.cache import KnowledgeCache, RelationConfig
 from edgefd.encoders import build_encoder
 from edgefd.protocol import Payload
 from edgefd.runtime.training import epoch_batches, make_optimizer, train_epochs
-
 
 EXCHANGES = ("batch", "round")
 
@@ -71,8 +70,11 @@ class FedCacheParams:
     exclude_same_client: bool = param(False, "relate samples only to other clients' samples (spec §9 A5)")
     mask_unfilled: bool = param(False, "average only neighbours already uploaded, not the zero rows (§9 A6)")
     max_ensemble: int = param(0, "average only the nearest this many of R (0: all; paper-era code: 10, §9 A7)")
-    exchange: str = param("batch", "batch: teachers per mini-batch from the live cache, clients in sequence "
-                                   "(the paper, §9 A9-A10) | round: one exchange per round from a snapshot (§4.3, MQTT)")
+    exchange: str = param(
+        "batch",
+        "batch: teachers per mini-batch from the live cache, clients in sequence "
+        "(the paper, §9 A9-A10) | round: one exchange per round from a snapshot (§4.3, MQTT)",
+    )
     shuffle: bool = param(False, "shuffle local batches every epoch (the authors' code keeps a fixed order, §9 A17)")
 
     def __post_init__(self) -> None:
@@ -80,12 +82,12 @@ class FedCacheParams:
             raise ValueError(f"exchange: expected one of {', '.join(EXCHANGES)}, got {self.exchange!r}")
 
 
-def fedcache_loss(logits: torch.Tensor, labels: torch.Tensor, teacher_logits: torch.Tensor,
-                  params: FedCacheParams) -> torch.Tensor:
+def fedcache_loss(
+    logits: torch.Tensor, labels: torch.Tensor, teacher_logits: torch.Tensor, params: FedCacheParams
+) -> torch.Tensor:
     """CE + beta * T^2 * KL(softmax(teacher/T) + eps || softmax(student/T)), batch mean (§3.7)."""
     teacher = torch.softmax(teacher_logits / params.temperature, dim=1) + params.eps
-    distill = kernels.weighted_kl(logits, teacher.contiguous(), temperature=params.temperature,
-                                  teacher_is_prob=True)
+    distill = kernels.weighted_kl(logits, teacher.contiguous(), temperature=params.temperature, teacher_is_prob=True)
     return nn.functional.cross_entropy(logits, labels) + params.beta * distill
 
 
@@ -100,9 +102,17 @@ class FedCacheClient(ClientRole):
         encoder = build_encoder(self.params.encoder)
         hashes = encoder(self.data.train_x)
         label_dtype = np.uint8 if self.data.num_classes <= 256 else np.int32  # spec §2.3: b_y = 1
-        return Payload("fedcache.hello", self.client_id, 0,
-                       {"ids": self.ids.astype(np.int32), "labels": self.data.train_y.numpy().astype(label_dtype),
-                        "hashes": hashes}, {"encoder": encoder.name})
+        return Payload(
+            "fedcache.hello",
+            self.client_id,
+            0,
+            {
+                "ids": self.ids.astype(np.int32),
+                "labels": self.data.train_y.numpy().astype(label_dtype),
+                "hashes": hashes,
+            },
+            {"encoder": encoder.name},
+        )
 
     def _teachers(self, downlink: Payload) -> torch.Tensor:
         """Teacher logits in this client's own sample order, matched by id (never by position)."""
@@ -118,8 +128,10 @@ class FedCacheClient(ClientRole):
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
         """``exchange=round``: one epoch pass against the round-start teachers, then all logits up."""
         if self.params.exchange != "round":
-            raise ValueError("fedcache: train_round is the round-batched exchange; this run has exchange="
-                             f"{self.params.exchange!r} (train_steps)")
+            raise ValueError(
+                "fedcache: train_round is the round-batched exchange; this run has exchange="
+                f"{self.params.exchange!r} (train_steps)"
+            )
         y = self.data.train_y
         teachers = self._teachers(downlink) if downlink is not None else None
         recorded = torch.zeros((len(y), self.data.num_classes))
@@ -131,10 +143,18 @@ class FedCacheClient(ClientRole):
             return fedcache_loss(logits, y[idx], teachers[idx], self.params)
 
         optimizer = make_optimizer(self.model.parameters(), self.context.train)  # re-created (§9 A15)
-        train_epochs(self.model, self.data.train_x, loss_fn, optimizer, self.context.train,
-                     self.context.torch_generator, shuffle=self.params.shuffle)
-        payload = Payload("fedcache.logits", self.client_id, round,
-                          {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()})
+        train_epochs(
+            self.model,
+            self.data.train_x,
+            loss_fn,
+            optimizer,
+            self.context.train,
+            self.context.torch_generator,
+            shuffle=self.params.shuffle,
+        )
+        payload = Payload(
+            "fedcache.logits", self.client_id, round, {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()}
+        )
         return payload.with_precision(self.context.precision, ["logits"])
 
     def train_steps(self, round: int) -> Generator[Payload, Payload, None]:
@@ -143,12 +163,17 @@ class FedCacheClient(ClientRole):
         x, y = self.data.train_x, self.data.train_y
         optimizer = make_optimizer(self.model.parameters(), self.context.train)  # re-created (§9 A15)
         for _ in range(self.context.train.epochs):
-            for idx in epoch_batches(self.model, len(y), self.context.train, self.context.torch_generator,
-                                     self.params.shuffle):
+            for idx in epoch_batches(
+                self.model, len(y), self.context.train, self.context.torch_generator, self.params.shuffle
+            ):
                 logits = self.model(x[idx])
                 ids = self.ids[idx.numpy()]
-                request = Payload("fedcache.logits", self.client_id, round,
-                                  {"ids": ids.astype(np.int32), "logits": logits.detach().numpy()})
+                request = Payload(
+                    "fedcache.logits",
+                    self.client_id,
+                    round,
+                    {"ids": ids.astype(np.int32), "logits": logits.detach().numpy()},
+                )
                 reply = yield request.with_precision(self.context.precision, ["logits"])
                 if not np.array_equal(reply.arrays["ids"], ids):
                     raise ValueError(f"{self.client_id}: the server's teachers are not for the samples it was sent")
@@ -162,10 +187,18 @@ class FedCacheClient(ClientRole):
 class FedCacheServer(ServerRole):
     def __init__(self, context: ServerContext, params: FedCacheParams) -> None:
         super().__init__(context, params)
-        self.cache = KnowledgeCache(context.num_classes, mask_unfilled=params.mask_unfilled,
-                                    max_ensemble=params.max_ensemble)
-        self.relations = RelationConfig(params.neighbours, params.knn, params.hnsw_m, params.hnsw_ef_construction,
-                                        params.hnsw_ef, seed=100, exclude_same_owner=params.exclude_same_client)
+        self.cache = KnowledgeCache(
+            context.num_classes, mask_unfilled=params.mask_unfilled, max_ensemble=params.max_ensemble
+        )
+        self.relations = RelationConfig(
+            params.neighbours,
+            params.knn,
+            params.hnsw_m,
+            params.hnsw_ef_construction,
+            params.hnsw_ef,
+            seed=100,
+            exclude_same_owner=params.exclude_same_client,
+        )
         self.relations.validate()
         self.encoder_name: str | None = None
         self.step_exchange = params.exchange == "batch"
@@ -187,8 +220,12 @@ class FedCacheServer(ServerRole):
 
     def downlink(self, round: int, client_id: str) -> Payload:
         ids = self.cache.sample_ids(client_id)
-        payload = Payload("fedcache.knowledge", "server", round,
-                          {"ids": ids.astype(np.int32), "knowledge": self.cache.fetch(client_id).numpy()})
+        payload = Payload(
+            "fedcache.knowledge",
+            "server",
+            round,
+            {"ids": ids.astype(np.int32), "knowledge": self.cache.fetch(client_id).numpy()},
+        )
         return payload.with_precision(self.context.precision, ["knowledge"])
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
@@ -196,8 +233,9 @@ class FedCacheServer(ServerRole):
         ids = request.arrays["ids"]
         teachers = self.cache.exchange(self.cache.rows(client_id, ids), request.arrays["logits"])
         self.rows_answered += len(ids)
-        payload = Payload("fedcache.knowledge", "server", round,
-                          {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()})
+        payload = Payload(
+            "fedcache.knowledge", "server", round, {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()}
+        )
         return payload.with_precision(self.context.precision, ["knowledge"])
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
@@ -209,5 +247,10 @@ class FedCacheServer(ServerRole):
         return {"cache_rows_updated": float(updated), "neighbours_from_other_clients": self.cross_client}
 
 
-register("fedcache", "per-sample knowledge cache related by hash similarity (Wu et al. 2024)",
-         FedCacheClient, FedCacheServer, FedCacheParams)
+register(
+    "fedcache",
+    "per-sample knowledge cache related by hash similarity (Wu et al. 2024)",
+    FedCacheClient,
+    FedCacheServer,
+    FedCacheParams,
+)

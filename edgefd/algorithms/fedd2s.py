@@ -125,23 +125,44 @@ C2S_TEACHERS = ("round_start", "current")
 class FedD2SParams:
     """FedD2S's hyperparameters; defaults from the paper, or the spec where the paper is silent."""
 
-    z0: int = param(3, "dropping rate Z0: participations per distillation layer (Eq. 6; 3, 5, 7 for "
-                       "Dirichlet 0.1, 0.5, 1 in the paper; spec §9-16 default 3)")
-    dropping_set: int = param(4, "|S|, layers that are eventually withdrawn, deepest first; the floor is "
-                                 "l = L - |S| (4: S = [C3, F1, F2, F3], l_min = 2, §3.2, §9-15)")
-    schedule: str = param("deep_to_shallow", "'deep_to_shallow' (Eq. 6), 'floor' (FedD2S*: l = L - |S| from "
-                                             "round 1, §9-25) or 'none' (no dropping: l = L, §3.9)")
-    temperature: float = param(1.0, "softmax temperature tau of both KL terms (not in the paper: 1, §9-3); "
-                                    "CE is always at tau = 1")
+    z0: int = param(
+        3,
+        "dropping rate Z0: participations per distillation layer (Eq. 6; 3, 5, 7 for "
+        "Dirichlet 0.1, 0.5, 1 in the paper; spec §9-16 default 3)",
+    )
+    dropping_set: int = param(
+        4,
+        "|S|, layers that are eventually withdrawn, deepest first; the floor is "
+        "l = L - |S| (4: S = [C3, F1, F2, F3], l_min = 2, §3.2, §9-15)",
+    )
+    schedule: str = param(
+        "deep_to_shallow",
+        "'deep_to_shallow' (Eq. 6), 'floor' (FedD2S*: l = L - |S| from "
+        "round 1, §9-25) or 'none' (no dropping: l = L, §3.9)",
+    )
+    temperature: float = param(
+        1.0, "softmax temperature tau of both KL terms (not in the paper: 1, §9-3); CE is always at tau = 1"
+    )
     kd_tau_sq_scale: bool = param(False, "multiply the KL terms by tau^2 (not in Eqs. 9/12, §9-3)")
-    phase_epochs: int | None = param(4, "passes per phase (C2S per client copy, S2C per client), each a "
-                                        "J-step and a Q-step per batch (E = 4, §9-12); None = the run's --epochs")
-    optimizer: str = param("adam", "'adam' (PyTorch defaults, no weight decay, the run's --lr, §9-13) or "
-                                   "'run' (the run's --optimizer, --momentum, --weight-decay)")
-    kd_mode: str = param("alternating", "'alternating' (one J step then one Q step per batch, Alg. 1, §9-14) "
-                                        "or 'sum' (one step on J + Q; not the paper)")
-    c2s_teacher: str = param("round_start", "C2S teacher p from the 'round_start' global head (§9-5) or "
-                                            "the 'current' copy being trained (detached)")
+    phase_epochs: int | None = param(
+        4,
+        "passes per phase (C2S per client copy, S2C per client), each a "
+        "J-step and a Q-step per batch (E = 4, §9-12); None = the run's --epochs",
+    )
+    optimizer: str = param(
+        "adam",
+        "'adam' (PyTorch defaults, no weight decay, the run's --lr, §9-13) or "
+        "'run' (the run's --optimizer, --momentum, --weight-decay)",
+    )
+    kd_mode: str = param(
+        "alternating",
+        "'alternating' (one J step then one Q step per batch, Alg. 1, §9-14) "
+        "or 'sum' (one step on J + Q; not the paper)",
+    )
+    c2s_teacher: str = param(
+        "round_start",
+        "C2S teacher p from the 'round_start' global head (§9-5) or the 'current' copy being trained (detached)",
+    )
     send_v: bool = param(False, "also send v = global head logits on H_l (Alg. 1; no equation uses it, §9-7)")
 
     def __post_init__(self) -> None:
@@ -153,8 +174,12 @@ class FedD2SParams:
             raise ValueError(f"param temperature: must be a finite number > 0, got {self.temperature}")
         if self.phase_epochs is not None and (isinstance(self.phase_epochs, bool) or self.phase_epochs < 1):
             raise ValueError(f"param phase_epochs: must be an integer >= 1 or None, got {self.phase_epochs!r}")
-        for name, allowed in (("schedule", SCHEDULES), ("optimizer", OPTIMIZERS), ("kd_mode", KD_MODES),
-                              ("c2s_teacher", C2S_TEACHERS)):
+        for name, allowed in (
+            ("schedule", SCHEDULES),
+            ("optimizer", OPTIMIZERS),
+            ("kd_mode", KD_MODES),
+            ("c2s_teacher", C2S_TEACHERS),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
 
@@ -163,15 +188,18 @@ class FedD2SParams:
 # The pieces of maths (pure functions, tested directly)
 
 
-def distillation_layer(participations: int, num_layers: int, z0: int, dropping_set: int,
-                       schedule: str = "deep_to_shallow") -> int:
+def distillation_layer(
+    participations: int, num_layers: int, z0: int, dropping_set: int, schedule: str = "deep_to_shallow"
+) -> int:
     """l^n for a client at its ``participations``-th participation (1-based, §3.2):
     ``max(L - floor((Z - 1) / Z0), L - |S|)``; 'floor' gives ``L - |S|`` always, 'none' gives L."""
     if participations < 1:
         raise ValueError(f"participations: the schedule is evaluated for selected clients (>= 1), got {participations}")
     if not 0 <= dropping_set < num_layers:
-        raise ValueError(f"dropping_set: must be in [0, L - 1] = [0, {num_layers - 1}] (the floor is a layer "
-                         f">= 1), got {dropping_set}")
+        raise ValueError(
+            f"dropping_set: must be in [0, L - 1] = [0, {num_layers - 1}] (the floor is a layer "
+            f">= 1), got {dropping_set}"
+        )
     floor = num_layers - dropping_set
     if schedule == "none":
         return num_layers
@@ -186,7 +214,7 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, params: 
     """``(1/b) sum_i KL(softmax(teacher_i / tau) || softmax(student_i / tau))`` (Eqs. 9, 12), times
     tau^2 only with ``kd_tau_sq_scale`` (the kernel's own factor is divided out otherwise)."""
     loss = kernels.weighted_kl(student_logits, teacher_logits, temperature=params.temperature)
-    return loss if params.kd_tau_sq_scale else loss / params.temperature ** 2
+    return loss if params.kd_tau_sq_scale else loss / params.temperature**2
 
 
 def _optimizer(parameters, train: TrainConfig, params: FedD2SParams) -> torch.optim.Optimizer:
@@ -202,8 +230,16 @@ def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> float:
     return float(loss.item())
 
 
-def _distil(forward_kd, forward_ce, n: int, optimizer: torch.optim.Optimizer, params: FedD2SParams,
-            epochs: int, batch_size: int, generator: torch.Generator) -> tuple[float, float]:
+def _distil(
+    forward_kd,
+    forward_ce,
+    n: int,
+    optimizer: torch.optim.Optimizer,
+    params: FedD2SParams,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+) -> tuple[float, float]:
     """The shared two-step loop of both phases: per batch a J step then a fresh forward and a Q step
     (or one step on J + Q). Returns the mean J and Q of the last pass."""
     last = (0.0, 0.0)
@@ -223,9 +259,17 @@ def _distil(forward_kd, forward_ce, n: int, optimizer: torch.optim.Optimizer, pa
     return last
 
 
-def distil_global_copy(model: LayeredCNN, global_model: LayeredCNN, h1: torch.Tensor, hl: torch.Tensor, layer: int,
-                       labels: torch.Tensor, params: FedD2SParams, train: TrainConfig,
-                       generator: torch.Generator) -> tuple[float, float]:
+def distil_global_copy(
+    model: LayeredCNN,
+    global_model: LayeredCNN,
+    h1: torch.Tensor,
+    hl: torch.Tensor,
+    layer: int,
+    labels: torch.Tensor,
+    params: FedD2SParams,
+    train: TrainConfig,
+    generator: torch.Generator,
+) -> tuple[float, float]:
     """C2S for one client (Eqs. 8-10): trains ``model`` (a copy of ``global_model``) on its layers
     2..L from ``H_1``, towards the global head's reading of ``H_l`` and the labels.
 
@@ -267,8 +311,10 @@ def average_states(states: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]
 
 def _check_layered(model: nn.Module, who: str, name: str) -> LayeredCNN:
     if not isinstance(model, LayeredCNN):
-        raise ValueError(f"fedd2s: {who} has model {name!r}, which cannot be split by layer; use "
-                         "--models fedd2s_m1 or --models fedd2s_m2 (spec §6.3)")
+        raise ValueError(
+            f"fedd2s: {who} has model {name!r}, which cannot be split by layer; use "
+            "--models fedd2s_m1 or --models fedd2s_m2 (spec §6.3)"
+        )
     return model
 
 
@@ -311,8 +357,9 @@ class FedD2SClient(ClientRole):
             else:
                 raise ValueError(f"fedd2s client {self.client_id}: unexpected downlink kind {downlink.kind!r}")
         self.participations += 1
-        self.layer = distillation_layer(self.participations, self.model.num_layers, self.params.z0,
-                                        self.params.dropping_set, self.params.schedule)
+        self.layer = distillation_layer(
+            self.participations, self.model.num_layers, self.params.z0, self.params.dropping_set, self.params.schedule
+        )
         return self.extract(round, self.layer)
 
     @torch.no_grad()
@@ -323,7 +370,7 @@ class FedD2SClient(ClientRole):
         x, step = self.data.train_x, self.context.train.eval_batch_size
         h1s, hls = [], []
         for start in range(0, len(x), step):
-            h1 = model.trunk(x[start:start + step], 1)
+            h1 = model.trunk(x[start : start + step], 1)
             h1s.append(h1.flatten(1))
             if layer > 1:
                 hls.append(model.run_layers(h1, 1, layer).flatten(1))
@@ -344,10 +391,14 @@ class FedD2SClient(ClientRole):
         expected = {HEAD_PREFIX + k for k in head.head_state_dict(layer)}
         received = {k for k in downlink.arrays if k.startswith(HEAD_PREFIX)}
         if received != expected:
-            raise ValueError(f"fedd2s client {self.client_id}: head weights above layer {layer} should be "
-                             f"{sorted(expected)[:4]}..., got {sorted(received)[:4]}...")
-        head.load_state_dict({k[len(HEAD_PREFIX):]: torch.from_numpy(np.asarray(downlink.arrays[k], np.float32))
-                              for k in received}, strict=False)
+            raise ValueError(
+                f"fedd2s client {self.client_id}: head weights above layer {layer} should be "
+                f"{sorted(expected)[:4]}..., got {sorted(received)[:4]}..."
+            )
+        head.load_state_dict(
+            {k[len(HEAD_PREFIX) :]: torch.from_numpy(np.asarray(downlink.arrays[k], np.float32)) for k in received},
+            strict=False,
+        )
         return head
 
     def distil_from_server(self, downlink: Payload) -> tuple[float, float]:
@@ -359,8 +410,10 @@ class FedD2SClient(ClientRole):
             raise ValueError(f"fedd2s client {self.client_id}: downlink layer must be in [1, {L}], got {layer}")
         t = np.asarray(downlink.arrays.get("t", np.empty(0)), dtype=np.float32)
         if t.shape != (n, C):
-            raise ValueError(f"fedd2s client {self.client_id}: t must have shape {(n, C)} (one row per local "
-                             f"training sample, in order), got {t.shape}")
+            raise ValueError(
+                f"fedd2s client {self.client_id}: t must have shape {(n, C)} (one row per local "
+                f"training sample, in order), got {t.shape}"
+            )
         teacher = torch.from_numpy(t.copy())
         head = self._frozen_head(downlink, layer)
         x, y, model = self.data.train_x, self.data.train_y, self.model
@@ -374,8 +427,16 @@ class FedD2SClient(ClientRole):
             return nn.functional.cross_entropy(model(x[idx]), y[idx])
 
         epochs = self.params.phase_epochs or self.context.train.epochs
-        self.last_losses = _distil(forward_kd, forward_ce, n, optimizer, self.params, epochs,
-                                   self.context.train.batch_size, self.context.torch_generator)
+        self.last_losses = _distil(
+            forward_kd,
+            forward_ce,
+            n,
+            optimizer,
+            self.params,
+            epochs,
+            self.context.train.batch_size,
+            self.context.torch_generator,
+        )
         return self.last_losses
 
 
@@ -448,8 +509,10 @@ class FedD2SServer(ServerRole):
         def features(field: str, l: int) -> torch.Tensor:
             a = np.asarray(arrays[field], dtype=np.float32)
             if a.shape != (n, dims[l - 1]):
-                raise ValueError(f"fedd2s uplink of {cid}: {field} must have shape {(n, dims[l - 1])} "
-                                 f"(H_{l} of {n} samples, flattened), got {a.shape}")
+                raise ValueError(
+                    f"fedd2s uplink of {cid}: {field} must have shape {(n, dims[l - 1])} "
+                    f"(H_{l} of {n} samples, flattened), got {a.shape}"
+                )
             return torch.from_numpy(a.copy()).reshape((n,) + model.layer_output_shapes[l - 1])
 
         h1 = features("h1", 1)
@@ -465,8 +528,19 @@ class FedD2SServer(ServerRole):
         for cid in arrived:  # C2S, one copy of the round-start global model per client (Eqs. 8-10)
             up = uploads[cid]
             local = copy.deepcopy(self.global_model)
-            losses.append(distil_global_copy(local, self.global_model, up.h1, up.hl, up.layer, up.labels,
-                                             self.params, self.context.train, self.generator))
+            losses.append(
+                distil_global_copy(
+                    local,
+                    self.global_model,
+                    up.h1,
+                    up.hl,
+                    up.layer,
+                    up.labels,
+                    self.params,
+                    self.context.train,
+                    self.generator,
+                )
+            )
             states.append(state_arrays(local))
         load_state_arrays(self.global_model, average_states(states))  # Eq. 11 over the arrivals
         self.global_model.eval()
@@ -479,18 +553,27 @@ class FedD2SServer(ServerRole):
                 arrays.update(_head_arrays(self.global_model, up.layer))
                 self.replies[cid] = (arrays, up.layer)
         layers = [uploads[c].layer for c in arrived]
-        return {"server_kl": float(np.mean([j for j, _ in losses])), "server_ce": float(np.mean([q for _, q in losses])),
-                "mean_layer": float(np.mean(layers)), "min_layer": float(min(layers)),
-                "server_clients": float(len(arrived))}
+        return {
+            "server_kl": float(np.mean([j for j, _ in losses])),
+            "server_ce": float(np.mean([q for _, q in losses])),
+            "mean_layer": float(np.mean(layers)),
+            "min_layer": float(min(layers)),
+            "server_clients": float(len(arrived)),
+        }
 
     def _logits(self, h: torch.Tensor, layer: int) -> np.ndarray:
         step = self.context.train.eval_batch_size
         if len(h) == 0:
             return np.zeros((0, self.num_classes), dtype=np.float32)
-        out = [self.global_model.head(h[i:i + step], layer) for i in range(0, len(h), step)]
+        out = [self.global_model.head(h[i : i + step], layer) for i in range(0, len(h), step)]
         return torch.cat(out).numpy().astype(np.float32, copy=False)
 
 
-register("fedd2s", "FedD2S: per-sample mutual KD with a global model through a deep-to-shallow distillation "
-                   "layer (Atapour et al.; large uplink: first-layer feature maps of every sample)",
-         FedD2SClient, FedD2SServer, FedD2SParams)
+register(
+    "fedd2s",
+    "FedD2S: per-sample mutual KD with a global model through a deep-to-shallow distillation "
+    "layer (Atapour et al.; large uplink: first-layer feature maps of every sample)",
+    FedD2SClient,
+    FedD2SServer,
+    FedD2SParams,
+)

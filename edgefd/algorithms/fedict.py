@@ -146,19 +146,37 @@ class FedICTParams:
     mu: float = param(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
     fpkd_T: float = param(3.0, "FPKD weight temperature T (Eq. 11); never applied to logits")
     lka_U: float = param(7.0, "class-balanced LKA weight temperature U (Eq. 14); never applied to logits")
-    kd_temperature: float | None = param(None, "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference)")
-    weight_form: str | None = param(None, "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile")
-    first_round_kd: str | None = param(None, "round 1 (no server logits yet): uniform (KD to the zero logits the server sends) | skip; None: by profile")
-    zs_generation: str | None = param(None, "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile")
-    lka_client_weighting: str = param("sample", "LKA averaging: sample (minibatch mean, §3.9) | client_uniform (x N/(K N^k), Eq. 12-13)")
+    kd_temperature: float | None = param(
+        None, "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference)"
+    )
+    weight_form: str | None = param(
+        None, "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile"
+    )
+    first_round_kd: str | None = param(
+        None,
+        "round 1 (no server logits yet): uniform (KD to the zero logits the server sends) | skip; None: by profile",
+    )
+    zs_generation: str | None = param(
+        None, "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile"
+    )
+    lka_client_weighting: str = param(
+        "sample", "LKA averaging: sample (minibatch mean, §3.9) | client_uniform (x N/(K N^k), Eq. 12-13)"
+    )
     server_order: str = param("ascending", "order of the server's client passes: ascending | shuffled (each round)")
     server_epochs: int = param(1, "server epochs over each client's features per round")
     server_batch_size: int | None = param(None, "server minibatch size (None: the run's batch size)")
-    server_model: str = param("auto", "zoo name of the server model (auto: fedict_server / fedict_server_small / fedict_fc_server)")
+    server_model: str = param(
+        "auto", "zoo name of the server model (auto: fedict_server / fedict_server_small / fedict_fc_server)"
+    )
     nesterov: bool = param(True, "Nesterov momentum for client and server SGD (the demo's optimiser)")
-    feature_precision: str | None = param(None, "wire precision of the uploaded features fp32|fp16|int8 (None: the run's precision)")
+    feature_precision: str | None = param(
+        None, "wire precision of the uploaded features fp32|fp16|int8 (None: the run's precision)"
+    )
     resend_labels: bool = param(False, "upload labels every round like the demo (the paper sends them once)")
-    dist_meta: str = param("none", "Tab. VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)")
+    dist_meta: str = param(
+        "none",
+        "Tab. VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
+    )
 
     def __post_init__(self) -> None:
         self.lka = _choice("lka", self.lka, LKA_VARIANTS, {"balance": "balanced", "similarity": "sim"})
@@ -313,8 +331,13 @@ class KDLoss:
     def signed(self) -> bool:
         return self._negative is not None
 
-    def components(self, student: torch.Tensor, teacher: torch.Tensor, labels: torch.Tensor,
-                   sample_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def components(
+        self,
+        student: torch.Tensor,
+        teacher: torch.Tensor,
+        labels: torch.Tensor,
+        sample_weight: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(total loss, CE) of a minibatch; ``teacher`` are logits, ``sample_weight`` masks rows."""
         ce = nn.functional.cross_entropy(student, labels)
         total = self.ce_weight * ce if self.ce_weight != 1 else ce
@@ -334,20 +357,32 @@ class KDLoss:
                 q = torch.softmax(teacher / T, dim=1)
             log_p = torch.log_softmax(student / T, dim=1).contiguous()
             q2 = (torch.softmax(q / REFERENCE_EXTRA_TEMPERATURE, dim=1) + REFERENCE_TEACHER_EPS).contiguous()
-            kd = kd + kernels.weighted_kl(log_p, q2, temperature=REFERENCE_EXTRA_TEMPERATURE,
-                                          sample_weight=sample_weight, teacher_is_prob=True)
+            kd = kd + kernels.weighted_kl(
+                log_p, q2, temperature=REFERENCE_EXTRA_TEMPERATURE, sample_weight=sample_weight, teacher_is_prob=True
+            )
         return total + (self.kd_weight * kd if self.kd_weight != 1 else kd), ce
 
     def __call__(self, student, teacher, labels, sample_weight=None) -> torch.Tensor:
         return self.components(student, teacher, labels, sample_weight)[0]
 
     def _kl(self, student, teacher, sample_weight, is_prob: bool) -> torch.Tensor:
-        kd = kernels.weighted_kl(student, teacher, temperature=self.temperature, sample_weight=sample_weight,
-                                 class_weight=self._positive, teacher_is_prob=is_prob)
+        kd = kernels.weighted_kl(
+            student,
+            teacher,
+            temperature=self.temperature,
+            sample_weight=sample_weight,
+            class_weight=self._positive,
+            teacher_is_prob=is_prob,
+        )
         if self._negative is not None:
-            kd = kd - kernels.weighted_kl(student, teacher, temperature=self.temperature,
-                                          sample_weight=sample_weight, class_weight=self._negative,
-                                          teacher_is_prob=is_prob)
+            kd = kd - kernels.weighted_kl(
+                student,
+                teacher,
+                temperature=self.temperature,
+                sample_weight=sample_weight,
+                class_weight=self._negative,
+                teacher_is_prob=is_prob,
+            )
         return kd
 
 
@@ -426,8 +461,13 @@ class SampleIndex:
 
 def _optimizer(parameters, config: TrainConfig, nesterov: bool) -> torch.optim.Optimizer:
     if config.optimizer == "sgd":
-        return torch.optim.SGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay,
-                               nesterov=bool(nesterov and config.momentum > 0))
+        return torch.optim.SGD(
+            parameters,
+            lr=config.lr,
+            momentum=config.momentum,
+            weight_decay=config.weight_decay,
+            nesterov=bool(nesterov and config.momentum > 0),
+        )
     if config.optimizer == "adam":
         return torch.optim.Adam(parameters, lr=config.lr, weight_decay=config.weight_decay)
     raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {config.optimizer!r}")
@@ -437,7 +477,8 @@ def _not_split_error(who: str, name: str) -> ValueError:
     return ValueError(
         f"fedict/fedgkt need client models split into a feature extractor and a predictor "
         f"(extract/predict); {who} has {name!r}. Pass --models fedict_c1 (or fedict_c1,...,fedict_c5, "
-        f"resnet8) for images, or --models fedict_fc6,fedict_fc7,fedict_fc8 for sensor windows")
+        f"resnet8) for images, or --models fedict_fc6,fedict_fc7,fedict_fc8 for sensor windows"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -465,18 +506,27 @@ class FedICTClient(ClientRole):
         if meta == "none":
             return class_distribution(self.data.train_y.numpy(), C)
         s = DIST_META_SCALE
-        x = {"uniform": lambda: rng.uniform(0.0, s, C), "normal": lambda: rng.normal(0.0, s, C),
-             "exponential": lambda: rng.exponential(s, C)}[meta]()
+        x = {
+            "uniform": lambda: rng.uniform(0.0, s, C),
+            "normal": lambda: rng.normal(0.0, s, C),
+            "exponential": lambda: rng.exponential(s, C),
+        }[meta]()
         return _softmax(x)
 
     def hello(self) -> Payload:
         feature_shape = np.asarray(self.feature_shape(), dtype=np.int64)
-        return Payload("hello", self.client_id, -1, {
-            "distribution": self.distribution.astype(np.float32),
-            "labels": self.data.train_y.numpy().astype(np.int64),
-            "ids": self.index.ids,
-            "feature_shape": feature_shape,
-        }, {"samples": len(self.index)})
+        return Payload(
+            "hello",
+            self.client_id,
+            -1,
+            {
+                "distribution": self.distribution.astype(np.float32),
+                "labels": self.data.train_y.numpy().astype(np.int64),
+                "ids": self.index.ids,
+                "feature_shape": feature_shape,
+            },
+            {"samples": len(self.index)},
+        )
 
     @torch.no_grad()
     def feature_shape(self) -> tuple[int, ...]:
@@ -523,11 +573,16 @@ class FedICTClient(ClientRole):
             def loss_fn(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
                 return loss(logits, table[idx], y[idx], None if mask is None else mask[idx].contiguous())
 
-        train_epochs(self.model, self.data.train_x, loss_fn, self.optimizer, self.context.train,
-                     self.context.torch_generator)
+        train_epochs(
+            self.model, self.data.train_x, loss_fn, self.optimizer, self.context.train, self.context.torch_generator
+        )
         features, logits = self.extract()
         # features travel as [N, D_H] (one int8 scale per sample); the server knows their shape from hello
-        arrays = {"ids": self.index.ids, "features": features.reshape(len(features), -1).numpy(), "logits": logits.numpy()}
+        arrays = {
+            "ids": self.index.ids,
+            "features": features.reshape(len(features), -1).numpy(),
+            "logits": logits.numpy(),
+        }
         if self.params.resend_labels:
             arrays["labels"] = y.numpy().astype(np.int64)
         payload = Payload("features", self.client_id, round, arrays)
@@ -545,7 +600,7 @@ class FedICTClient(ClientRole):
         step = self.context.train.eval_batch_size
         hs, zs = [], []
         for start in range(0, len(x), step):
-            h = self.model.extract(x[start:start + step])
+            h = self.model.extract(x[start : start + step])
             hs.append(h)
             zs.append(self.model.predict(h))
         return torch.cat(hs).contiguous(), torch.cat(zs).contiguous()
@@ -576,8 +631,10 @@ class FedICTServer(ServerRole):
         self.model_name = self._server_model_name(context.input_shape)
         self.model = context.build_model(self.model_name)
         if not hasattr(self.model, "input_feature_shape"):
-            raise ValueError(f"server_model {self.model_name!r} does not take client features; use "
-                             "fedict_server, fedict_server_small or fedict_fc_server")
+            raise ValueError(
+                f"server_model {self.model_name!r} does not take client features; use "
+                "fedict_server, fedict_server_small or fedict_fc_server"
+            )
         self.optimizer = _optimizer(self.model.parameters(), context.train, params.nesterov)
         self.batch_size = params.server_batch_size or context.train.batch_size
         seed = np.random.SeedSequence([int(context.seed), 0xFED1C7])
@@ -612,10 +669,13 @@ class FedICTServer(ServerRole):
             if d.shape != (C,) or not np.isfinite(d).all() or (d < 0).any() or abs(d.sum() - 1) > 1e-4:
                 raise ValueError(f"hello of {cid}: distribution must be {C} non-negative numbers summing to 1")
             if shape != expected:
-                raise ValueError(f"client {cid} extracts features of shape {shape}, but the server model "
-                                 f"{self.model_name!r} takes {expected}; choose --param server_model=... to match")
-            self.clients[cid] = _ClientState(index, torch.from_numpy(labels), d, shape,
-                                             np.zeros((n, C), dtype=np.float32))
+                raise ValueError(
+                    f"client {cid} extracts features of shape {shape}, but the server model "
+                    f"{self.model_name!r} takes {expected}; choose --param server_model=... to match"
+                )
+            self.clients[cid] = _ClientState(
+                index, torch.from_numpy(labels), d, shape, np.zeros((n, C), dtype=np.float32)
+            )
         if not self.clients:
             return
         counts = np.array([len(s.index) for s in self.clients.values()], dtype=np.float64)
@@ -628,8 +688,10 @@ class FedICTServer(ServerRole):
             state.loss = server_loss(self.params, self.global_distribution, state.distribution, C, scale)
             if state.loss.signed and not self._warned_signed:
                 self._warned_signed = True
-                log.warning("fedict: the linear class-balanced LKA weights are signed; negative weights make "
-                            "the server maximise KL on classes a client over-represents (spec §9 A6)")
+                log.warning(
+                    "fedict: the linear class-balanced LKA weights are signed; negative weights make "
+                    "the server maximise KL on classes a client over-represents (spec §9 A6)"
+                )
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
         state = self.clients.get(client_id)
@@ -666,8 +728,12 @@ class FedICTServer(ServerRole):
         for state, rows, features in pending:
             self._generate(state, rows, features)
         n = max(totals[3], 1.0)
-        return {"server_loss": totals[0] / n, "server_ce": totals[1] / n, "server_accuracy": totals[2] / n,
-                "server_clients": float(len(arrived))}
+        return {
+            "server_loss": totals[0] / n,
+            "server_ce": totals[1] / n,
+            "server_accuracy": totals[2] / n,
+            "server_clients": float(len(arrived)),
+        }
 
     def _unpack(self, cid: str, state: _ClientState, payload: Payload):
         rows = state.index.rows(payload.arrays["ids"])
@@ -676,18 +742,28 @@ class FedICTServer(ServerRole):
         n = len(rows)
         flat = (n, int(np.prod(state.feature_shape, dtype=np.int64)))
         if features.shape not in (flat, (n,) + state.feature_shape):
-            raise ValueError(f"uplink of {cid}: features of shape {features.shape}, expected {flat} "
-                             f"(or {(n,) + state.feature_shape})")
+            raise ValueError(
+                f"uplink of {cid}: features of shape {features.shape}, expected {flat} "
+                f"(or {(n,) + state.feature_shape})"
+            )
         features = features.reshape((n,) + state.feature_shape)
         if logits.shape != (n, self.num_classes):
             raise ValueError(f"uplink of {cid}: logits of shape {logits.shape}, expected {(n, self.num_classes)}")
         if "labels" in payload.arrays and not np.array_equal(
-                np.asarray(payload.arrays["labels"]).reshape(-1), state.labels.numpy()[rows]):
+            np.asarray(payload.arrays["labels"]).reshape(-1), state.labels.numpy()[rows]
+        ):
             raise ValueError(f"uplink of {cid}: labels disagree with the hello's labels for the same sample ids")
         return rows, torch.from_numpy(features.copy()), torch.from_numpy(logits.copy())
 
-    def _train(self, state: _ClientState, rows: np.ndarray, features: torch.Tensor, teacher: torch.Tensor,
-               totals: np.ndarray, capture: bool) -> torch.Tensor:
+    def _train(
+        self,
+        state: _ClientState,
+        rows: np.ndarray,
+        features: torch.Tensor,
+        teacher: torch.Tensor,
+        totals: np.ndarray,
+        capture: bool,
+    ) -> torch.Tensor:
         """``server_epochs`` passes of J^S_ICT over one client's uploaded samples; returns which
         samples got train-forward logits (``capture``: written into Z^S by id)."""
         labels = state.labels[torch.from_numpy(rows)]
@@ -726,7 +802,17 @@ def _is_split(name: str) -> bool:
         return True  # not a zoo name (a custom model): the client checks for extract/predict
 
 
-register("fedict", "FedICT: per-sample feature/logit co-distillation with FPKD (client) and LKA (server)",
-         FedICTClient, FedICTServer, FedICTParams)
-register("fedgkt", "FedGKT: FedICT's protocol and losses with lam = mu = 0 (plain CE + beta KL both sides)",
-         FedICTClient, FedICTServer, FedGKTParams)
+register(
+    "fedict",
+    "FedICT: per-sample feature/logit co-distillation with FPKD (client) and LKA (server)",
+    FedICTClient,
+    FedICTServer,
+    FedICTParams,
+)
+register(
+    "fedgkt",
+    "FedGKT: FedICT's protocol and losses with lam = mu = 0 (plain CE + beta KL both sides)",
+    FedICTClient,
+    FedICTServer,
+    FedGKTParams,
+)

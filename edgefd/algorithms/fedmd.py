@@ -49,19 +49,22 @@ PUBLIC_SPLITS = ("all", "train")
 class FedMDParams:
     """FedMD's hyperparameters (FedMD reference code defaults where the FedZKT paper is silent)."""
 
-    public_dataset: str = param("mnist5k", "registry name of the public dataset (FedZKT's pairing: mnist5k "
-                                           "for fmnist devices)")
+    public_dataset: str = param(
+        "mnist5k", "registry name of the public dataset (FedZKT's pairing: mnist5k for fmnist devices)"
+    )
     public_split: str = param("all", "which public samples may be drawn: 'all' (train + test) or 'train'")
     alignment_size: int = param(5000, "public samples per round, N_a (FedMD: 5000; capped at the pool size)")
     digest_epochs: int = param(1, "epochs on the alignment set per round (FedMD: 1)")
-    pretrain_epochs: int = param(0, "epochs of public-label training before round 1 (FedMD's transfer step; "
-                                    "off, spec §6.5)")
+    pretrain_epochs: int = param(
+        0, "epochs of public-label training before round 1 (FedMD's transfer step; off, spec §6.5)"
+    )
     public_data_root: str | None = param(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
 
     def __post_init__(self) -> None:
         if self.public_split not in PUBLIC_SPLITS:
-            raise ValueError(f"param public_split: expected one of {', '.join(PUBLIC_SPLITS)}, "
-                             f"got {self.public_split!r}")
+            raise ValueError(
+                f"param public_split: expected one of {', '.join(PUBLIC_SPLITS)}, got {self.public_split!r}"
+            )
         if self.alignment_size < 1:
             raise ValueError(f"param alignment_size: must be >= 1, got {self.alignment_size}")
         for name in ("digest_epochs", "pretrain_epochs"):
@@ -74,8 +77,11 @@ def public_pool(params: FedMDParams) -> tuple[torch.Tensor, torch.Tensor, int]:
     dataset = load_dataset(params.public_dataset, root=params.public_data_root)
     if params.public_split == "train":
         return dataset.train_x, dataset.train_y, dataset.num_classes
-    return (torch.cat([dataset.train_x, dataset.test_x]), torch.cat([dataset.train_y, dataset.test_y]),
-            dataset.num_classes)
+    return (
+        torch.cat([dataset.train_x, dataset.test_x]),
+        torch.cat([dataset.train_y, dataset.test_y]),
+        dataset.num_classes,
+    )
 
 
 def alignment_indices(seed: int, pool_size: int, size: int) -> torch.Tensor:
@@ -92,44 +98,59 @@ class FedMDClient(ClientRole):
         self.public_x, self.public_y, public_classes = public_pool(params)
         own_shape = tuple(context.data.train_x.shape[1:])
         if tuple(self.public_x.shape[1:]) != own_shape:
-            raise ValueError(f"fedmd: public dataset {params.public_dataset!r} has samples of shape "
-                             f"{tuple(self.public_x.shape[1:])}, the private data {own_shape}")
+            raise ValueError(
+                f"fedmd: public dataset {params.public_dataset!r} has samples of shape "
+                f"{tuple(self.public_x.shape[1:])}, the private data {own_shape}"
+            )
         if params.pretrain_epochs and public_classes != context.data.num_classes:
-            raise ValueError(f"fedmd: pretrain_epochs needs the public dataset to have {context.data.num_classes} "
-                             f"classes, {params.public_dataset!r} has {public_classes}")
+            raise ValueError(
+                f"fedmd: pretrain_epochs needs the public dataset to have {context.data.num_classes} "
+                f"classes, {params.public_dataset!r} has {public_classes}"
+            )
         self.pretrained = params.pretrain_epochs == 0
         self.last_digest_loss: float | None = None
 
     def _train(self, x: torch.Tensor, loss_fn, epochs: int) -> float:
         optimizer = make_optimizer(self.model.parameters(), self.context.train)
-        return train_epochs(self.model, x, loss_fn, optimizer, self.context.train, self.context.torch_generator,
-                            epochs=epochs)
+        return train_epochs(
+            self.model, x, loss_fn, optimizer, self.context.train, self.context.torch_generator, epochs=epochs
+        )
 
     def digest(self, indices: torch.Tensor, consensus: torch.Tensor) -> float:
         """Train to match the consensus logits on the alignment subset (MAE on logits)."""
         x = self.public_x[indices]
-        return self._train(x, lambda logits, idx: nn.functional.l1_loss(logits, consensus[idx]),
-                           self.params.digest_epochs)
+        return self._train(
+            x, lambda logits, idx: nn.functional.l1_loss(logits, consensus[idx]), self.params.digest_epochs
+        )
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
         if downlink is None:
             raise ValueError("fedmd: every round needs the server's downlink (the alignment seed)")
         if not self.pretrained:
             y = self.public_y
-            self._train(self.public_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-                        self.params.pretrain_epochs)
+            self._train(
+                self.public_x,
+                lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+                self.params.pretrain_epochs,
+            )
             self.pretrained = True
         if CONSENSUS in downlink.arrays:
-            indices = alignment_indices(downlink.scalars["consensus_seed"], len(self.public_x),
-                                        self.params.alignment_size)
+            indices = alignment_indices(
+                downlink.scalars["consensus_seed"], len(self.public_x), self.params.alignment_size
+            )
             consensus = torch.from_numpy(np.ascontiguousarray(downlink.arrays[CONSENSUS], dtype=np.float32))
             if consensus.shape != (len(indices), self.data.num_classes):
-                raise ValueError(f"fedmd: consensus of shape {tuple(consensus.shape)}, expected "
-                                 f"{(len(indices), self.data.num_classes)}")
+                raise ValueError(
+                    f"fedmd: consensus of shape {tuple(consensus.shape)}, expected "
+                    f"{(len(indices), self.data.num_classes)}"
+                )
             self.last_digest_loss = self.digest(indices, consensus)
         y = self.data.train_y
-        self._train(self.data.train_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-                    self.context.train.epochs)
+        self._train(
+            self.data.train_x,
+            lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+            self.context.train.epochs,
+        )
         indices = alignment_indices(downlink.scalars["alignment_seed"], len(self.public_x), self.params.alignment_size)
         logits = predict_logits(self.model, self.public_x[indices], self.context.train.eval_batch_size)
         payload = Payload(KIND, self.client_id, round, {LOGITS: logits.numpy().astype(np.float32)})
@@ -154,8 +175,11 @@ class FedMDServer(ServerRole):
             arrays[CONSENSUS] = self.consensus
             scalars["consensus_seed"] = self.consensus_seed
         payload = Payload(KIND, "server", round, arrays, scalars)
-        return payload if self.context.precision == "fp32" or not arrays else payload.with_precision(
-            self.context.precision)
+        return (
+            payload
+            if self.context.precision == "fp32" or not arrays
+            else payload.with_precision(self.context.precision)
+        )
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         """Consensus = plain mean of the received logits (FedMD); nothing received keeps the last."""
@@ -173,5 +197,10 @@ class FedMDServer(ServerRole):
         return {"devices": float(len(tables))}
 
 
-register("fedmd", "public-data logit consensus: digest then revisit (Li & Wang, FedMD; FedZKT's baseline)",
-         FedMDClient, FedMDServer, FedMDParams)
+register(
+    "fedmd",
+    "public-data logit consensus: digest then revisit (Li & Wang, FedMD; FedZKT's baseline)",
+    FedMDClient,
+    FedMDServer,
+    FedMDParams,
+)

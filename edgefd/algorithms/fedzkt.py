@@ -76,32 +76,45 @@ SERVER_BN_MODES = ("train", "freeze_stats")
 class FedZKTParams:
     """FedZKT's hyperparameters: the paper's where it gives them, the spec's choices elsewhere."""
 
-    loss: str = param("sl", "adversarial disagreement loss: 'sl' (paper Eq. 5), 'kl' (Eq. 3) or 'l1' (logits, "
-                            "Eq. 4), the Table II ablation")
-    kl_direction: str = param("reverse", "KL ablation only: 'reverse' = KL(student || ensemble) as Eq. 3 "
-                                         "writes it, 'forward' = KL(ensemble || student) (spec §9.10)")
-    prox: float = param(1.0, "lambda of the device's lambda*||w - w_received||^2 (Eq. 9, per minibatch, spec §9.3); "
-                             "0 = the Table IV 'no regularization' ablation")
-    iterations: int = param(200, "server iterations n_D per round (generator+global steps, then transfer-back "
-                                 "steps per device; paper §IV-A3)")
+    loss: str = param(
+        "sl",
+        "adversarial disagreement loss: 'sl' (paper Eq. 5), 'kl' (Eq. 3) or 'l1' (logits, "
+        "Eq. 4), the Table II ablation",
+    )
+    kl_direction: str = param(
+        "reverse",
+        "KL ablation only: 'reverse' = KL(student || ensemble) as Eq. 3 "
+        "writes it, 'forward' = KL(ensemble || student) (spec §9.10)",
+    )
+    prox: float = param(
+        1.0,
+        "lambda of the device's lambda*||w - w_received||^2 (Eq. 9, per minibatch, spec §9.3); "
+        "0 = the Table IV 'no regularization' ablation",
+    )
+    iterations: int = param(
+        200,
+        "server iterations n_D per round (generator+global steps, then transfer-back steps per device; paper §IV-A3)",
+    )
     server_batch_size: int = param(256, "generated samples per server step (paper: 256)")
     generator_lr: float = param(1e-3, "Adam lr of the generator (paper §IV-A3)")
     server_lr: float = param(0.01, "SGD lr of the global model and of the transfer-back steps (paper §IV-A3)")
     server_momentum: float = param(0.0, "SGD momentum on the server (spec §5: 0; DFAD uses 0.9)")
     lr_decay: float = param(0.3, "server lrs are multiplied by this at n_D/2 and 3n_D/4 each round (paper §IV-A3)")
     student_steps_per_iter: int = param(1, "global-model steps per generator step (paper 1; DFAD 5, spec §9.15)")
-    global_model: str = param("resnet18", "zoo name of the server's global model F (spec §6.3; 'zkt_s1_cnn' is "
-                                          "the spec's lighter option)")
-    generator: str = param("zkt_generator", "zoo name of the generator G (DFAD GeneratorA; 'zkt_generator_mlp' "
-                                            "for the 8x8 recipe)")
+    global_model: str = param(
+        "resnet18", "zoo name of the server's global model F (spec §6.3; 'zkt_s1_cnn' is the spec's lighter option)"
+    )
+    generator: str = param(
+        "zkt_generator", "zoo name of the generator G (DFAD GeneratorA; 'zkt_generator_mlp' for the 8x8 recipe)"
+    )
     generator_nz: int = param(0, "noise dimension d_z; 0 = the generator's default (100 for 28x28, 256 for 32x32)")
     generator_ngf: int = param(64, "GeneratorA width ngf (spec §6.3: 64); ignored by the MLP generator")
-    server_bn_mode: str = param("train", "BatchNorm of device copies during transfer back: 'train' (stats adapt) "
-                                         "or 'freeze_stats' (spec §6.4)")
+    server_bn_mode: str = param(
+        "train", "BatchNorm of device copies during transfer back: 'train' (stats adapt) or 'freeze_stats' (spec §6.4)"
+    )
 
     def __post_init__(self) -> None:
-        for name, allowed in (("loss", LOSSES), ("kl_direction", KL_DIRECTIONS),
-                              ("server_bn_mode", SERVER_BN_MODES)):
+        for name, allowed in (("loss", LOSSES), ("kl_direction", KL_DIRECTIONS), ("server_bn_mode", SERVER_BN_MODES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         for name in ("iterations", "server_batch_size", "student_steps_per_iter", "generator_ngf"):
@@ -121,8 +134,9 @@ class FedZKTParams:
 # The losses (spec §3.4)
 
 
-def disagreement(student_logits: torch.Tensor, teacher_logits: torch.Tensor, loss: str = "sl",
-                 kl_direction: str = "reverse") -> torch.Tensor:
+def disagreement(
+    student_logits: torch.Tensor, teacher_logits: torch.Tensor, loss: str = "sl", kl_direction: str = "reverse"
+) -> torch.Tensor:
     """Mean over the batch of the per-sample disagreement between the student's logits ``[B, C]``
     and the ensemble of ``K`` teachers' logits ``[K, B, C]`` (uniform weights).
 
@@ -135,7 +149,9 @@ def disagreement(student_logits: torch.Tensor, teacher_logits: torch.Tensor, los
         return (student_logits - teacher_logits.mean(0)).abs().sum(1).mean()
     if loss == "kl":
         log_u = torch.log_softmax(student_logits, dim=1)
-        log_t = torch.logsumexp(torch.log_softmax(teacher_logits, dim=2), dim=0) - float(np.log(teacher_logits.shape[0]))
+        log_t = torch.logsumexp(torch.log_softmax(teacher_logits, dim=2), dim=0) - float(
+            np.log(teacher_logits.shape[0])
+        )
         if kl_direction == "reverse":
             return (log_u.exp() * (log_u - log_t)).sum(1).mean()
         if kl_direction == "forward":
@@ -187,8 +203,9 @@ class FedZKTClient(ClientRole):
             return loss
 
         optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh: weights were replaced
-        train_epochs(self.model, self.data.train_x, loss_fn, optimizer, self.context.train,
-                     self.context.torch_generator)
+        train_epochs(
+            self.model, self.data.train_x, loss_fn, optimizer, self.context.train, self.context.torch_generator
+        )
         if reference is not None:
             with torch.no_grad():
                 self.last_prox = float(prox_term(self.model, reference))
@@ -212,8 +229,9 @@ class FedZKTServer(ServerRole):
         options = {"nz": params.generator_nz} if params.generator_nz else {}
         if params.generator == "zkt_generator":
             options["ngf"] = params.generator_ngf
-        self.generator = build_model(params.generator, in_channels=shape[0], num_classes=context.num_classes,
-                                     input_shape=shape, **options)
+        self.generator = build_model(
+            params.generator, in_channels=shape[0], num_classes=context.num_classes, input_shape=shape, **options
+        )
         self.nz = int(self.generator.nz)
         self.noise = torch.Generator().manual_seed(int(np.random.SeedSequence([context.seed, 7]).generate_state(1)[0]))
         self.device_models: dict[str, nn.Module] = {}
@@ -360,5 +378,10 @@ class FedZKTServer(ServerRole):
         return {"transfer_kl_first": first, "transfer_kl_last": last}
 
 
-register("fedzkt", "zero-shot server distillation between heterogeneous device models (Zhang et al., FedZKT)",
-         FedZKTClient, FedZKTServer, FedZKTParams)
+register(
+    "fedzkt",
+    "zero-shot server distillation between heterogeneous device models (Zhang et al., FedZKT)",
+    FedZKTClient,
+    FedZKTServer,
+    FedZKTParams,
+)

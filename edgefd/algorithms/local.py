@@ -23,8 +23,14 @@ class LocalClient(ClientRole):
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
         y = self.data.train_y
-        train_epochs(self.model, self.data.train_x, lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-                     self.optimizer, self.context.train, self.context.torch_generator)
+        train_epochs(
+            self.model,
+            self.data.train_x,
+            lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
+            self.optimizer,
+            self.context.train,
+            self.context.torch_generator,
+        )
         return None
 
 

@@ -74,8 +74,7 @@ def _measure(config: CacheBenchConfig) -> CacheBenchResult:
 
     kernels.set_num_threads(config.threads)
     hashes, labels = clustered_hashes(config.samples, config.dim, config.classes, config.seed)
-    relations = RelationConfig(config.neighbours, "hnsw", config.m, config.ef_construction, config.ef,
-                               config.threads)
+    relations = RelationConfig(config.neighbours, "hnsw", config.m, config.ef_construction, config.ef, config.threads)
     start = time.perf_counter()
     table = build_relations(hashes, labels, relations)
     build = time.perf_counter() - start
@@ -96,8 +95,9 @@ def _measure(config: CacheBenchConfig) -> CacheBenchResult:
     exact = _exact_neighbours(hashes, labels, queries, config.neighbours)
     recall = float(np.mean([len(set(table[q].tolist()) & e) / config.neighbours for q, e in zip(queries, exact)]))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return CacheBenchResult(config, round(build, 2), round(lookup, 4), round(update, 4), round(peak, 1),
-                            round(recall, 4))
+    return CacheBenchResult(
+        config, round(build, 2), round(lookup, 4), round(update, 4), round(peak, 1), round(recall, 4)
+    )
 
 
 def _worker(config: CacheBenchConfig, queue) -> None:
@@ -131,15 +131,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     results = []
     for m in args.m or [16, 64]:
-        config = CacheBenchConfig(args.samples, args.dim, args.classes, args.neighbours, m, args.ef_construction,
-                                  args.ef, args.threads)
-        print(f"N={config.samples:,} d={config.dim} C={config.classes} R={config.neighbours} M={m} "
-              f"ef_construction={config.ef_construction} ef={config.ef}: building ...", flush=True)
+        config = CacheBenchConfig(
+            args.samples, args.dim, args.classes, args.neighbours, m, args.ef_construction, args.ef, args.threads
+        )
+        print(
+            f"N={config.samples:,} d={config.dim} C={config.classes} R={config.neighbours} M={m} "
+            f"ef_construction={config.ef_construction} ef={config.ef}: building ...",
+            flush=True,
+        )
         result = measure(config)
         results.append(result)
-        print(f"  relations {result.build_seconds:.1f} s, lookups for all {config.samples:,} samples "
-              f"{result.lookup_seconds:.3f} s, cache update {result.update_seconds:.3f} s, "
-              f"peak memory {result.peak_rss_mb:.0f} MB, recall@{config.neighbours} {result.recall:.3f}", flush=True)
+        print(
+            f"  relations {result.build_seconds:.1f} s, lookups for all {config.samples:,} samples "
+            f"{result.lookup_seconds:.3f} s, cache update {result.update_seconds:.3f} s, "
+            f"peak memory {result.peak_rss_mb:.0f} MB, recall@{config.neighbours} {result.recall:.3f}",
+            flush=True,
+        )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump([asdict(r) for r in results], handle, indent=2)

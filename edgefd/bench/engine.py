@@ -34,17 +34,23 @@ class EngineBenchResult:
     """engine / plain - 1 (0.05 = 5% slower than the floor)."""
 
 
-def _plain_round(models: list[nn.Module], data: list[tuple], global_model: nn.Module, config: SimulationConfig,
-                 generators: list[torch.Generator]) -> None:
+def _plain_round(
+    models: list[nn.Module],
+    data: list[tuple],
+    global_model: nn.Module,
+    config: SimulationConfig,
+    generators: list[torch.Generator],
+) -> None:
     states, sizes = [], []
     for model, (x, y, _, _), gen in zip(models, data, generators):
         model.load_state_dict(global_model.state_dict())
         model.train()
-        opt = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                              weight_decay=config.weight_decay)
+        opt = torch.optim.SGD(
+            model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
         order = torch.randperm(len(x), generator=gen)
         for start in range(0, len(x), config.batch_size):
-            idx = order[start:start + config.batch_size]
+            idx = order[start : start + config.batch_size]
             opt.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
             opt.step()
@@ -60,13 +66,15 @@ def _plain_round(models: list[nn.Module], data: list[tuple], global_model: nn.Mo
     with torch.no_grad():
         for _, _, tx, ty in data:
             for start in range(0, len(tx), 1024):
-                global_model(tx[start:start + 1024]).argmax(1).eq(ty[start:start + 1024]).sum()
+                global_model(tx[start : start + 1024]).argmax(1).eq(ty[start : start + 1024]).sum()
 
 
-def measure(dataset: str = "fmnist", clients: int = 10, rounds: int = 3, threads: int = 2,
-            progress=print) -> EngineBenchResult:
-    config = SimulationConfig(algo="fedavg", dataset=dataset, clients=clients, rounds=rounds, partition="iid",
-                              threads=threads, out=None)
+def measure(
+    dataset: str = "fmnist", clients: int = 10, rounds: int = 3, threads: int = 2, progress=print
+) -> EngineBenchResult:
+    config = SimulationConfig(
+        algo="fedavg", dataset=dataset, clients=clients, rounds=rounds, partition="iid", threads=threads, out=None
+    )
     sim = build(config)
     federation = sim.federation
     roles = [sim.clients[cid] for cid in sorted(sim.clients)]
@@ -99,9 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     result = measure(args.dataset, args.clients, args.rounds, args.threads)
-    print(f"FedAvg, {result.clients} clients, 1 local epoch on {result.dataset}: "
-          f"engine {result.engine_seconds_per_round:.2f} s/round, plain PyTorch loop "
-          f"{result.plain_seconds_per_round:.2f} s/round, overhead {100 * result.overhead:+.1f}%")
+    print(
+        f"FedAvg, {result.clients} clients, 1 local epoch on {result.dataset}: "
+        f"engine {result.engine_seconds_per_round:.2f} s/round, plain PyTorch loop "
+        f"{result.plain_seconds_per_round:.2f} s/round, overhead {100 * result.overhead:+.1f}%"
+    )
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(asdict(result), handle, indent=2)

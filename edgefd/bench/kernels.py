@@ -19,8 +19,8 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
 
@@ -114,8 +114,9 @@ def _sl_loss_case(teachers: int, batch: int, classes: int) -> Case:
 
         return call
 
-    return Case("sl_loss fwd+bwd", f"K={teachers} B={batch} C={classes}",
-                (teachers + 2) * batch * classes * FLOAT, make)
+    return Case(
+        "sl_loss fwd+bwd", f"K={teachers} B={batch} C={classes}", (teachers + 2) * batch * classes * FLOAT, make
+    )
 
 
 def _labelwise_mean_case(rows: int, classes: int) -> Case:
@@ -142,8 +143,12 @@ def _gather_mean_case(samples: int, neighbours: int, classes: int) -> Case:
 
 def cases(quick: bool) -> list[Case]:
     if quick:
-        return [_weighted_kl_case(256, 10), _sl_loss_case(5, 256, 10), _labelwise_mean_case(10_000, 10),
-                _gather_mean_case(1_000, 16, 10)]
+        return [
+            _weighted_kl_case(256, 10),
+            _sl_loss_case(5, 256, 10),
+            _labelwise_mean_case(10_000, 10),
+            _gather_mean_case(1_000, 16, 10),
+        ]
     out = [_weighted_kl_case(b, c) for b in (256, 4096, 65536) for c in (10, 100)]
     out += [_sl_loss_case(k, b, c) for k in (5, 10) for b in (256, 4096, 65536) for c in (10, 100)]
     out += [_labelwise_mean_case(1_000_000, c) for c in (10, 100)]
@@ -168,23 +173,35 @@ def measure(config: BenchConfig, progress: Callable[[str], None] = print) -> tup
                 timings[backend] = _median_ms(call, repeats)
         gbps = case.bytes_touched / (timings["cpp"] * 1e-3) / 1e9
         moved_gbps = (case.bytes_moved or case.bytes_touched) / (timings["cpp"] * 1e-3) / 1e9
-        record = Record(case.kernel, case.shape, round(timings["cpp"], 4), round(timings["torch"], 4),
-                        round(timings["torch"] / timings["cpp"], 2), round(gbps, 2), round(gbps / bandwidth, 3),
-                        round(moved_gbps, 2), round(moved_gbps / bandwidth, 3))
+        record = Record(
+            case.kernel,
+            case.shape,
+            round(timings["cpp"], 4),
+            round(timings["torch"], 4),
+            round(timings["torch"] / timings["cpp"], 2),
+            round(gbps, 2),
+            round(gbps / bandwidth, 3),
+            round(moved_gbps, 2),
+            round(moved_gbps / bandwidth, 3),
+        )
         records.append(record)
         progress(format_row(record))
     return bandwidth, records
 
 
-HEADER = (f"{'kernel':<20} {'shape':<24} {'cpp ms':>9} {'torch ms':>9} {'speedup':>8} {'GB/s':>7} {'of copy':>8}"
-          f" {'moved/copy':>11}")
+HEADER = (
+    f"{'kernel':<20} {'shape':<24} {'cpp ms':>9} {'torch ms':>9} {'speedup':>8} {'GB/s':>7} {'of copy':>8}"
+    f" {'moved/copy':>11}"
+)
 
 
 def format_row(r: Record) -> str:
     # The moved-bytes fraction is shown only where it differs from the single-pass one.
     moved = f"{r.moved_fraction:>10.0%}" if r.moved_gbps != r.gbps else ""
-    return (f"{r.kernel:<20} {r.shape:<24} {r.cpp_ms:>9.3f} {r.torch_ms:>9.3f} {r.speedup:>7.1f}x "
-            f"{r.gbps:>7.1f} {r.bandwidth_fraction:>7.0%} {moved}").rstrip()
+    return (
+        f"{r.kernel:<20} {r.shape:<24} {r.cpp_ms:>9.3f} {r.torch_ms:>9.3f} {r.speedup:>7.1f}x "
+        f"{r.gbps:>7.1f} {r.bandwidth_fraction:>7.0%} {moved}"
+    ).rstrip()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,7 +218,15 @@ def run(args: argparse.Namespace) -> int:
     bandwidth, records = measure(config)
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"copy_gbps": round(bandwidth, 2), "threads": config.threads,
-                       "torch": torch.__version__, "records": [asdict(r) for r in records]}, handle, indent=2)
+            json.dump(
+                {
+                    "copy_gbps": round(bandwidth, 2),
+                    "threads": config.threads,
+                    "torch": torch.__version__,
+                    "records": [asdict(r) for r in records],
+                },
+                handle,
+                indent=2,
+            )
         print(f"wrote {args.json}")
     return 0

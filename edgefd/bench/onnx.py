@@ -19,7 +19,6 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from edgefd.data import load_dataset
@@ -50,21 +49,24 @@ def _median_ms(calls: list[float]) -> float:
 def measure_model(name: str, dataset, repeats: int, warmup: int, folder: Path) -> list[OnnxBenchRow]:
     torch.manual_seed(0)
     shape = tuple(dataset.input_shape)
-    model = build_model(name, in_channels=in_channels_of(shape), num_classes=dataset.num_classes,
-                        input_shape=shape).eval()
+    model = build_model(
+        name, in_channels=in_channels_of(shape), num_classes=dataset.num_classes, input_shape=shape
+    ).eval()
     fp32_path, int8_path = folder / f"{name}.onnx", folder / f"{name}.int8.onnx"
     exporter = export_onnx(model, sample_shape(model, name, shape), fp32_path)
     quantize_static_int8(fp32_path, int8_path, dataset.train_x[:256].numpy())
-    sessions = {"fp32": onnx_session(fp32_path, threads=torch.get_num_threads()),
-                "int8": onnx_session(int8_path, threads=torch.get_num_threads())}
+    sessions = {
+        "fp32": onnx_session(fp32_path, threads=torch.get_num_threads()),
+        "int8": onnx_session(int8_path, threads=torch.get_num_threads()),
+    }
     rows = []
     for batch in BATCHES:
         x = dataset.test_x[:batch].contiguous()
         feed = {"input": x.numpy()}
         runners = {
-            "torch": lambda: model(x),
-            "fp32": lambda: sessions["fp32"].run(None, feed),
-            "int8": lambda: sessions["int8"].run(None, feed),
+            "torch": lambda x=x: model(x),
+            "fp32": lambda feed=feed: sessions["fp32"].run(None, feed),
+            "int8": lambda feed=feed: sessions["int8"].run(None, feed),
         }
         times: dict[str, list[float]] = {key: [] for key in runners}
         with torch.no_grad():
@@ -74,9 +76,18 @@ def measure_model(name: str, dataset, repeats: int, warmup: int, folder: Path) -
                     runner()
                     if call >= warmup:
                         times[key].append(time.perf_counter() - started)
-        rows.append(OnnxBenchRow(name, batch, _median_ms(times["torch"]), _median_ms(times["fp32"]),
-                                 _median_ms(times["int8"]), fp32_path.stat().st_size, int8_path.stat().st_size,
-                                 exporter))
+        rows.append(
+            OnnxBenchRow(
+                name,
+                batch,
+                _median_ms(times["torch"]),
+                _median_ms(times["fp32"]),
+                _median_ms(times["int8"]),
+                fp32_path.stat().st_size,
+                int8_path.stat().st_size,
+                exporter,
+            )
+        )
     return rows
 
 
@@ -88,18 +99,26 @@ def measure(models: list[str], dataset_name: str, repeats: int, warmup: int, thr
 
 
 def format_table(rows: list[OnnxBenchRow]) -> str:
-    lines = ["| model | batch | torch ms | ORT fp32 ms | ORT int8 ms | fp32 / int8 speed-up over torch | fp32 file | int8 file |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| model | batch | torch ms | ORT fp32 ms | ORT int8 ms | fp32 / int8 speed-up over torch "
+        "| fp32 file | int8 file |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r.model} | {r.batch} | {r.torch_ms:.3f} | {r.onnx_fp32_ms:.3f} | {r.onnx_int8_ms:.3f} | "
-                     f"{r.torch_ms / r.onnx_fp32_ms:.1f}x / {r.torch_ms / r.onnx_int8_ms:.1f}x | "
-                     f"{r.fp32_bytes / 1e3:.0f} kB | {r.int8_bytes / 1e3:.0f} kB |")
+        lines.append(
+            f"| {r.model} | {r.batch} | {r.torch_ms:.3f} | {r.onnx_fp32_ms:.3f} | {r.onnx_int8_ms:.3f} | "
+            f"{r.torch_ms / r.onnx_fp32_ms:.1f}x / {r.torch_ms / r.onnx_int8_ms:.1f}x | "
+            f"{r.fp32_bytes / 1e3:.0f} kB | {r.int8_bytes / 1e3:.0f} kB |"
+        )
     return "\n".join(lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", default="cnn2,resnet8,resnet20,mobilenetv2_x0_6",
-                        help="comma-separated zoo names (default: %(default)s)")
+    parser.add_argument(
+        "--models",
+        default="cnn2,resnet8,resnet20,mobilenetv2_x0_6",
+        help="comma-separated zoo names (default: %(default)s)",
+    )
     parser.add_argument("--dataset", default="fmnist", help="real inputs and int8 calibration data")
     parser.add_argument("--repeats", type=int, default=30, help="timed calls per figure (median reported)")
     parser.add_argument("--warmup", type=int, default=5)

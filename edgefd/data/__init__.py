@@ -1,8 +1,8 @@
 """Datasets (offline ones first) and non-IID partitioners for federated simulations.
 
-    ds = load_dataset("fmnist")
-    splits = partition(ds, num_clients=10, scheme="dirichlet:0.5", seed=0)
-    x, y = ds.train_x[splits[0].train_indices], ds.train_y[splits[0].train_indices]
+ds = load_dataset("fmnist")
+splits = partition(ds, num_clients=10, scheme="dirichlet:0.5", seed=0)
+x, y = ds.train_x[splits[0].train_indices], ds.train_y[splits[0].train_indices]
 """
 
 from .dataset import Dataset, DatasetNotFoundError

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -24,7 +23,7 @@ BUNDLED_SPLIT_SEED = 0
 """Seed of the fixed train/test split; part of the dataset's definition, not a run setting."""
 
 
-def package_file(package: str, *parts: str) -> Optional[Path]:
+def package_file(package: str, *parts: str) -> Path | None:
     """Path of a data file inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -53,9 +52,7 @@ def load_digits_dataset() -> Dataset:
     images = bunch.images.astype(np.float32)[:, None]  # (N, 1, 8, 8), values 0..16
     labels = bunch.target.astype(np.int64)
     train, test = stratified_split(labels, BUNDLED_TEST_FRACTION, BUNDLED_SPLIT_SEED)
-    return image_dataset(
-        "digits", images[train], labels[train], images[test], labels[test], 10, input_scale=16.0
-    )
+    return image_dataset("digits", images[train], labels[train], images[test], labels[test], 10, input_scale=16.0)
 
 
 MNIST5K_PARTS = ("data", "data", "mnist_5k.csv.gz")

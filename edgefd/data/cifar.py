@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -32,7 +31,7 @@ def read_cifar_batch(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray
     return data, labels
 
 
-def _read_meta_names(path: Path, key: str) -> Optional[tuple[str, ...]]:
+def _read_meta_names(path: Path, key: str) -> tuple[str, ...] | None:
     if not path.is_file():
         return None
     with open(path, "rb") as f:
@@ -41,7 +40,9 @@ def _read_meta_names(path: Path, key: str) -> Optional[tuple[str, ...]]:
     return tuple(str(n) for n in names) if names is not None else None
 
 
-def _missing(title: str, key: str, root: Path, folder: str, files: tuple[str, ...], archive: str) -> DatasetNotFoundError:
+def _missing(
+    title: str, key: str, root: Path, folder: str, files: tuple[str, ...], archive: str
+) -> DatasetNotFoundError:
     return DatasetNotFoundError(
         f"{title} ({key!r}) not found: looked in {root / folder}. Extract the official python version ({archive}) "
         f"so that DIR/{folder}/ holds {', '.join(files)}, and pass root=DIR (CLI: --data-root DIR), "
@@ -80,7 +81,9 @@ def load_cifar100(root: Path, coarse: bool = False) -> Dataset:
     return image_dataset(name, train_x, train_y, test_x, test_y, 20 if coarse else 100, class_names=names)
 
 
-def write_cifar_batch(path: Path, images: np.ndarray, labels: np.ndarray, label_key: str = "labels", **extra: list) -> None:
+def write_cifar_batch(
+    path: Path, images: np.ndarray, labels: np.ndarray, label_key: str = "labels", **extra: list
+) -> None:
     """Write a batch in the official pickle format (used by tests to make small real-format files)."""
     entry = {"data": np.asarray(images, dtype=np.uint8).reshape(len(images), -1), label_key: list(map(int, labels))}
     entry.update(extra)

@@ -8,7 +8,6 @@ partitioners, models and the ONNX export need.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
@@ -51,11 +50,11 @@ class Dataset:
     """Per-channel / per-feature standard deviation divided by after subtracting ``mean``."""
     input_scale: float = 1.0
     """Raw values are divided by this first (255 for 8-bit images): ``x = (raw / scale - mean) / std``."""
-    train_groups: Optional[torch.Tensor] = None
+    train_groups: torch.Tensor | None = None
     """int64 natural group (subject / writer, ``0 .. G-1``) of each training sample, if known."""
-    test_groups: Optional[torch.Tensor] = None
+    test_groups: torch.Tensor | None = None
     """int64 group of each test sample, if known."""
-    class_names: Optional[tuple[str, ...]] = None
+    class_names: tuple[str, ...] | None = None
     """Human-readable class names, if the source provides them."""
 
     @property
@@ -89,7 +88,7 @@ def image_dataset(
     test_y: np.ndarray,
     num_classes: int,
     input_scale: float = 255.0,
-    class_names: Optional[tuple[str, ...]] = None,
+    class_names: tuple[str, ...] | None = None,
 ) -> Dataset:
     """Build a :class:`Dataset` from raw ``(N, C, H, W)`` image arrays.
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import gzip
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -105,7 +105,7 @@ class IdxSource:
                 unique.append(d)
         return unique
 
-    def locate(self, root: Path) -> Optional[list[Path]]:
+    def locate(self, root: Path) -> list[Path] | None:
         """Paths of the four files in the first folder holding all of them (plain or ``.gz``), else None."""
         for folder in self.candidate_dirs(root):
             found = [_existing(folder / f) for f in self.files]
@@ -127,7 +127,7 @@ class IdxSource:
         )
 
 
-def _existing(base: Path) -> Optional[Path]:
+def _existing(base: Path) -> Path | None:
     for candidate in (base, base.with_name(base.name + ".gz")):
         if candidate.is_file():
             return candidate

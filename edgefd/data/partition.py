@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -46,7 +45,7 @@ class ClientSplit:
     """Sorted int64 indices into ``train_x`` / ``train_y``."""
     test_indices: np.ndarray
     """Sorted int64 indices into ``test_x`` / ``test_y`` (the client's local test split)."""
-    group: Optional[int] = None
+    group: int | None = None
     """The natural group (subject / writer) this client is, for the ``natural`` scheme."""
 
     @property
@@ -68,13 +67,13 @@ class PartitionConfig:
     """Scheme string: ``iid``, ``dirichlet:A``, ``shards:K``, ``quantity:A``, ``natural``, ``dominant:F``."""
     seed: int = 0
     """Seed of every random draw of the partition."""
-    test_fraction: Optional[float] = None
+    test_fraction: float | None = None
     """Local test size as a share of the client's train size; None spreads the whole test set over
     clients in proportion to their train sizes."""
     min_samples: int = 10
     """Fewest training samples a ``dirichlet`` / ``quantity`` client may get (capped at half the mean
     client size, so that small datasets stay feasible; at least 1)."""
-    samples_per_client: Optional[int] = None
+    samples_per_client: int | None = None
     """Training samples per client for ``iid`` and ``dominant`` (default: train size // clients);
     with ``dirichlet`` and ``shards``, the most a client keeps: the split is drawn over the whole
     set, then a larger share is cut to a random subset of this size (its label mix is kept in
@@ -99,7 +98,7 @@ class Scheme:
 
     kind: str
     """One of :data:`SCHEMES`."""
-    param: Optional[float] = None
+    param: float | None = None
     """Alpha, K or F; None for ``iid`` and ``natural``."""
 
 
@@ -107,14 +106,18 @@ def parse_scheme(text: str) -> Scheme:
     """Parse and validate ``"dirichlet:0.5"`` and friends; ValueError names what is wrong."""
     kind, _, arg = text.strip().lower().partition(":")
     if kind not in SCHEMES:
-        raise ValueError(f"unknown partition scheme {text!r}; use one of: iid, dirichlet:ALPHA, shards:K, "
-                         f"quantity:ALPHA, natural, dominant:FRAC")
+        raise ValueError(
+            f"unknown partition scheme {text!r}; use one of: iid, dirichlet:ALPHA, shards:K, "
+            f"quantity:ALPHA, natural, dominant:FRAC"
+        )
     if kind in ("iid", "natural"):
         if arg:
             raise ValueError(f"scheme {kind!r} takes no parameter, got {text!r}")
         return Scheme(kind)
     if not arg:
-        raise ValueError(f"scheme {kind!r} needs a parameter, e.g. {kind}:{ {'shards': 2, 'dominant': 0.8}.get(kind, 0.5)}")
+        raise ValueError(
+            f"scheme {kind!r} needs a parameter, e.g. {kind}:{ {'shards': 2, 'dominant': 0.8}.get(kind, 0.5) }"
+        )
     try:
         value = float(arg)
     except ValueError:
@@ -134,9 +137,9 @@ def partition(
     scheme: str,
     seed: int = 0,
     *,
-    test_fraction: Optional[float] = None,
+    test_fraction: float | None = None,
     min_samples: int = 10,
-    samples_per_client: Optional[int] = None,
+    samples_per_client: int | None = None,
 ) -> list[ClientSplit]:
     """Split ``dataset`` over ``num_clients`` clients; see :class:`PartitionConfig` for the options."""
     return partition_labels(
@@ -161,12 +164,12 @@ def partition_labels(
     scheme: str,
     seed: int = 0,
     *,
-    num_classes: Optional[int] = None,
-    train_groups: Optional[np.ndarray] = None,
-    test_groups: Optional[np.ndarray] = None,
-    test_fraction: Optional[float] = None,
+    num_classes: int | None = None,
+    train_groups: np.ndarray | None = None,
+    test_groups: np.ndarray | None = None,
+    test_fraction: float | None = None,
     min_samples: int = 10,
-    samples_per_client: Optional[int] = None,
+    samples_per_client: int | None = None,
 ) -> list[ClientSplit]:
     """:func:`partition` on bare label arrays (what the partition actually needs)."""
     spec = parse_scheme(scheme)
@@ -183,17 +186,22 @@ def partition_labels(
         raise ValueError(f"min_samples must be >= 0, got {min_samples}")
     if samples_per_client is not None:
         if spec.kind not in ("iid", "dominant", "dirichlet", "shards"):
-            raise ValueError(f"samples_per_client applies to 'iid', 'dominant', 'dirichlet' and 'shards' only, "
-                             f"not {spec.kind!r}")
+            raise ValueError(
+                f"samples_per_client applies to 'iid', 'dominant', 'dirichlet' and 'shards' only, not {spec.kind!r}"
+            )
         if samples_per_client < 1 or samples_per_client * (num_clients if spec.kind == "iid" else 1) > n:
-            raise ValueError(f"samples_per_client={samples_per_client} does not fit {n} training samples "
-                             f"over {num_clients} clients")
-    classes = int(num_classes) if num_classes is not None else int(max(train_y.max(initial=-1), test_y.max(initial=-1)) + 1)
+            raise ValueError(
+                f"samples_per_client={samples_per_client} does not fit {n} training samples over {num_clients} clients"
+            )
+    classes = (
+        int(num_classes) if num_classes is not None else int(max(train_y.max(initial=-1), test_y.max(initial=-1)) + 1)
+    )
 
     train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
     if spec.kind == "natural":
-        return _natural(train_y, test_y, num_clients, train_groups, test_groups, train_rng, test_rng,
-                        classes, test_fraction)
+        return _natural(
+            train_y, test_y, num_clients, train_groups, test_groups, train_rng, test_rng, classes, test_fraction
+        )
 
     min_size = max(1, min(min_samples, n // (2 * num_clients)))
     if spec.kind == "iid":
@@ -209,8 +217,12 @@ def partition_labels(
 
     if samples_per_client is not None and spec.kind in ("dirichlet", "shards"):
         # The label skew is drawn over the whole set; each client then keeps a random subset.
-        parts = [rng_part if len(rng_part) <= samples_per_client else
-                 train_rng.choice(rng_part, samples_per_client, replace=False) for rng_part in parts]
+        parts = [
+            rng_part
+            if len(rng_part) <= samples_per_client
+            else train_rng.choice(rng_part, samples_per_client, replace=False)
+            for rng_part in parts
+        ]
     for k, part in enumerate(parts):
         if len(part) == 0:
             raise ValueError(f"client {k} got no training samples with {scheme!r}; use fewer clients")
@@ -224,14 +236,16 @@ def partition_labels(
 # --- the schemes (each returns one index array per client) -----------------------------------
 
 
-def _iid(n: int, num_clients: int, per_client: Optional[int], rng: np.random.Generator) -> list[np.ndarray]:
+def _iid(n: int, num_clients: int, per_client: int | None, rng: np.random.Generator) -> list[np.ndarray]:
     order = rng.permutation(n)
     if per_client is not None:
         order = order[: per_client * num_clients]
     return np.array_split(order, num_clients)
 
 
-def _dirichlet(y: np.ndarray, num_clients: int, alpha: float, min_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _dirichlet(
+    y: np.ndarray, num_clients: int, alpha: float, min_size: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """FedML's label-skew split: per class, Dirichlet(alpha) shares over the clients not yet above
     the mean size; the whole draw is repeated until every client has ``min_size`` samples."""
     n = len(y)
@@ -286,7 +300,9 @@ def _shards(y: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -
     return [np.concatenate(p) if p else np.zeros(0, dtype=np.int64) for p in parts]
 
 
-def _dominant(y: np.ndarray, num_clients: int, frac: float, per_client: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _dominant(
+    y: np.ndarray, num_clients: int, frac: float, per_client: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """DFL §6.2: client k's dominant label is ``k mod C``; ``round(F n)`` samples of it, the rest
     spread evenly over the other labels in cyclic order, remainders rotated across clients. Class
     pools refill with a fresh permutation when exhausted, which duplicates samples across clients
@@ -314,8 +330,9 @@ def _dominant(y: np.ndarray, num_clients: int, frac: float, per_client: int, rng
         parts.append(np.concatenate([pools[cls].take(m) for cls, m in demand.items()]))
     reused = sum(p.reused for p in pools.values())
     if reused:
-        log.warning("dominant:%s: %d training samples are shared by two or more clients (class pools ran out)",
-                    frac, reused)
+        log.warning(
+            "dominant:%s: %d training samples are shared by two or more clients (class pools ran out)", frac, reused
+        )
     return parts
 
 
@@ -323,12 +340,12 @@ def _natural(
     train_y: np.ndarray,
     test_y: np.ndarray,
     num_clients: int,
-    train_groups: Optional[np.ndarray],
-    test_groups: Optional[np.ndarray],
+    train_groups: np.ndarray | None,
+    test_groups: np.ndarray | None,
     train_rng: np.random.Generator,
     test_rng: np.random.Generator,
     classes: int,
-    test_fraction: Optional[float],
+    test_fraction: float | None,
 ) -> list[ClientSplit]:
     """One client per group. With fewer clients than groups, a seeded sample of the groups takes
     part (as LEAF samples users). A client's test split is its group's own test samples, unless
@@ -355,7 +372,7 @@ def _natural(
 
 
 def draw_local_tests(
-    train_counts: np.ndarray, test_y: np.ndarray, rng: np.random.Generator, test_fraction: Optional[float] = None
+    train_counts: np.ndarray, test_y: np.ndarray, rng: np.random.Generator, test_fraction: float | None = None
 ) -> list[np.ndarray]:
     """Draw each client's test indices with the label distribution of its training split.
 
@@ -427,7 +444,7 @@ class _Pool:
         return out
 
 
-def _round_to_total(values: np.ndarray, total: int, rng: Optional[np.random.Generator] = None) -> np.ndarray:
+def _round_to_total(values: np.ndarray, total: int, rng: np.random.Generator | None = None) -> np.ndarray:
     """Integers close to ``values`` (each the floor or the ceiling) that sum to ``total``: the
     largest remainders round up; equal remainders in a seeded random order (so that ties do not
     always favour the low client ids), or by position without ``rng``."""

@@ -20,7 +20,9 @@ EXIT_USAGE = 2
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``partition`` options to ``parser``."""
     parser.add_argument("--dataset", default="digits", help="dataset name (default: digits; --list shows them all)")
-    parser.add_argument("--list", action="store_true", help="list the datasets, and whether each is available here, then exit")
+    parser.add_argument(
+        "--list", action="store_true", help="list the datasets, and whether each is available here, then exit"
+    )
     parser.add_argument("--clients", type=int, default=10, help="number of clients (default: 10)")
     parser.add_argument(
         "--partition",
@@ -28,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="iid | dirichlet:ALPHA | shards:K | quantity:ALPHA | natural | dominant:FRAC (default: dirichlet:0.5)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the partition (default: 0)")
-    parser.add_argument("--data-root", default=None, help="folder holding on-disk datasets (default: $EDGEFD_DATA_ROOT or ~/.cache/edgefd/data)")
+    parser.add_argument(
+        "--data-root",
+        default=None,
+        help="folder holding on-disk datasets (default: $EDGEFD_DATA_ROOT or ~/.cache/edgefd/data)",
+    )
     parser.add_argument("--download", action="store_true", help="let torchvision download a missing on-disk dataset")
     parser.add_argument(
         "--test-fraction",
@@ -86,8 +92,13 @@ def format_table(train_counts: np.ndarray, test_sizes: np.ndarray, groups: list 
     lines = [head + "".join(f"{c:>{width}}" for c in range(classes))]
     for k, (row, n_test) in enumerate(zip(train_counts, test_sizes)):
         group = f"{groups[k]:>5} " if show_group else ""
-        lines.append(f"{k:>6} {group}{int(row.sum()):>6} {int(n_test):>5} |" + "".join(f"{int(v):>{width}}" for v in row))
+        lines.append(
+            f"{k:>6} {group}{int(row.sum()):>6} {int(n_test):>5} |" + "".join(f"{int(v):>{width}}" for v in row)
+        )
     total = train_counts.sum(axis=0)
     pad = " " * 6 if show_group else ""
-    lines.append(f"{'total':>6} {pad}{int(total.sum()):>6} {int(np.sum(test_sizes)):>5} |" + "".join(f"{int(v):>{width}}" for v in total))
+    lines.append(
+        f"{'total':>6} {pad}{int(total.sum()):>6} {int(np.sum(test_sizes)):>5} |"
+        + "".join(f"{int(v):>{width}}" for v in total)
+    )
     return "\n".join(lines)

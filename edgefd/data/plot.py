@@ -7,7 +7,7 @@ the global backend that other code (or a notebook) may have chosen.
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,7 +16,7 @@ def plot_label_counts(
     counts: np.ndarray,
     path: str | os.PathLike,
     title: str = "",
-    class_names: Optional[Sequence[str]] = None,
+    class_names: Sequence[str] | None = None,
 ) -> None:
     """Save a stacked bar chart of ``counts`` (``[clients, classes]``) to ``path`` (PNG)."""
     from matplotlib import colormaps

@@ -10,9 +10,9 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 from .bundled import MNIST5K_PARTS, load_digits_dataset, load_mnist5k_dataset, package_file
 from .cifar import CIFAR10_FOLDER, CIFAR10_TEST, CIFAR10_TRAIN, CIFAR100_FOLDER, load_cifar10, load_cifar100
@@ -43,7 +43,7 @@ class DatasetSpec:
     """Loads from the data root (bundled datasets ignore it); raises DatasetNotFoundError."""
     available: Callable[[Path], bool]
     """Cheap check that ``load`` would find its files (nothing is read)."""
-    download: Optional[Callable[[Path], None]] = None
+    download: Callable[[Path], None] | None = None
     """Fetches the files into the root with torchvision; None for bundled datasets (nothing to fetch)."""
 
 

@@ -60,7 +60,9 @@ def load_watch_dataset(config: WatchConfig = WatchConfig()) -> Dataset:
     _, subjects = np.unique(np.asarray(raw["subject"]), return_inverse=True)
     labels = np.asarray(raw["y"], dtype=np.int64)
 
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("train_x", "train_y", "train_g", "test_x", "test_y", "test_g")}
+    parts: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("train_x", "train_y", "train_g", "test_x", "test_y", "test_g")
+    }
     train_series = []
     for series, label, subject in zip(raw["X"], labels, subjects):
         series = np.asarray(series, dtype=np.float64)

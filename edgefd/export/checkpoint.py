@@ -56,8 +56,12 @@ class ClientCheckpoint:
         """The architecture with these weights, in eval mode."""
         from edgefd.models import build_model
 
-        model = build_model(self.model_name, in_channels=self.in_channels, num_classes=self.num_classes,
-                            input_shape=tuple(self.input_shape))
+        model = build_model(
+            self.model_name,
+            in_channels=self.in_channels,
+            num_classes=self.num_classes,
+            input_shape=tuple(self.input_shape),
+        )
         model.load_state_dict(self.state)
         return model.eval()
 
@@ -105,8 +109,10 @@ def list_checkpoints(run_dir: str | Path) -> dict[str, Path]:
     folder = Path(run_dir) / MODELS_DIR
     files = sorted(folder.glob("*.pt")) if folder.is_dir() else []
     if not files:
-        raise ValueError(f"{run_dir}: no client models in {folder} (runs made before models were saved have none; "
-                         "re-run `edgefd simulate`)")
+        raise ValueError(
+            f"{run_dir}: no client models in {folder} (runs made before models were saved have none; "
+            "re-run `edgefd simulate`)"
+        )
     return {file.stem: file for file in files}
 
 
@@ -133,13 +139,22 @@ def save_run_models(sim: Any, final_accuracy: dict[str, float], out_dir: str | P
         model = deliverable_model(client, sim.server)
         accuracy = final_accuracy.get(cid)
         checkpoint = ClientCheckpoint(
-            client_id=cid, model_name=sim.model_names[cid], in_channels=in_channels_of(tuple(dataset.input_shape)),
-            num_classes=int(dataset.num_classes), input_shape=[int(s) for s in dataset.input_shape],
-            dataset=config.dataset, data_root=config.data_root, mean=[float(m) for m in dataset.mean],
-            std=[float(s) for s in dataset.std], input_scale=float(dataset.input_scale),
+            client_id=cid,
+            model_name=sim.model_names[cid],
+            in_channels=in_channels_of(tuple(dataset.input_shape)),
+            num_classes=int(dataset.num_classes),
+            input_shape=[int(s) for s in dataset.input_shape],
+            dataset=config.dataset,
+            data_root=config.data_root,
+            mean=[float(m) for m in dataset.mean],
+            std=[float(s) for s in dataset.std],
+            input_scale=float(dataset.input_scale),
             class_names=list(dataset.class_names) if dataset.class_names else None,
-            accuracy=None if accuracy is None else float(accuracy), algo=config.algo,
-            train_indices=[int(i) for i in split.train_indices], test_indices=[int(i) for i in split.test_indices],
-            state=model.state_dict())
+            accuracy=None if accuracy is None else float(accuracy),
+            algo=config.algo,
+            train_indices=[int(i) for i in split.train_indices],
+            test_indices=[int(i) for i in split.test_indices],
+            state=model.state_dict(),
+        )
         paths.append(save_checkpoint(checkpoint, Path(out_dir) / MODELS_DIR / f"{cid}.pt"))
     return paths

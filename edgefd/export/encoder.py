@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from edgefd.export.onnx_export import OPSET, ExportError, export_onnx
 
 
-def export_encoder(out: str | Path, input_shape: Sequence[int], weights: str | None = None,
-                   exporter: str = "auto", opset: int = OPSET) -> Path:
+def export_encoder(
+    out: str | Path, input_shape: Sequence[int], weights: str | None = None, exporter: str = "auto", opset: int = OPSET
+) -> Path:
     """Writes the mobilenet hash encoder for inputs of ``input_shape`` (C, H, W); returns the path."""
     from edgefd.encoders import MobileNetHash
 
@@ -32,10 +33,15 @@ def export_encoder(out: str | Path, input_shape: Sequence[int], weights: str | N
         raise ValueError(f"input shape: the mobilenet encoder takes images (C, H, W) with C = 1 or 3, got {shape}")
     out = Path(out)
     used = export_onnx(MobileNetHash(weights), shape, out, exporter, opset)
-    meta = {"format": "edgefd-encoder/1", "encoder": "mobilenet" if weights is None else f"mobilenet:{weights}",
-            "input": {"name": "input", "shape": ["batch", *shape]}, "output": {"name": "logits", "shape": ["batch", 576]},
-            "exporter": used, "opset": opset,
-            "note": "without --weights the trunk is random (seed 0): only good for tests"}
+    meta = {
+        "format": "edgefd-encoder/1",
+        "encoder": "mobilenet" if weights is None else f"mobilenet:{weights}",
+        "input": {"name": "input", "shape": ["batch", *shape]},
+        "output": {"name": "logits", "shape": ["batch", 576]},
+        "exporter": used,
+        "opset": opset,
+        "note": "without --weights the trunk is random (seed 0): only good for tests",
+    }
     out.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n")
     return out
 

@@ -28,9 +28,10 @@ import json
 import logging
 import sys
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -61,8 +62,9 @@ def sample_shape(model: nn.Module, model_name: str, input_shape: Sequence[int]) 
     return tuple(int(s) for s in input_shape)
 
 
-def export_onnx(model: nn.Module, shape: Sequence[int], path: str | Path, exporter: str = "auto",
-                opset: int = OPSET) -> str:
+def export_onnx(
+    model: nn.Module, shape: Sequence[int], path: str | Path, exporter: str = "auto", opset: int = OPSET
+) -> str:
     """Writes ``model`` (in eval mode) to one ``.onnx`` file with a dynamic batch axis.
 
     Returns the exporter that produced it ("torchscript" or "dynamo")."""
@@ -89,9 +91,16 @@ def export_onnx(model: nn.Module, shape: Sequence[int], path: str | Path, export
 def _export_torchscript(model: nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # deprecation and tracer warnings, for every model
-        torch.onnx.export(model, (example,), str(path), dynamo=False, opset_version=opset,
-                          input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                          dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}})
+        torch.onnx.export(
+            model,
+            (example,),
+            str(path),
+            dynamo=False,
+            opset_version=opset,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+        )
 
 
 def _export_dynamo(model: nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:
@@ -102,9 +111,19 @@ def _export_dynamo(model: nn.Module, example: torch.Tensor, path: Path, opset: i
     try:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            torch.onnx.export(model, (example,), str(path), dynamo=True, external_data=False, opset_version=opset,
-                              dynamic_shapes=({0: batch},), input_names=[INPUT_NAME], output_names=[OUTPUT_NAME],
-                              verbose=False, report=False)
+            torch.onnx.export(
+                model,
+                (example,),
+                str(path),
+                dynamo=True,
+                external_data=False,
+                opset_version=opset,
+                dynamic_shapes=({0: batch},),
+                input_names=[INPUT_NAME],
+                output_names=[OUTPUT_NAME],
+                verbose=False,
+                report=False,
+            )
     finally:
         quiet.setLevel(level)
 
@@ -122,7 +141,7 @@ def onnx_session(path: str | Path, threads: int = 1):
 def run_onnx(session, x: np.ndarray, batch_size: int = 256) -> np.ndarray:
     """Logits of ``x`` (float32, leading batch axis) in batches."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    parts = [session.run([OUTPUT_NAME], {INPUT_NAME: x[i:i + batch_size]})[0] for i in range(0, len(x), batch_size)]
+    parts = [session.run([OUTPUT_NAME], {INPUT_NAME: x[i : i + batch_size]})[0] for i in range(0, len(x), batch_size)]
     return np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
 
 
@@ -176,8 +195,12 @@ def sidecar(checkpoint: ClientCheckpoint, shape: Sequence[int], exporter: str, o
             "name": INPUT_NAME,
             "shape": ["batch", *[int(s) for s in shape]],
             "dtype": "float32",
-            "normalisation": {"formula": "x = (raw / input_scale - mean) / std, per channel",
-                              "input_scale": checkpoint.input_scale, "mean": checkpoint.mean, "std": checkpoint.std},
+            "normalisation": {
+                "formula": "x = (raw / input_scale - mean) / std, per channel",
+                "input_scale": checkpoint.input_scale,
+                "mean": checkpoint.mean,
+                "std": checkpoint.std,
+            },
         },
         "output": {"name": OUTPUT_NAME, "shape": ["batch", checkpoint.num_classes], "meaning": "logits"},
         "accuracy": {"reported_by_run": checkpoint.accuracy},
@@ -187,8 +210,11 @@ def sidecar(checkpoint: ClientCheckpoint, shape: Sequence[int], exporter: str, o
     }
 
 
-def export_client(checkpoint: ClientCheckpoint, out_dir: str | Path, config: ExportConfig = ExportConfig()) -> dict[str, Path]:
+def export_client(
+    checkpoint: ClientCheckpoint, out_dir: str | Path, config: ExportConfig | None = None
+) -> dict[str, Path]:
     """Writes one client's model (and its int8 copy when asked); returns the files written."""
+    config = config or ExportConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model = checkpoint.build_model()
@@ -209,8 +235,9 @@ def export_client(checkpoint: ClientCheckpoint, out_dir: str | Path, config: Exp
         meta["accuracy"]["test_samples"] = int(len(test_y))
         meta["max_abs_diff_vs_torch"] = float(np.abs(logits - reference).max()) if len(test_x) else None
     elif config.int8:
-        raise ValueError(f"--int8 needs the client's data for calibration, but dataset {checkpoint.dataset!r} "
-                         "is not on this machine")
+        raise ValueError(
+            f"--int8 needs the client's data for calibration, but dataset {checkpoint.dataset!r} is not on this machine"
+        )
     written = {"onnx": fp32_path}
 
     if config.int8:
@@ -229,7 +256,9 @@ def export_client(checkpoint: ClientCheckpoint, out_dir: str | Path, config: Exp
             "calibration_samples": int(len(calibration)),
             "accuracy_fp32": fp32_accuracy,
             "accuracy_int8": int8_accuracy,
-            "accuracy_change": None if int8_accuracy is None or fp32_accuracy is None else int8_accuracy - fp32_accuracy,
+            "accuracy_change": None
+            if int8_accuracy is None or fp32_accuracy is None
+            else int8_accuracy - fp32_accuracy,
             "bytes_fp32": meta["file_bytes"],
             "bytes_int8": int8_bytes,
             "size_ratio": int8_bytes / meta["file_bytes"],
@@ -249,9 +278,11 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
-def export_run(run_dir: str | Path, client: str, out_dir: str | Path,
-               config: ExportConfig = ExportConfig()) -> dict[str, dict[str, Path]]:
+def export_run(
+    run_dir: str | Path, client: str, out_dir: str | Path, config: ExportConfig | None = None
+) -> dict[str, dict[str, Path]]:
     """Exports one client (``client-3``) or every client (``all``) of a run folder."""
+    config = config or ExportConfig()
     available = list_checkpoints(run_dir)
     if client == "all":
         chosen = list(available)
@@ -271,7 +302,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", metavar="RUN_DIR", help="a folder written by `edgefd simulate`")
     parser.add_argument("--client", default="all", help="client id (e.g. client-3) or 'all' (default)")
     parser.add_argument("--out", required=True, metavar="DIR", help="where the .onnx files and sidecars go")
-    parser.add_argument("--int8", action="store_true", help="also write a static-int8 copy (calibrated on the client's data)")
+    parser.add_argument(
+        "--int8", action="store_true", help="also write a static-int8 copy (calibrated on the client's data)"
+    )
     parser.add_argument("--exporter", choices=EXPORTERS, default=defaults.exporter)
     parser.add_argument("--calibration-samples", type=int, default=defaults.calibration_samples)
 
@@ -295,7 +328,8 @@ def run(args: argparse.Namespace) -> int:
         if "int8" in meta:
             q = meta["int8"]
             change = q["accuracy_change"]
-            line += (f"; int8 {q['bytes_int8'] / 1e6:.2f} MB"
-                     + ("" if change is None else f", accuracy {100 * q['accuracy_int8']:.2f}% ({100 * change:+.2f} pt)"))
+            line += f"; int8 {q['bytes_int8'] / 1e6:.2f} MB" + (
+                "" if change is None else f", accuracy {100 * q['accuracy_int8']:.2f}% ({100 * change:+.2f} pt)"
+            )
         print(line + ")")
     return 0

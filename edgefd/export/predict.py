@@ -133,7 +133,9 @@ def read_input(path: str | Path, model: ExportedModel, raw_npy: bool = False) ->
         if tuple(array.shape) == shape:
             array = array[None]
         if tuple(array.shape[1:]) != shape:
-            raise PredictError(f"{path}: shape {tuple(array.shape)} is neither {shape} nor (N, {', '.join(map(str, shape))})")
+            raise PredictError(
+                f"{path}: shape {tuple(array.shape)} is neither {shape} nor (N, {', '.join(map(str, shape))})"
+            )
         if not np.isfinite(array).all():
             raise PredictError(f"{path}: contains NaN or infinite values")
         return normalise(array, model.meta) if raw_npy else array.astype(np.float32)
@@ -155,8 +157,16 @@ def predict_files(model: ExportedModel, paths: list[str], raw_npy: bool = False)
         probabilities = softmax(model.logits(read_input(path, model, raw_npy)).astype(np.float64))
         for index, row in enumerate(probabilities):
             best = int(row.argmax())
-            results.append({"file": str(path), "index": index, "class": best, "label": model.classes[best],
-                            "probability": float(row[best]), "probabilities": [float(p) for p in row]})
+            results.append(
+                {
+                    "file": str(path),
+                    "index": index,
+                    "class": best,
+                    "label": model.classes[best],
+                    "probability": float(row[best]),
+                    "probabilities": [float(p) for p in row],
+                }
+            )
     return results
 
 

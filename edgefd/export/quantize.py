@@ -34,16 +34,18 @@ class _Batches:
     """onnxruntime's CalibrationDataReader over an in-memory array."""
 
     def __init__(self, x: np.ndarray, batch_size: int) -> None:
-        self._batches = iter([x[i:i + batch_size] for i in range(0, len(x), batch_size)])
+        self._batches = iter([x[i : i + batch_size] for i in range(0, len(x), batch_size)])
 
     def get_next(self):
         batch = next(self._batches, None)
         return None if batch is None else {INPUT_NAME: np.ascontiguousarray(batch, dtype=np.float32)}
 
 
-def quantize_static_int8(model_path: str | Path, out_path: str | Path, calibration: np.ndarray,
-                         config: QuantizeConfig = QuantizeConfig()) -> Path:
+def quantize_static_int8(
+    model_path: str | Path, out_path: str | Path, calibration: np.ndarray, config: QuantizeConfig | None = None
+) -> Path:
     """Writes the int8 (QDQ) version of ``model_path`` to ``out_path``."""
+    config = config or QuantizeConfig()
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -52,12 +54,21 @@ def quantize_static_int8(model_path: str | Path, out_path: str | Path, calibrati
     try:
         method = CalibrationMethod[config.calibrate_method]
     except KeyError:
-        raise ValueError(f"calibrate_method: expected MinMax, Entropy or Percentile, got {config.calibrate_method!r}") from None
+        raise ValueError(
+            f"calibrate_method: expected MinMax, Entropy or Percentile, got {config.calibrate_method!r}"
+        ) from None
     out_path = Path(out_path)
     with tempfile.TemporaryDirectory() as tmp:
         prepared = Path(tmp) / "prepared.onnx"
         quant_pre_process(str(model_path), str(prepared), skip_symbolic_shape=True)
-        quantize_static(str(prepared), str(out_path), _Batches(calibration, config.batch_size),
-                        quant_format=QuantFormat.QDQ, per_channel=config.per_channel,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, calibrate_method=method)
+        quantize_static(
+            str(prepared),
+            str(out_path),
+            _Batches(calibration, config.batch_size),
+            quant_format=QuantFormat.QDQ,
+            per_channel=config.per_channel,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=method,
+        )
     return out_path

@@ -22,10 +22,12 @@ def plot_curves(runs: dict[str, list[dict[str, Any]]], path: str | os.PathLike) 
         by_round.plot(rounds, accuracy, marker=".", label=label)
         by_bytes.plot(megabytes, accuracy, marker=".", label=label)
     by_round.set(xlabel="round", ylabel="mean client accuracy (%)", title="accuracy per round")
-    by_bytes.set(xlabel="cumulative bytes up + down (MB)", ylabel="mean client accuracy (%)",
-                 title="accuracy per byte")
-    if any(line.get("bytes_up_cumulative", 0) + line.get("bytes_down_cumulative", 0) > 0
-           for lines in runs.values() for line in lines):
+    by_bytes.set(xlabel="cumulative bytes up + down (MB)", ylabel="mean client accuracy (%)", title="accuracy per byte")
+    if any(
+        line.get("bytes_up_cumulative", 0) + line.get("bytes_down_cumulative", 0) > 0
+        for lines in runs.values()
+        for line in lines
+    ):
         by_bytes.set_xscale("symlog", linthresh=0.01)
     for ax in (by_round, by_bytes):
         ax.grid(alpha=0.3)

@@ -33,9 +33,11 @@ def run(args: argparse.Namespace) -> int:
         rows.append((label, summary))
     print(f"{'run':<36} {'final %':>8} {'best %':>8} {'MB up':>10} {'MB down':>10} {'seconds':>8}")
     for label, s in rows:
-        print(f"{label:<36} {_pct(s.get('final_accuracy')):>8} {_pct(s.get('best_accuracy')):>8} "
-              f"{s.get('bytes_up_total', 0) / 1e6:>10.3f} {s.get('bytes_down_total', 0) / 1e6:>10.3f} "
-              f"{s.get('wall_seconds', float('nan')):>8.1f}")
+        print(
+            f"{label:<36} {_pct(s.get('final_accuracy')):>8} {_pct(s.get('best_accuracy')):>8} "
+            f"{s.get('bytes_up_total', 0) / 1e6:>10.3f} {s.get('bytes_down_total', 0) / 1e6:>10.3f} "
+            f"{s.get('wall_seconds', float('nan')):>8.1f}"
+        )
     plot_curves(runs, args.plot)
     print(f"plot: {args.plot}")
     return 0

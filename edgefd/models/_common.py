@@ -8,7 +8,7 @@ them with ``.to(device)``.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -41,13 +41,9 @@ def image_shape(name: str, in_channels: int, input_shape: Sequence[int]) -> tupl
     if len(shape) == 2:
         shape = (int(in_channels),) + shape
     if len(shape) != 3:
-        raise ValueError(
-            f"{name}: expected an image input_shape (C, H, W) or (H, W), got {tuple(input_shape)}"
-        )
+        raise ValueError(f"{name}: expected an image input_shape (C, H, W) or (H, W), got {tuple(input_shape)}")
     if shape[0] != in_channels:
-        raise ValueError(
-            f"{name}: input_shape {shape} has {shape[0]} channels but in_channels={in_channels}"
-        )
+        raise ValueError(f"{name}: input_shape {shape} has {shape[0]} channels but in_channels={in_channels}")
     if min(shape) < 1:
         raise ValueError(f"{name}: input_shape must be positive, got {shape}")
     return shape
@@ -75,9 +71,7 @@ def infer_output_shape(name: str, module: nn.Module, in_shape: Sequence[int]) ->
     finally:
         module.train(was_training)
     if out.numel() == 0:
-        raise ValueError(
-            f"{name} does not support input shape {tuple(in_shape)}: the feature map becomes empty"
-        )
+        raise ValueError(f"{name} does not support input shape {tuple(in_shape)}: the feature map becomes empty")
     return tuple(out.shape[1:])
 
 
@@ -249,7 +243,9 @@ class ConvClassifier(nn.Module):
     would shrink the map to nothing).
     """
 
-    def __init__(self, name: str, features: nn.Sequential, shape: Sequence[int], hidden: Sequence[int], num_classes: int):
+    def __init__(
+        self, name: str, features: nn.Sequential, shape: Sequence[int], hidden: Sequence[int], num_classes: int
+    ):
         super().__init__()
         self.features = features
         feat_shape = infer_output_shape(name, features, shape)

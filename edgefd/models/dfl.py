@@ -25,7 +25,7 @@ channels; 8x8 is too small for two unpadded 5x5 convs and raises ``ValueError``)
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -14,11 +14,19 @@ The models are ``SplitModel``s: ``extract`` is the stem (conv3x3 -> BN -> ReLU, 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch import nn
 
-from ._common import BasicBlock, GlobalAvgPoolFlatten, SplitModel, conv3x3, image_shape, init_kaiming_fan_out, make_stage
+from ._common import (
+    BasicBlock,
+    GlobalAvgPoolFlatten,
+    SplitModel,
+    conv3x3,
+    image_shape,
+    init_kaiming_fan_out,
+    make_stage,
+)
 
 __all__ = ["CifarResNet", "build_resnet8", "build_resnet16", "build_resnet20"]
 
@@ -27,7 +35,9 @@ class CifarResNet(SplitModel):
     """CIFAR ResNet with BasicBlocks ``blocks`` per stage (6n+2 layers). Input any (C, H, W) with
     H, W >= 1; stages are H -> H/2 -> H/4 (ceil), e.g. 32 -> 16 -> 8, 28 -> 14 -> 7, 8 -> 4 -> 2."""
 
-    def __init__(self, shape: tuple[int, int, int], num_classes: int, blocks: Sequence[int], widths: Sequence[int] = (16, 32, 64)):
+    def __init__(
+        self, shape: tuple[int, int, int], num_classes: int, blocks: Sequence[int], widths: Sequence[int] = (16, 32, 64)
+    ):
         w1, w2, w3 = (int(w) for w in widths)
         stem = nn.Sequential(conv3x3(shape[0], w1), nn.BatchNorm2d(w1), nn.ReLU(inplace=True))
         layer1, c = make_stage(BasicBlock, w1, w1, blocks[0], 1)

@@ -27,7 +27,7 @@ Pinned counts (fedd2s.md §6.3, §2.2, §2.4, §11):
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -44,7 +44,14 @@ BLOCK_NAMES = ("C1", "C2", "C3", "F1", "F2", "F3")
 class LayeredCNN(nn.Module):
     """Conv blocks + dense blocks in one ``nn.ModuleList`` so the model can be split at any layer."""
 
-    def __init__(self, shape: tuple[int, int, int], num_classes: int, conv_channels: Sequence[int], fc_units: Sequence[int], name: str = "fedd2s"):
+    def __init__(
+        self,
+        shape: tuple[int, int, int],
+        num_classes: int,
+        conv_channels: Sequence[int],
+        fc_units: Sequence[int],
+        name: str = "fedd2s",
+    ):
         super().__init__()
         blocks: list[nn.Module] = []
         c = shape[0]
@@ -146,11 +153,11 @@ class LayeredCNN(nn.Module):
         self._check(0, l)
         return nn.Sequential(*list(self.layers[:l]))
 
-    def head_state_dict(self, l: int) -> "OrderedDict[str, torch.Tensor]":
+    def head_state_dict(self, l: int) -> OrderedDict[str, torch.Tensor]:
         """Entries of ``state_dict()`` that belong to blocks l+1..L (keys as in the full model,
         ``layers.<i>.…`` with 0-based i >= l). Loadable with ``load_state_dict(sd, strict=False)``."""
         self._check(l, self.num_layers)
-        out: "OrderedDict[str, torch.Tensor]" = OrderedDict()
+        out: OrderedDict[str, torch.Tensor] = OrderedDict()
         for key, value in self.state_dict().items():
             idx = int(key.split(".")[1])
             if idx >= l:

@@ -35,7 +35,7 @@ server Linear(13 -> 64) -> ReLU -> Linear(64 -> 64) -> ReLU -> Linear(64 -> C).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch import nn
 
@@ -68,7 +68,9 @@ TMD_FEATURE_DIM = 13
 
 
 def _extractor(in_channels: int) -> nn.Sequential:
-    return nn.Sequential(conv3x3(in_channels, FEATURE_CHANNELS), nn.BatchNorm2d(FEATURE_CHANNELS), nn.ReLU(inplace=True))
+    return nn.Sequential(
+        conv3x3(in_channels, FEATURE_CHANNELS), nn.BatchNorm2d(FEATURE_CHANNELS), nn.ReLU(inplace=True)
+    )
 
 
 def _predictor(variant: int, num_classes: int) -> nn.Sequential:
@@ -95,7 +97,9 @@ def _predictor(variant: int, num_classes: int) -> nn.Sequential:
 def build_fedict_client(variant: int):
     def builder(*, in_channels: int, num_classes: int, input_shape: Sequence[int]) -> SplitModel:
         shape = image_shape(f"fedict_c{variant}", in_channels, input_shape)
-        model = SplitModel(_extractor(shape[0]), _predictor(variant, num_classes), (FEATURE_CHANNELS, shape[1], shape[2]))
+        model = SplitModel(
+            _extractor(shape[0]), _predictor(variant, num_classes), (FEATURE_CHANNELS, shape[1], shape[2])
+        )
         return init_kaiming_fan_out(model)
 
     builder.__name__ = f"build_fedict_c{variant}"
@@ -125,7 +129,9 @@ class FedICTServer(nn.Module):
         return self.fc(self.pool(self.layer3(self.layer2(self.layer1(features)))))
 
 
-def _server_feature_shape(name: str, in_channels: int, input_shape: Sequence[int], feature_channels: int) -> tuple[int, int, int]:
+def _server_feature_shape(
+    name: str, in_channels: int, input_shape: Sequence[int], feature_channels: int
+) -> tuple[int, int, int]:
     """The server is built from the *image* shape (C, H, W) or directly from the feature shape
     (16, H, W); either way it consumes 16 x H x W features."""
     shape = tuple(int(s) for s in input_shape)
@@ -136,15 +142,23 @@ def _server_feature_shape(name: str, in_channels: int, input_shape: Sequence[int
     return (int(feature_channels), shape[1], shape[2])
 
 
-def build_fedict_server(*, in_channels: int, num_classes: int, input_shape: Sequence[int], feature_channels: int = FEATURE_CHANNELS) -> FedICTServer:
+def build_fedict_server(
+    *, in_channels: int, num_classes: int, input_shape: Sequence[int], feature_channels: int = FEATURE_CHANNELS
+) -> FedICTServer:
     """A^S_1: ``resnet56_server``. Input: client features (N, 16, H, W); ``input_shape`` is the
     image (or feature) shape, only H and W are used."""
-    return FedICTServer(_server_feature_shape("fedict_server", in_channels, input_shape, feature_channels), num_classes, (6, 6, 6))
+    return FedICTServer(
+        _server_feature_shape("fedict_server", in_channels, input_shape, feature_channels), num_classes, (6, 6, 6)
+    )
 
 
-def build_fedict_server_small(*, in_channels: int, num_classes: int, input_shape: Sequence[int], feature_channels: int = FEATURE_CHANNELS) -> FedICTServer:
+def build_fedict_server_small(
+    *, in_channels: int, num_classes: int, input_shape: Sequence[int], feature_channels: int = FEATURE_CHANNELS
+) -> FedICTServer:
     """Scaled server of the small recipe (fedict.md §11.2): Bottleneck [1,1,1], 127,178 params (C=10)."""
-    return FedICTServer(_server_feature_shape("fedict_server_small", in_channels, input_shape, feature_channels), num_classes, (1, 1, 1))
+    return FedICTServer(
+        _server_feature_shape("fedict_server_small", in_channels, input_shape, feature_channels), num_classes, (1, 1, 1)
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -159,7 +173,9 @@ def build_fedict_fc(variant: int):
     def builder(*, in_channels: int, num_classes: int, input_shape: Sequence[int]) -> SplitModel:
         d = flat_dim(input_shape)
         extractor = nn.Sequential(nn.Flatten(), nn.Linear(d, TMD_FEATURE_DIM), nn.ReLU(inplace=True))
-        predictor = nn.Sequential(nn.Linear(TMD_FEATURE_DIM, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_classes))
+        predictor = nn.Sequential(
+            nn.Linear(TMD_FEATURE_DIM, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_classes)
+        )
         return SplitModel(extractor, predictor, (TMD_FEATURE_DIM,))
 
     builder.__name__ = f"build_fedict_fc{variant}"

@@ -40,7 +40,7 @@ result on 32x32 inputs, and it lets the models run on 28x28 and 8x8).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -270,7 +270,9 @@ class GeneratorA(nn.Module):
         self.l1 = nn.Linear(self.nz, 2 * ngf * self.init_hw[0] * self.init_hw[1])
         self.bn0 = nn.BatchNorm2d(2 * ngf)
         self.up1 = nn.Upsample(scale_factor=2, mode="nearest")
-        self.block1 = nn.Sequential(nn.Conv2d(2 * ngf, 2 * ngf, 3, padding=1), nn.BatchNorm2d(2 * ngf), nn.LeakyReLU(0.2))
+        self.block1 = nn.Sequential(
+            nn.Conv2d(2 * ngf, 2 * ngf, 3, padding=1), nn.BatchNorm2d(2 * ngf), nn.LeakyReLU(0.2)
+        )
         self.up2 = nn.Upsample(scale_factor=2, mode="nearest")
         self.block2 = nn.Sequential(
             nn.Conv2d(2 * ngf, ngf, 3, padding=1),
@@ -359,7 +361,9 @@ def build_zkt_s2_fc(*, in_channels: int, num_classes: int, input_shape: Sequence
 
 def build_zkt_s3_lenet5(*, in_channels: int, num_classes: int, input_shape: Sequence[int]) -> ConvClassifier:
     shape = _image("zkt_s3_lenet5", in_channels, input_shape)
-    return init_xavier(ConvClassifier("zkt_s3_lenet5", lenet5_features(shape[0], first_padding=2), shape, (120, 84), num_classes))
+    return init_xavier(
+        ConvClassifier("zkt_s3_lenet5", lenet5_features(shape[0], first_padding=2), shape, (120, 84), num_classes)
+    )
 
 
 def build_zkt_s4_lenet3(*, in_channels: int, num_classes: int, input_shape: Sequence[int]) -> ConvClassifier:
@@ -386,7 +390,9 @@ def build_resnet18(*, in_channels: int, num_classes: int, input_shape: Sequence[
     return init_xavier(ResNet18(shape[0], num_classes))
 
 
-def build_zkt_generator(*, in_channels: int, num_classes: int, input_shape: Sequence[int], nz: int | None = None, ngf: int = 64) -> GeneratorA:
+def build_zkt_generator(
+    *, in_channels: int, num_classes: int, input_shape: Sequence[int], nz: int | None = None, ngf: int = 64
+) -> GeneratorA:
     """``num_classes`` is unused (the generator is unconditional)."""
     shape = _image("zkt_generator", in_channels, input_shape)
     if nz is None:
@@ -394,7 +400,9 @@ def build_zkt_generator(*, in_channels: int, num_classes: int, input_shape: Sequ
     return init_xavier(GeneratorA(shape, nz=nz, ngf=ngf))
 
 
-def build_zkt_generator_mlp(*, in_channels: int, num_classes: int, input_shape: Sequence[int], nz: int = 32) -> GeneratorMLP:
+def build_zkt_generator_mlp(
+    *, in_channels: int, num_classes: int, input_shape: Sequence[int], nz: int = 32
+) -> GeneratorMLP:
     shape = _image("zkt_generator_mlp", in_channels, input_shape)
     return init_xavier(GeneratorMLP(shape, nz=nz))
 

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -95,7 +95,9 @@ def build_mlp(*, in_channels: int, num_classes: int, input_shape: Sequence[int],
     return MLP(flat_dim(shape), num_classes, hidden)
 
 
-def build_cnn2(*, in_channels: int, num_classes: int, input_shape: Sequence[int], channels: Sequence[int] = (16, 32)) -> SmallCNN:
+def build_cnn2(
+    *, in_channels: int, num_classes: int, input_shape: Sequence[int], channels: Sequence[int] = (16, 32)
+) -> SmallCNN:
     return SmallCNN(image_shape("cnn2", in_channels, input_shape), num_classes, channels)
 
 

@@ -34,10 +34,12 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
-from .codec import DEFAULT_MAX_BYTES, MAGIC as PAYLOAD_MAGIC, _as_bytes_view, _check_magic
+from .codec import DEFAULT_MAX_BYTES, _as_bytes_view, _check_magic
+from .codec import MAGIC as PAYLOAD_MAGIC
 from .errors import (
     ChecksumError,
     InconsistentChunkError,
@@ -120,9 +122,7 @@ def chunked_size(nbytes: int, chunk_size: int) -> int:
     return nbytes + CHUNK_HEADER_SIZE * chunk_count(nbytes, chunk_size)
 
 
-def split(
-    data: bytes | bytearray | memoryview, chunk_size: int, message_id: bytes | int | None = None
-) -> list[bytes]:
+def split(data: bytes | bytearray | memoryview, chunk_size: int, message_id: bytes | int | None = None) -> list[bytes]:
     """Cut ``data`` into frames of at most ``chunk_size`` bytes each, *header included* (so
     ``chunk_size`` can be a broker's message limit). ``message_id``: 16 bytes, an int < 2**128, or
     None for a random one. Always returns at least one frame."""
@@ -136,9 +136,7 @@ def split(
     frames = []
     for i in range(count):
         piece = mv[i * per : (i + 1) * per]
-        prefix = CHUNK_HEADER.pack(
-            CHUNK_MAGIC, CHUNK_VERSION, 0, mid, i, count, total, len(piece), 0
-        )[:_CRC_OFFSET]
+        prefix = CHUNK_HEADER.pack(CHUNK_MAGIC, CHUNK_VERSION, 0, mid, i, count, total, len(piece), 0)[:_CRC_OFFSET]
         crc = zlib.crc32(piece, zlib.crc32(prefix))
         frames.append(b"".join([prefix, struct.pack("<I", crc), piece]))
     return frames
@@ -147,22 +145,14 @@ def split(
 def parse_chunk(frame: bytes | bytearray | memoryview, *, max_message_bytes: int | None = None) -> Chunk:
     """Check one frame on its own (magic, version, lengths, CRC, index/count/total consistency)."""
     mv = _as_bytes_view(frame)
-    _check_magic(
-        mv, CHUNK_MAGIC, "chunk", {PAYLOAD_MAGIC: "this is an unchunked payload: pass it to decode()"}
-    )
+    _check_magic(mv, CHUNK_MAGIC, "chunk", {PAYLOAD_MAGIC: "this is an unchunked payload: pass it to decode()"})
     if len(mv) < CHUNK_HEADER_SIZE:
-        raise TruncatedError(
-            f"chunk header: expected {CHUNK_HEADER_SIZE} bytes, got {len(mv)}", field="header"
-        )
+        raise TruncatedError(f"chunk header: expected {CHUNK_HEADER_SIZE} bytes, got {len(mv)}", field="header")
     _, version, flags, mid, index, count, total, clen, crc = CHUNK_HEADER.unpack_from(mv, 0)
     if version != CHUNK_VERSION:
-        raise VersionError(
-            f"chunk version: this decoder supports {CHUNK_VERSION}, got {version}", field="version"
-        )
+        raise VersionError(f"chunk version: this decoder supports {CHUNK_VERSION}, got {version}", field="version")
     if flags != 0:
-        raise VersionError(
-            f"chunk flags: version {CHUNK_VERSION} defines no flags, got 0x{flags:04x}", field="flags"
-        )
+        raise VersionError(f"chunk flags: version {CHUNK_VERSION} defines no flags, got 0x{flags:04x}", field="flags")
     have = len(mv) - CHUNK_HEADER_SIZE
     if have < clen:
         raise TruncatedError(f"chunk_len: header says {clen} data bytes, got {have}", field="chunk_len")
@@ -250,9 +240,7 @@ class Reassembler:
         if max_messages < 1 or max_total_bytes < 0 or remember < 0 or timeout <= 0:
             raise ValueError("max_messages >= 1, max_total_bytes >= 0, remember >= 0, timeout > 0")
         if not 0 <= max_message_bytes <= max_total_bytes:
-            raise ValueError(
-                f"max_message_bytes ({max_message_bytes}) must be <= max_total_bytes ({max_total_bytes})"
-            )
+            raise ValueError(f"max_message_bytes ({max_message_bytes}) must be <= max_total_bytes ({max_total_bytes})")
         self.max_messages = max_messages
         self.max_total_bytes = max_total_bytes
         self.max_message_bytes = max_message_bytes

@@ -333,8 +333,16 @@ def encode(payload: Payload) -> bytes:
         parts.extend(_wire_data(nb.decode("utf-8"), arr, dt, enc))
     body_len = sum(memoryview(p).nbytes for p in parts)
     prefix = HEADER.pack(
-        MAGIC, VERSION, 0, payload.round, len(kind_b), len(sender_b),
-        len(payload.scalars), len(payload.arrays), body_len, 0,
+        MAGIC,
+        VERSION,
+        0,
+        payload.round,
+        len(kind_b),
+        len(sender_b),
+        len(payload.scalars),
+        len(payload.arrays),
+        body_len,
+        0,
     )[:_CRC_OFFSET]
     crc = zlib.crc32(prefix)
     for p in parts:
@@ -371,18 +379,12 @@ def read_header(data: bytes | bytearray | memoryview) -> Header:
     mv = _as_bytes_view(data)
     _check_magic(mv, MAGIC, "payload", {b"EFC1": "this is a chunk frame: feed it to a Reassembler"})
     if len(mv) < HEADER_SIZE:
-        raise TruncatedError(
-            f"header: expected {HEADER_SIZE} bytes, got {len(mv)}", field="header"
-        )
+        raise TruncatedError(f"header: expected {HEADER_SIZE} bytes, got {len(mv)}", field="header")
     h = Header(*HEADER.unpack_from(mv, 0))
     if h.version != VERSION:
-        raise VersionError(
-            f"version: this decoder supports {VERSION}, got {h.version}", field="version"
-        )
+        raise VersionError(f"version: this decoder supports {VERSION}, got {h.version}", field="version")
     if h.flags != 0:
-        raise VersionError(
-            f"flags: version {VERSION} defines no flags, got 0x{h.flags:04x}", field="flags"
-        )
+        raise VersionError(f"flags: version {VERSION} defines no flags, got 0x{h.flags:04x}", field="flags")
     return h
 
 
@@ -443,9 +445,7 @@ def decode(
             field="body_len",
         )
     if n < total:
-        raise TruncatedError(
-            f"body_len: header says {total} bytes in all, got {n}", field="body_len"
-        )
+        raise TruncatedError(f"body_len: header says {total} bytes in all, got {n}", field="body_len")
     if n > total:
         raise MalformedError(
             f"body_len: header says {total} bytes in all, got {n} ({n - total} trailing bytes)",
@@ -453,17 +453,13 @@ def decode(
         )
     crc = zlib.crc32(mv[HEADER_SIZE:], zlib.crc32(mv[:_CRC_OFFSET]))
     if crc != h.crc32:
-        raise ChecksumError(
-            f"crc32: header says 0x{h.crc32:08x}, computed 0x{crc:08x}", field="crc32"
-        )
+        raise ChecksumError(f"crc32: header says 0x{h.crc32:08x}, computed 0x{crc:08x}", field="crc32")
 
     # ---- header fields whose range the CRC cannot vouch for
     if not 1 <= h.kind_len <= MAX_KIND_LEN:
         raise MalformedError(f"kind_len: expected 1..{MAX_KIND_LEN}, got {h.kind_len}", field="kind_len")
     if not 1 <= h.sender_len <= MAX_SENDER_LEN:
-        raise MalformedError(
-            f"sender_len: expected 1..{MAX_SENDER_LEN}, got {h.sender_len}", field="sender_len"
-        )
+        raise MalformedError(f"sender_len: expected 1..{MAX_SENDER_LEN}, got {h.sender_len}", field="sender_len")
     if h.round < -1:
         raise MalformedError(f"round: expected >= -1, got {h.round}", field="round")
     if h.n_arrays > MAX_ARRAYS:
@@ -484,9 +480,7 @@ def decode(
     for i in range(h.n_scalars):
         name_len, typ = cur.unpack(_SCALAR_ENTRY, f"scalar[{i}]")
         if not 1 <= name_len <= MAX_NAME_LEN:
-            raise MalformedError(
-                f"scalar[{i}].name_len: expected 1..{MAX_NAME_LEN}, got {name_len}", field="scalars"
-            )
+            raise MalformedError(f"scalar[{i}].name_len: expected 1..{MAX_NAME_LEN}, got {name_len}", field="scalars")
         name = _text(cur.take(name_len, f"scalar[{i}].name"), f"scalar[{i}].name", MAX_NAME_LEN)
         if name in scalars:
             raise MalformedError(f"scalar[{i}].name: duplicate name {name!r}", field="scalars")
@@ -517,9 +511,7 @@ def decode(
     for i in range(h.n_arrays):
         name_len, dcode, enc, rank, off, dlen = cur.unpack(ARRAY_ENTRY, f"array[{i}]")
         if not 1 <= name_len <= MAX_NAME_LEN:
-            raise MalformedError(
-                f"array[{i}].name_len: expected 1..{MAX_NAME_LEN}, got {name_len}", field="arrays"
-            )
+            raise MalformedError(f"array[{i}].name_len: expected 1..{MAX_NAME_LEN}, got {name_len}", field="arrays")
         name = _text(cur.take(name_len, f"array[{i}].name"), f"array[{i}].name", MAX_NAME_LEN)
         if name in names:
             raise MalformedError(f"array[{i}].name: duplicate name {name!r}", field="arrays")
@@ -543,14 +535,11 @@ def decode(
         want = _data_len(dt, enc, shape)
         if dlen != want:
             raise MalformedError(
-                f"{what}: data_len expected {want} for shape {shape} {dt} "
-                f"encoding {enc}, got {dlen}",
+                f"{what}: data_len expected {want} for shape {shape} {dt} encoding {enc}, got {dlen}",
                 field=name,
             )
         if off != expected_offset:
-            raise MalformedError(
-                f"{what}: data_offset expected {expected_offset}, got {off}", field=name
-            )
+            raise MalformedError(f"{what}: data_offset expected {expected_offset}, got {off}", field=name)
         expected_offset += dlen
         table.append((name, dt, enc, shape, dlen))
 
@@ -580,17 +569,13 @@ def decode(
         raise MalformedError(str(e), field=e.field) from None
 
 
-def _decode_array(
-    mv: memoryview, pos: int, name: str, dt: np.dtype, enc: int, shape: tuple[int, ...]
-) -> np.ndarray:
+def _decode_array(mv: memoryview, pos: int, name: str, dt: np.dtype, enc: int, shape: tuple[int, ...]) -> np.ndarray:
     n = math.prod(shape)
     if enc == ENC_RAW:
         if dt == np.dtype(np.bool_):
             raw = np.frombuffer(mv, dtype=np.uint8, count=n, offset=pos)
             if n and raw.max() > 1:
-                raise MalformedError(
-                    f"array {name!r}: bool bytes must be 0 or 1, found {int(raw.max())}", field=name
-                )
+                raise MalformedError(f"array {name!r}: bool bytes must be 0 or 1, found {int(raw.max())}", field=name)
             return raw.astype(np.bool_).reshape(shape)
         raw = np.frombuffer(mv, dtype=dt.newbyteorder("<"), count=n, offset=pos)
         return raw.astype(dt, copy=True).reshape(shape)
@@ -604,8 +589,7 @@ def _decode_array(
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         raise MalformedError(
-            f"array {name!r}: int8 scale of row {r} must be >= 0 and finite (or NaN), "
-            f"got {float(scales[r])}",
+            f"array {name!r}: int8 scale of row {r} must be >= 0 and finite (or NaN), got {float(scales[r])}",
             field=name,
         )
     q = np.frombuffer(mv, dtype=np.int8, count=n, offset=pos + 4 * rows).reshape(rows, cols)
@@ -628,6 +612,4 @@ def _check_finite(kind: str, arrays: dict[str, np.ndarray], scalars: dict[str, o
                 )
     for name, value in scalars.items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise NonFiniteError(
-                f"scalar {name!r}: {value}; kind {kind!r} forbids NaN/Inf", field=name
-            )
+            raise NonFiniteError(f"scalar {name!r}: {value}; kind {kind!r} forbids NaN/Inf", field=name)

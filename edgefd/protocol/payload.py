@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Union
+from typing import Union
 
 import numpy as np
 
@@ -38,7 +39,7 @@ __all__ = [
     "ROUND_MAX",
 ]
 
-Scalar = Union[bool, int, float, str]
+Scalar = Union[bool, int, float, str]  # noqa: UP007 (a runtime alias, used in isinstance)
 
 #: kind: 1..32 ASCII characters, lowercase letter first, then ``[a-z0-9_.-]``.
 MAX_KIND_LEN = 32
@@ -158,9 +159,7 @@ def _normalise_scalar(name: str, value: object) -> Scalar:
                 field=name,
             )
         return value
-    raise PayloadError(
-        f"scalar {name!r}: type must be bool, int, float or str, got {type(value).__name__}", field=name
-    )
+    raise PayloadError(f"scalar {name!r}: type must be bool, int, float or str, got {type(value).__name__}", field=name)
 
 
 @dataclass(eq=False)
@@ -217,9 +216,7 @@ class Payload:
             if isinstance(arr, np.generic):
                 arr = self.arrays[name] = np.asarray(arr)
             if not isinstance(arr, np.ndarray):
-                raise PayloadError(
-                    f"array {name!r}: must be numpy.ndarray, got {type(arr).__name__}", field=name
-                )
+                raise PayloadError(f"array {name!r}: must be numpy.ndarray, got {type(arr).__name__}", field=name)
             if np.dtype(arr.dtype.type) not in DTYPE_CODES or arr.dtype.fields is not None:
                 allowed = ", ".join(str(d) for d in DTYPE_CODES)
                 raise PayloadError(f"array {name!r}: dtype {arr.dtype} not supported ({allowed})", field=name)
@@ -237,9 +234,7 @@ class Payload:
             if name not in self.arrays:
                 raise PayloadError(f"precision given for unknown array {name!r}", field="precision")
             if prec not in PRECISIONS:
-                raise PayloadError(
-                    f"array {name!r}: precision must be one of {PRECISIONS}, got {prec!r}", field=name
-                )
+                raise PayloadError(f"array {name!r}: precision must be one of {PRECISIONS}, got {prec!r}", field=name)
             if np.dtype(self.arrays[name].dtype.type) not in FLOAT_DTYPES:
                 raise PayloadError(
                     f"array {name!r}: precision {prec!r} applies to float arrays only, "
@@ -248,7 +243,7 @@ class Payload:
                 )
 
     # ------------------------------------------------------------------ helpers
-    def with_precision(self, precision: str | None, names: Iterable[str] | None = None) -> "Payload":
+    def with_precision(self, precision: str | None, names: Iterable[str] | None = None) -> Payload:
         """A copy whose float arrays (all, or those in ``names``) travel at ``precision``
         ("fp32", "fp16", "int8", or None for lossless). Non-float arrays are left alone."""
         new = dict(self.precision)
@@ -278,7 +273,7 @@ class Payload:
 
         return encoded_size(self)
 
-    def same_as(self, other: "Payload", *, rtol: float = 0.0, atol: float = 0.0) -> bool:
+    def same_as(self, other: Payload, *, rtol: float = 0.0, atol: float = 0.0) -> bool:
         """Field-by-field comparison (arrays: same names, dtypes, shapes; values within tolerance,
         NaNs equal). ``precision`` is not compared."""
         if not isinstance(other, Payload):
@@ -305,4 +300,3 @@ class Payload:
             elif not np.array_equal(a, b):
                 return False
         return True
-

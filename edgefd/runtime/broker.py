@@ -37,7 +37,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def mosquitto_path() -> str | None:
     return shutil.which("mosquitto") or next(
-        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.access(p, os.X_OK)), None)
+        (p for p in ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto") if os.access(p, os.X_OK)), None
+    )
 
 
 def mosquitto_config(port: int, host: str = "127.0.0.1", extra: str = "") -> str:
@@ -82,7 +83,7 @@ class RunningBroker:
         self.process = _spawn(self.command, self.workdir)
         _wait_listening(self.host, self.port, self.process, self.workdir)
 
-    def __enter__(self) -> "RunningBroker":
+    def __enter__(self) -> RunningBroker:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -109,8 +110,15 @@ def _wait_listening(host: str, port: int, process: subprocess.Popen, workdir: Pa
     raise RuntimeError(f"the broker did not listen on {host}:{port} within {timeout:.0f} s")
 
 
-def start_broker(port: int | None = None, *, kind: str = "auto", host: str = "127.0.0.1", extra_config: str = "",
-                 workdir: str | os.PathLike | None = None, tls: bool = False) -> RunningBroker:
+def start_broker(
+    port: int | None = None,
+    *,
+    kind: str = "auto",
+    host: str = "127.0.0.1",
+    extra_config: str = "",
+    workdir: str | os.PathLike | None = None,
+    tls: bool = False,
+) -> RunningBroker:
     """Start a broker and wait until it accepts connections. `tls` only says which URL to give
     (the TLS listener itself comes from `extra_config`)."""
     if kind not in KINDS:
@@ -142,10 +150,12 @@ def _serve_amqtt(host: str, port: int) -> None:
     from amqtt.broker import Broker
 
     async def main() -> None:
-        broker = Broker({
-            "listeners": {"default": {"type": "tcp", "bind": f"{host}:{port}"}},
-            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
-        })
+        broker = Broker(
+            {
+                "listeners": {"default": {"type": "tcp", "bind": f"{host}:{port}"}},
+                "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+            }
+        )
         await broker.start()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -31,7 +31,8 @@ import torch
 
 from edgefd.algorithms.base import ClientData, ClientRole
 from edgefd.protocol import Payload
-from edgefd.runtime import checkpoint, deploy_protocol as wire
+from edgefd.runtime import checkpoint
+from edgefd.runtime import deploy_protocol as wire
 from edgefd.runtime.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -92,8 +93,10 @@ def load_device_data(folder: str | Path) -> tuple[ClientData, DeviceDataset]:
     train_x, test_x = (torch.from_numpy(np.asarray(values[k], np.float32)) for k in ("train_x", "test_x"))
     train_y, test_y = (torch.from_numpy(np.asarray(values[k], np.int64)) for k in ("train_y", "test_y"))
     if train_x.shape[1:] != test_x.shape[1:] or len(train_x) != len(train_y) or len(test_x) != len(test_y):
-        raise ValueError(f"{path}: train/test shapes disagree ({tuple(train_x.shape)}, {tuple(train_y.shape)}, "
-                         f"{tuple(test_x.shape)}, {tuple(test_y.shape)})")
+        raise ValueError(
+            f"{path}: train/test shapes disagree ({tuple(train_x.shape)}, {tuple(train_y.shape)}, "
+            f"{tuple(test_x.shape)}, {tuple(test_y.shape)})"
+        )
     for name, y in (("train_y", train_y), ("test_y", test_y)):
         if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
             raise ValueError(f"{path}: {name} has labels outside [0, {num_classes})")
@@ -110,9 +113,14 @@ class ClientRuntime:
         self.cid = settings.client_id
         self.topics = Topics(settings.run)
         will = encode_frames(wire.status_payload(self.cid, wire.OFFLINE), settings.chunk_size)[0]
-        self.endpoint = MqttEndpoint(settings.broker, self.topics, f"edgefd-{settings.run}-{self.cid}",
-                                     chunk_size=settings.chunk_size, max_message_bytes=settings.max_message_bytes,
-                                     will=(self.topics.status(self.cid), will))
+        self.endpoint = MqttEndpoint(
+            settings.broker,
+            self.topics,
+            f"edgefd-{settings.run}-{self.cid}",
+            chunk_size=settings.chunk_size,
+            max_message_bytes=settings.max_message_bytes,
+            will=(self.topics.status(self.cid), will),
+        )
         self.endpoint.subscribe(f"{self.topics.root}/down/{self.cid}/+")
         self.endpoint.on_connect_hooks.append(self._announce)
         self.config: SimulationConfig | None = None
@@ -176,13 +184,18 @@ class ClientRuntime:
         elif msg.verb == "train":
             log.info("%s: train %d requested", self.cid, round)
             if ("train", round) not in self.replies and round <= self.last_round:
-                log.warning("%s: train request for round %d, already past round %d; ignored", self.cid, round,
-                            self.last_round)
+                log.warning(
+                    "%s: train request for round %d, already past round %d; ignored", self.cid, round, self.last_round
+                )
                 return
             self._answer("train", round, lambda: self.role.train_round(round, wire.unwrap(msg.payload)), round)
         elif msg.verb == "eval":
-            self._answer("eval", round, lambda: wire.metrics_payload(
-                self.cid, round, self.role.evaluate(wire.unwrap(msg.payload))), round)
+            self._answer(
+                "eval",
+                round,
+                lambda: wire.metrics_payload(self.cid, round, self.role.evaluate(wire.unwrap(msg.payload))),
+                round,
+            )
 
     def _answer(self, verb: str, key_round: int, compute, round: int) -> None:
         """Send the cached answer to a repeated request, or compute, checkpoint and send a new one."""
@@ -190,7 +203,9 @@ class ClientRuntime:
         payload = self.replies.get(key)
         if payload is None:
             payload = compute()
-            payload = wire.or_empty(payload, self.cid, round) if verb == "hello" else wire.stamped(payload, self.cid, round)
+            payload = (
+                wire.or_empty(payload, self.cid, round) if verb == "hello" else wire.stamped(payload, self.cid, round)
+            )
             if verb == "train":
                 self.replies = {k: v for k, v in self.replies.items() if k[0] == "hello"}
                 self.last_round = round
@@ -210,8 +225,10 @@ class ClientRuntime:
                 log.warning("%s: the server sent another config; keeping the one this run started with", self.cid)
             return
         if self.cid not in _client_ids(config):
-            raise ValueError(f"client id {self.cid!r} is not in run {self.settings.run!r} "
-                             f"({', '.join(_client_ids(config)[:3])}, ...)")
+            raise ValueError(
+                f"client id {self.cid!r} is not in run {self.settings.run!r} "
+                f"({', '.join(_client_ids(config)[:3])}, ...)"
+            )
         dataset = data = None
         if self.settings.data_dir is not None:
             data, dataset = load_device_data(self.settings.data_dir)
@@ -223,8 +240,15 @@ class ClientRuntime:
         self._restore()
         self._say(wire.ONLINE)
         source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"
-        log.info("%s: %s, model %s, %d training samples (%s), from round %d", self.cid, config.algo,
-                 pieces.model_names[index], len(role.data.train_y), source, self.last_round + 1)
+        log.info(
+            "%s: %s, model %s, %d training samples (%s), from round %d",
+            self.cid,
+            config.algo,
+            pieces.model_names[index],
+            len(role.data.train_y),
+            source,
+            self.last_round + 1,
+        )
 
     # ------------------------------------------------------------------ status and checkpoints
     def _announce(self) -> None:
@@ -234,14 +258,19 @@ class ClientRuntime:
             self._say(wire.ONLINE)
 
     def _say(self, state: str) -> None:
-        self.endpoint.publish(self.topics.status(self.cid), wire.status_payload(self.cid, state, self.last_round),
-                              retain=True)
+        self.endpoint.publish(
+            self.topics.status(self.cid), wire.status_payload(self.cid, state, self.last_round), retain=True
+        )
 
     def _save(self) -> None:
         if self.checkpoint_path is None:
             return
-        state = {"config": asdict(self.config), "role": self.role, "last_round": self.last_round,
-                 "replies": self.replies}
+        state = {
+            "config": asdict(self.config),
+            "role": self.role,
+            "last_round": self.last_round,
+            "replies": self.replies,
+        }
         checkpoint.save(self.checkpoint_path, state, {"data": self.role.context.data})
 
     def _restore(self) -> None:
@@ -262,4 +291,3 @@ def _client_ids(config: SimulationConfig) -> list[str]:
     from edgefd.simulate import client_ids_of
 
     return client_ids_of(config.clients)
-

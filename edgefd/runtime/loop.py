@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -74,12 +74,20 @@ class RoundRecord:
 class Federation:
     """Runs one method's roles over a transport."""
 
-    def __init__(self, server: ServerRole, clients: dict[str, ClientRole], transport: InProcessTransport,
-                 config: LoopConfig, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        server: ServerRole,
+        clients: dict[str, ClientRole],
+        transport: InProcessTransport,
+        config: LoopConfig,
+        rng: np.random.Generator,
+    ) -> None:
         config.validate()
         if server.step_exchange and config.straggler_rate > 0:
-            raise ValueError("straggler_rate: this method answers every training step, so a round has no "
-                             "deadline to miss; use straggler_rate 0 (or the method's round-batched exchange)")
+            raise ValueError(
+                "straggler_rate: this method answers every training step, so a round has no "
+                "deadline to miss; use straggler_rate 0 (or the method's round-batched exchange)"
+            )
         self.server = server
         self.clients = clients
         self.transport = transport
@@ -122,8 +130,17 @@ class Federation:
                     uplinks[cid] = sent
         server_metrics = self.server.aggregate(round, uplinks)
 
-        record = RoundRecord(round, None, None, ledger.total(UP, round), ledger.total(DOWN, round), 0.0,
-                             selected, late, server=server_metrics)
+        record = RoundRecord(
+            round,
+            None,
+            None,
+            ledger.total(UP, round),
+            ledger.total(DOWN, round),
+            0.0,
+            selected,
+            late,
+            server=server_metrics,
+        )
         if round % self.config.eval_every == 0 or round == self.config.rounds:
             self.evaluate(record)
         record.seconds = time.perf_counter() - start

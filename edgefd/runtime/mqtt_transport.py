@@ -147,11 +147,16 @@ class WireStats:
 
     def snapshot(self) -> dict:
         return {
-            "sent_bytes": dict(self.sent_bytes), "sent_frames": dict(self.sent_frames),
-            "sent_messages": dict(self.sent_messages), "received_bytes": dict(self.received_bytes),
-            "received_frames": dict(self.received_frames), "received_messages": dict(self.received_messages),
-            "rejected": dict(self.rejected), "rejected_bytes": self.rejected_bytes,
-            "duplicates": self.duplicates, "connects": self.connects,
+            "sent_bytes": dict(self.sent_bytes),
+            "sent_frames": dict(self.sent_frames),
+            "sent_messages": dict(self.sent_messages),
+            "received_bytes": dict(self.received_bytes),
+            "received_frames": dict(self.received_frames),
+            "received_messages": dict(self.received_messages),
+            "rejected": dict(self.rejected),
+            "rejected_bytes": self.rejected_bytes,
+            "duplicates": self.duplicates,
+            "connects": self.connects,
         }
 
 
@@ -168,9 +173,17 @@ class MqttEndpoint:
     Received messages go to :attr:`inbox` (a thread-safe queue) for the runtime's own thread.
     """
 
-    def __init__(self, settings: BrokerSettings, topics: Topics, client_id: str, *,
-                 chunk_size: int = DEFAULT_CHUNK_SIZE, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 will: tuple[str, bytes] | None = None, reassembly_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        topics: Topics,
+        client_id: str,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        will: tuple[str, bytes] | None = None,
+        reassembly_timeout: float = 120.0,
+    ) -> None:
         self.settings = settings
         self.topics = topics
         self.chunk_size = chunk_size
@@ -183,13 +196,18 @@ class MqttEndpoint:
         self.on_connect_hooks: list = []
         self._reassemblers: dict[str, Reassembler] = {}
         self._lock = threading.Lock()
-        self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True,
-                                   protocol=mqtt.MQTTv311)
+        self._client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True, protocol=mqtt.MQTTv311
+        )
         if settings.username is not None:
             self._client.username_pw_set(settings.username, settings.password)
         if settings.tls:
-            self._client.tls_set(ca_certs=settings.ca_cert, certfile=settings.client_cert,
-                                 keyfile=settings.client_key, cert_reqs=ssl.CERT_REQUIRED)
+            self._client.tls_set(
+                ca_certs=settings.ca_cert,
+                certfile=settings.client_cert,
+                keyfile=settings.client_key,
+                cert_reqs=ssl.CERT_REQUIRED,
+            )
             self._client.tls_insecure_set(settings.tls_insecure)
         if will is not None:
             self._client.will_set(will[0], will[1], qos=QOS, retain=True)
@@ -283,9 +301,12 @@ class MqttEndpoint:
             # A status is a state, not an event, and a client's last will is the same frame every
             # time that client dies: status topics keep no memory of messages already taken.
             reassembler = self._reassemblers[topic] = Reassembler(
-                max_messages=16, max_total_bytes=self.max_message_bytes,
-                max_message_bytes=self.max_message_bytes, timeout=self.reassembly_timeout,
-                remember=0 if direction == "status" else 4096)
+                max_messages=16,
+                max_total_bytes=self.max_message_bytes,
+                max_message_bytes=self.max_message_bytes,
+                timeout=self.reassembly_timeout,
+                remember=0 if direction == "status" else 4096,
+            )
         duplicates = reassembler.stats.duplicates
         try:
             whole = reassembler.feed(data)

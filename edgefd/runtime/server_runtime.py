@@ -31,7 +31,8 @@ import numpy as np
 
 from edgefd import kernels
 from edgefd.metrics.results import RunWriter, summarise
-from edgefd.runtime import checkpoint, deploy_protocol as wire
+from edgefd.runtime import checkpoint
+from edgefd.runtime import deploy_protocol as wire
 from edgefd.runtime.loop import HELLO_ROUND, RoundRecord
 from edgefd.runtime.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
@@ -134,16 +135,23 @@ class ServerRuntime:
         self.pieces = prepare(config)
         self.role = build_server(config, self.pieces)
         if self.role.step_exchange:
-            raise ValueError(f"{config.algo}: these params exchange messages at every training step (fedcache: "
-                             "exchange=batch), which the MQTT runtime does not run; pass --param exchange=round")
+            raise ValueError(
+                f"{config.algo}: these params exchange messages at every training step (fedcache: "
+                "exchange=batch), which the MQTT runtime does not run; pass --param exchange=round"
+            )
         self.rng = selection_rng(config)
         self.client_ids = list(self.pieces.client_ids)
         self.stats = {cid: ClientStats() for cid in self.client_ids}
         self.topics = Topics(settings.run)
         self.out = config.out_dir()
         self.checkpoint_path = self.out / CHECKPOINT_FILE
-        self.endpoint = MqttEndpoint(settings.broker, self.topics, f"edgefd-server-{settings.run}",
-                                     chunk_size=settings.chunk_size, max_message_bytes=settings.max_message_bytes)
+        self.endpoint = MqttEndpoint(
+            settings.broker,
+            self.topics,
+            f"edgefd-server-{settings.run}",
+            chunk_size=settings.chunk_size,
+            max_message_bytes=settings.max_message_bytes,
+        )
         self.endpoint.subscribe(f"{self.topics.root}/up/+/+")
         self.endpoint.subscribe(f"{self.topics.root}/status/+")
         self._reconnected = False
@@ -175,10 +183,17 @@ class ServerRuntime:
     def _start(self) -> None:
         """Hellos (round 0), `start`, and the accuracy before training, as `simulate` does."""
         t0, wire0 = time.perf_counter(), self._wire_totals()
-        requests = {cid: (self.topics.down(cid, "hello"), wire.empty(wire.SERVER, HELLO_ROUND))
-                    for cid in self.client_ids}
-        got = self._collect("hello", HELLO_ROUND, self.client_ids, requests, self.settings.hello_timeout,
-                            min_needed=min(self.settings.min_clients, len(self.client_ids)))
+        requests = {
+            cid: (self.topics.down(cid, "hello"), wire.empty(wire.SERVER, HELLO_ROUND)) for cid in self.client_ids
+        }
+        got = self._collect(
+            "hello",
+            HELLO_ROUND,
+            self.client_ids,
+            requests,
+            self.settings.hello_timeout,
+            min_needed=min(self.settings.min_clients, len(self.client_ids)),
+        )
         hellos = {cid: msg.payload for cid, msg in got.items() if msg.payload.kind != wire.EMPTY}
         self.role.start(hellos)
         record = DeployedRoundRecord(HELLO_ROUND, None, None, sum(got[c].nbytes for c in hellos), 0, 0.0, [], [])
@@ -212,8 +227,17 @@ class ServerRuntime:
         for cid in missing:
             self.stats[cid].missed += 1
         server_metrics = self.role.aggregate(r, uplinks)
-        record = DeployedRoundRecord(r, None, None, sum(got[c].nbytes for c in uplinks), bytes_down, 0.0,
-                                     selected, missing, server=server_metrics)
+        record = DeployedRoundRecord(
+            r,
+            None,
+            None,
+            sum(got[c].nbytes for c in uplinks),
+            bytes_down,
+            0.0,
+            selected,
+            missing,
+            server=server_metrics,
+        )
         if r % self.config.eval_every == 0 or r == self.config.rounds:
             self._evaluate(record)
         record.wire = self._wire_delta(wire0)
@@ -223,10 +247,19 @@ class ServerRuntime:
 
     def _evaluate(self, record: RoundRecord) -> None:
         """Every client's accuracy, like `Federation.evaluate`; clients that do not answer are left out."""
-        requests = {cid: (self.topics.down(cid, "eval"), wire.request(self.role.evaluation_state(cid), record.round))
-                    for cid in self.client_ids}
-        got = self._collect("eval", record.round, self.client_ids, requests, self.settings.eval_timeout,
-                            min_needed=0, stop_when_rest_offline=True)
+        requests = {
+            cid: (self.topics.down(cid, "eval"), wire.request(self.role.evaluation_state(cid), record.round))
+            for cid in self.client_ids
+        }
+        got = self._collect(
+            "eval",
+            record.round,
+            self.client_ids,
+            requests,
+            self.settings.eval_timeout,
+            min_needed=0,
+            stop_when_rest_offline=True,
+        )
         for cid in self.client_ids:
             if cid in got:
                 record.client_accuracy[cid] = float(got[cid].payload.scalars.get("accuracy", float("nan")))
@@ -235,8 +268,16 @@ class ServerRuntime:
         record.accuracy_std = float(values.std()) if len(values) else float("nan")
 
     # ------------------------------------------------------------------ waiting for messages
-    def _collect(self, verb: str, round: int, expected: list[str], requests: dict[str, tuple[str, Any]],
-                 timeout: float, min_needed: int, stop_when_rest_offline: bool = False) -> dict[str, Incoming]:
+    def _collect(
+        self,
+        verb: str,
+        round: int,
+        expected: list[str],
+        requests: dict[str, tuple[str, Any]],
+        timeout: float,
+        min_needed: int,
+        stop_when_rest_offline: bool = False,
+    ) -> dict[str, Incoming]:
         """Send the requests, then take messages until the phase can close (see the module doc)."""
         self.phase = phase = _Phase(verb, round, list(expected), requests, time.monotonic())
         for cid in expected:
@@ -252,12 +293,23 @@ class ServerRuntime:
             if now >= deadline and len(phase.got) >= min_needed:
                 break
             if now >= hard_deadline:
-                log.error("%s %d: %d of the %d answers needed after %.0f s more; going on",
-                          verb, round, len(phase.got), min_needed, self.settings.max_wait)
+                log.error(
+                    "%s %d: %d of the %d answers needed after %.0f s more; going on",
+                    verb,
+                    round,
+                    len(phase.got),
+                    min_needed,
+                    self.settings.max_wait,
+                )
                 break
             if now >= deadline and not warned:
-                log.info("%s %d: deadline passed with %d answer(s); waiting for %d (--min-clients)",
-                         verb, round, len(phase.got), min_needed)
+                log.info(
+                    "%s %d: deadline passed with %d answer(s); waiting for %d (--min-clients)",
+                    verb,
+                    round,
+                    len(phase.got),
+                    min_needed,
+                )
                 warned = True
             self._pump(min(0.1, max(0.0, deadline - now)) or 0.1)
         self.phase = None
@@ -268,8 +320,11 @@ class ServerRuntime:
         logged = False
         while sum(s.online for s in self.stats.values()) < needed:
             if time.monotonic() - started > self.settings.max_wait:
-                log.error("only %d client(s) online after %.0f s; going on", sum(s.online for s in self.stats.values()),
-                          self.settings.max_wait)
+                log.error(
+                    "only %d client(s) online after %.0f s; going on",
+                    sum(s.online for s in self.stats.values()),
+                    self.settings.max_wait,
+                )
                 return
             if not logged:
                 log.info("waiting for %d client(s) online (%d now)", needed, sum(s.online for s in self.stats.values()))
@@ -340,8 +395,12 @@ class ServerRuntime:
             stats.online = True
             phase = self.phase
             # a client that (re)connected after its request went out may have missed it
-            if (phase is not None and cid in phase.expected and cid not in phase.got
-                    and received_at > phase.last_sent.get(cid, 0.0)):
+            if (
+                phase is not None
+                and cid in phase.expected
+                and cid not in phase.got
+                and received_at > phase.last_sent.get(cid, 0.0)
+            ):
                 self._send_request(cid)
         else:
             if stats.online:
@@ -373,10 +432,15 @@ class ServerRuntime:
     # ------------------------------------------------------------------ accounting and logs
     def _wire_totals(self) -> dict[str, int]:
         s = self.endpoint.stats
-        return {"up": sum(s.received_bytes.values()), "down": sum(s.sent_bytes.values()),
-                "up_train": s.received_bytes["up/train"], "down_train": s.sent_bytes["down/train"],
-                "frames_up": sum(s.received_frames.values()), "frames_down": sum(s.sent_frames.values()),
-                "rejected": sum(s.rejected.values())}
+        return {
+            "up": sum(s.received_bytes.values()),
+            "down": sum(s.sent_bytes.values()),
+            "up_train": s.received_bytes["up/train"],
+            "down_train": s.sent_bytes["down/train"],
+            "frames_up": sum(s.received_frames.values()),
+            "frames_down": sum(s.sent_frames.values()),
+            "rejected": sum(s.rejected.values()),
+        }
 
     def _wire_delta(self, before: dict[str, int]) -> dict[str, int]:
         return {k: v - before[k] for k, v in self._wire_totals().items()}
@@ -386,18 +450,33 @@ class ServerRuntime:
         arrived = len(record.selected) - len(record.late)
         wire_bytes = record.wire.get("up", 0) + record.wire.get("down", 0)
         frames = record.wire.get("frames_up", 0) + record.wire.get("frames_down", 0)
-        log.info("round %d/%d: %d/%d uplinks in time%s, accuracy %s, up %d B (wire %d B), down %d B (wire %d B), "
-                 "%d frames, %.0f B/s, %.2f s", record.round, self.config.rounds, arrived, len(record.selected),
-                 f" (missing: {', '.join(record.late)})" if record.late else "", accuracy, record.bytes_up,
-                 record.wire.get("up", 0), record.bytes_down, record.wire.get("down", 0), frames,
-                 wire_bytes / max(record.seconds, 1e-9), record.seconds)
+        log.info(
+            "round %d/%d: %d/%d uplinks in time%s, accuracy %s, up %d B (wire %d B), down %d B (wire %d B), "
+            "%d frames, %.0f B/s, %.2f s",
+            record.round,
+            self.config.rounds,
+            arrived,
+            len(record.selected),
+            f" (missing: {', '.join(record.late)})" if record.late else "",
+            accuracy,
+            record.bytes_up,
+            record.wire.get("up", 0),
+            record.bytes_down,
+            record.wire.get("down", 0),
+            frames,
+            wire_bytes / max(record.seconds, 1e-9),
+            record.seconds,
+        )
 
     def _summary(self, seconds: float) -> dict[str, Any]:
         lines = self.writer.lines
         stats = self.endpoint.stats
         summary = {
-            "algo": self.config.algo, "dataset": self.config.dataset, "clients": self.config.clients,
-            "rounds": self.config.rounds, "seed": self.config.seed,
+            "algo": self.config.algo,
+            "dataset": self.config.dataset,
+            "clients": self.config.clients,
+            "rounds": self.config.rounds,
+            "seed": self.config.seed,
             **summarise(lines),
             "bytes_hello": lines[0]["bytes_up"] if lines else 0,
             "wall_seconds": round_seconds(seconds),
@@ -406,7 +485,8 @@ class ServerRuntime:
             "kernels": kernels.get_backend(),
             "config": asdict(self.config),
             "deployment": {
-                "run": self.settings.run, "broker": self.settings.broker.url,
+                "run": self.settings.run,
+                "broker": self.settings.broker.url,
                 "settings": {k: v for k, v in asdict(self.settings).items() if k != "broker"},
                 "resumed_from_round": self.resumed_from,
                 "wire_bytes_up_total": sum(line["wire"]["up"] for line in lines if "wire" in line),
@@ -427,8 +507,14 @@ class ServerRuntime:
         return {"build_model": self.role.context.build_model, "dataset": self.pieces.dataset}
 
     def _save(self, round: int) -> None:
-        state = {"round": round, "role": self.role, "rng": self.rng.bit_generator.state,
-                 "lines": self.writer.lines, "stats": self.stats, "config": asdict(self.config)}
+        state = {
+            "round": round,
+            "role": self.role,
+            "rng": self.rng.bit_generator.state,
+            "lines": self.writer.lines,
+            "stats": self.stats,
+            "config": asdict(self.config),
+        }
         checkpoint.save(self.checkpoint_path, state, self._references())
 
     def _restore(self) -> int | None:

@@ -7,8 +7,8 @@ only on its seed.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -47,11 +47,12 @@ def batches(n: int, batch_size: int, generator: torch.Generator, shuffle: bool =
     """Index batches over n samples; the last batch may be smaller."""
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     for start in range(0, n, batch_size):
-        yield order[start:start + batch_size]
+        yield order[start : start + batch_size]
 
 
-def epoch_batches(model: nn.Module, n: int, config: TrainConfig, generator: torch.Generator,
-                  shuffle: bool = True) -> Iterator[torch.Tensor]:
+def epoch_batches(
+    model: nn.Module, n: int, config: TrainConfig, generator: torch.Generator, shuffle: bool = True
+) -> Iterator[torch.Tensor]:
     """The index batches of one local epoch over n samples, with the model in train mode.
 
     A one-sample batch is skipped for a model with BatchNorm, which cannot train on it."""
@@ -96,7 +97,7 @@ def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) ->
     model.eval()
     if len(x) == 0:
         return torch.empty(0)
-    return torch.cat([model(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
+    return torch.cat([model(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
 
 
 @torch.no_grad()
@@ -122,5 +123,4 @@ def load_state_arrays(model: nn.Module, arrays: dict[str, np.ndarray]) -> None:
     unexpected = sorted(set(arrays) - set(state))
     if missing or unexpected:
         raise ValueError(f"model state mismatch: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    model.load_state_dict({name: torch.from_numpy(np.asarray(arrays[name])).to(state[name].dtype)
-                           for name in state})
+    model.load_state_dict({name: torch.from_numpy(np.asarray(arrays[name])).to(state[name].dtype) for name in state})

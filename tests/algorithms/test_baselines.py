@@ -14,8 +14,12 @@ SMALL_CLIENTS = dict(DIGITS, clients=20, epochs=2)
 
 
 def final(algo, partition, seed, tmp_path, settings=DIGITS):
-    summary = run(SimulationConfig(algo=algo, partition=partition, seed=seed,
-                                   out=str(tmp_path / f"{algo}-{partition}-{seed}"), **settings), progress=False)
+    summary = run(
+        SimulationConfig(
+            algo=algo, partition=partition, seed=seed, out=str(tmp_path / f"{algo}-{partition}-{seed}"), **settings
+        ),
+        progress=False,
+    )
     return summary["final_accuracy"]
 
 
@@ -55,10 +59,18 @@ def test_fd_server_averages_per_label_without_dilution_by_absent_labels():
     server = FDServer.__new__(FDServer)  # the arithmetic needs no context beyond the class count
     server.num_classes = 3
     server.global_logits = server.global_counts = None
-    up_a = Payload("knowledge", "a", 1, {"logits": np.array([[1, 0, 0], [0, 0, 0], [0, 0, 0]], np.float32),
-                                         "counts": np.array([2, 0, 0], np.int64)})
-    up_b = Payload("knowledge", "b", 1, {"logits": np.array([[4, 0, 0], [0, 3, 0], [0, 0, 0]], np.float32),
-                                         "counts": np.array([1, 5, 0], np.int64)})
+    up_a = Payload(
+        "knowledge",
+        "a",
+        1,
+        {"logits": np.array([[1, 0, 0], [0, 0, 0], [0, 0, 0]], np.float32), "counts": np.array([2, 0, 0], np.int64)},
+    )
+    up_b = Payload(
+        "knowledge",
+        "b",
+        1,
+        {"logits": np.array([[4, 0, 0], [0, 3, 0], [0, 0, 0]], np.float32), "counts": np.array([1, 5, 0], np.int64)},
+    )
     metrics = server.aggregate(1, {"a": up_a, "b": up_b})
     np.testing.assert_allclose(server.global_logits[0], [2.0, 0, 0])  # (2*1 + 1*4) / 3
     np.testing.assert_allclose(server.global_logits[1], [0, 3.0, 0])  # only b has label 1: not halved

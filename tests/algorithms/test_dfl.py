@@ -52,13 +52,24 @@ def test_params_defaults_docs_and_text_conversion():
     p = DFLParams()
     assert (p.threshold, p.temperature, p.kl_factor) == (0.6, 1.0, 1.0)
     assert (p.soft_targets, p.aggregation, p.kl_reduction, p.schedule, p.soft_target_dtype) == (
-        "logits", "masked", "batchmean", "dynamic", "float32")
+        "logits",
+        "masked",
+        "batchmean",
+        "dynamic",
+        "float32",
+    )
     assert all(doc for _, _, doc in describe_params(DFLParams))
     q = make_params(DFLParams, {"threshold": "1", "temperature": "2", "kappa": "none"})
     assert (q.threshold, q.temperature, q.kappa, q.kl_factor) == (1.0, 2.0, None, 4.0)  # kappa = tau^2
     assert make_params(DFLParams, {"kappa": "0.5"}).kl_factor == 0.5
-    for bad in ({"threshold": "1.5"}, {"temperature": "0"}, {"aggregation": "mean"}, {"soft_targets": "x"},
-                {"kl_reduction": "sum"}, {"soft_target_dtype": "float16"}):
+    for bad in (
+        {"threshold": "1.5"},
+        {"temperature": "0"},
+        {"aggregation": "mean"},
+        {"soft_targets": "x"},
+        {"kl_reduction": "sum"},
+        {"soft_target_dtype": "float16"},
+    ):
         with pytest.raises(ValueError):
             make_params(DFLParams, bad)
 
@@ -67,8 +78,8 @@ def test_params_defaults_docs_and_text_conversion():
 # soft-target aggregation (Eq. 2 / E2b, spec §8 K3)
 
 YA = np.array([[1.0, 2.0, 3.0], [0.5, -1.25, 7.0], [0.0, 0.0, 0.0]], np.float32)  # a lacks class 2
-YB = np.array([[3.0, 6.0, -1.0], [0.0, 0.0, 0.0], [0.1, 0.2, 0.3]], np.float32)   # b lacks class 1
-COUNTS_A = np.array([6, 4, 0], np.int32)   # n_a = 10
+YB = np.array([[3.0, 6.0, -1.0], [0.0, 0.0, 0.0], [0.1, 0.2, 0.3]], np.float32)  # b lacks class 1
+COUNTS_A = np.array([6, 4, 0], np.int32)  # n_a = 10
 COUNTS_B = np.array([20, 0, 10], np.int32)  # n_b = 30
 PREV = np.full((3, 3), 9.0)
 
@@ -152,19 +163,31 @@ def test_loss_on_a_tiny_batch_is_rho_ce_plus_one_minus_rho_kd_by_hand():
         return v - np.log(np.exp(v - v.max()).sum()) - v.max()
 
     ce = np.mean([-log_softmax(z[i])[y[i]] for i in range(3)])
-    kl = np.mean([np.sum(np.exp(log_softmax(table[y[i]] / tau)) * (log_softmax(table[y[i]] / tau)
-                                                                    - log_softmax(z[i] / tau))) for i in range(3)])
+    kl = np.mean(
+        [
+            np.sum(np.exp(log_softmax(table[y[i]] / tau)) * (log_softmax(table[y[i]] / tau) - log_softmax(z[i] / tau)))
+            for i in range(3)
+        ]
+    )
     loss, _ = loss_and_grad(z, y, table, r, DFLParams(temperature=tau))  # kappa = tau^2 = 4
     assert loss == pytest.approx(r * ce + (1 - r) * tau**2 * kl, rel=1e-6)
     loss, _ = loss_and_grad(z, y, table, r, DFLParams(temperature=tau, kappa=1.0, kl_reduction="torch_mean"))
     assert loss == pytest.approx(r * ce + (1 - r) * kl / 4, rel=1e-6)  # KLDivLoss() 'mean': / (B C)
     loss, _ = loss_and_grad(z, y, table, 0.0, DFLParams())
-    assert loss == pytest.approx(np.mean([np.sum(np.exp(log_softmax(table[y[i]])) * (
-        log_softmax(table[y[i]]) - log_softmax(z[i]))) for i in range(3)]), rel=1e-6)  # rho 0: KD only
+    assert loss == pytest.approx(
+        np.mean(
+            [
+                np.sum(np.exp(log_softmax(table[y[i]])) * (log_softmax(table[y[i]]) - log_softmax(z[i])))
+                for i in range(3)
+            ]
+        ),
+        rel=1e-6,
+    )  # rho 0: KD only
     # against torch's own losses (the spec's reference for randomized tests)
     zt, yt, qt = torch.tensor(z, dtype=torch.float32), torch.tensor(y), torch.tensor(table, dtype=torch.float32)
     reference = r * F.cross_entropy(zt, yt) + (1 - r) * tau**2 * F.kl_div(
-        F.log_softmax(zt / tau, 1), torch.softmax(qt[yt] / tau, 1), reduction="batchmean")
+        F.log_softmax(zt / tau, 1), torch.softmax(qt[yt] / tau, 1), reduction="batchmean"
+    )
     assert loss_and_grad(z, y, table, r, DFLParams(temperature=tau))[0] == pytest.approx(reference.item(), rel=1e-5)
 
 
@@ -183,10 +206,13 @@ def test_loss_at_rho_one_is_plain_cross_entropy_bit_for_bit():
 # threshold 1 is FedAvg, bit for bit (spec §11 hard check 1, Table V's T = 1)
 
 
-@pytest.mark.parametrize("model, settings", [
-    ("cnn2", dict(participation=0.6, partition="dirichlet:0.5")),  # some clients lack classes
-    ("resnet8", dict(clients=4, rounds=2, participation=0.5)),      # BatchNorm: the eval pass must not touch it
-])
+@pytest.mark.parametrize(
+    "model, settings",
+    [
+        ("cnn2", dict(participation=0.6, partition="dirichlet:0.5")),  # some clients lack classes
+        ("resnet8", dict(clients=4, rounds=2, participation=0.5)),  # BatchNorm: the eval pass must not touch it
+    ],
+)
 def test_threshold_one_reproduces_fedavg_bit_for_bit(model, settings):
     fedavg = simulation("fedavg", models=model, **settings)
     dfl = simulation("dfl", {"threshold": "1"}, models=model, **settings)
@@ -205,8 +231,13 @@ def test_threshold_one_reproduces_fedavg_bit_for_bit(model, settings):
 
 def test_threshold_one_run_writes_the_same_curve_as_fedavg(tmp_path):
     def lines(algo, params):
-        config = SimulationConfig(**{**QUICK, "clients": 4, "rounds": 2}, algo=algo, participation=0.5,
-                                  params=params, out=str(tmp_path / algo))
+        config = SimulationConfig(
+            **{**QUICK, "clients": 4, "rounds": 2},
+            algo=algo,
+            participation=0.5,
+            params=params,
+            out=str(tmp_path / algo),
+        )
         run(config, progress=False)
         return [json.loads(line) for line in (tmp_path / algo / "metrics.jsonl").read_text().splitlines()]
 
@@ -232,8 +263,9 @@ def table_overhead(name, array):
     return 20 + len(name.encode()) + 4 * array.ndim
 
 
-@pytest.mark.parametrize("dtype, precision, b_s", [("float32", "fp32", 4), ("float64", "fp32", 8),
-                                                    ("float32", "fp16", 2)])
+@pytest.mark.parametrize(
+    "dtype, precision, b_s", [("float32", "fp32", 4), ("float64", "fp32", 8), ("float32", "fp16", 2)]
+)
 def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_s):
     sim = simulation("dfl", {"soft_target_dtype": dtype}, clients=4, rounds=1, precision=precision)
     state = sim.server.global_state
@@ -247,8 +279,17 @@ def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_
     spec_up = P * 4 + classes**2 * b_s + 4 + 4 + 4 * classes
     # codec: the round is inside the 32-byte header; n_k is the int64 scalar "samples" (8 bytes, not 4)
     down = spec_down - 4 + HEADER_SIZE + len("dfl") + len("server") + tables + table_overhead(SOFT_TARGETS, soft)
-    up_fixed = (spec_up - 4 - 4 + HEADER_SIZE + len("dfl") + tables + table_overhead(SOFT_TARGETS, soft)
-                + table_overhead(CLASS_COUNTS, counts) + (2 + len("samples") + 8))
+    up_fixed = (
+        spec_up
+        - 4
+        - 4
+        + HEADER_SIZE
+        + len("dfl")
+        + tables
+        + table_overhead(SOFT_TARGETS, soft)
+        + table_overhead(CLASS_COUNTS, counts)
+        + (2 + len("samples") + 8)
+    )
     # (with --precision fp16 only the table shrinks: model weights always travel as float32)
     sim.federation.hello()
     sim.federation.run_round(1)
@@ -300,8 +341,15 @@ def test_client_uploads_label_wise_means_of_its_updated_model_in_eval_mode():
 
 
 def test_end_to_end_partial_participation_on_digits(tmp_path):
-    config = SimulationConfig(**{**QUICK, "clients": 6, "seed": 0}, algo="dfl", participation=0.5, epochs=2,
-                              partition="iid", params={"threshold": "0.6"}, out=str(tmp_path))
+    config = SimulationConfig(
+        **{**QUICK, "clients": 6, "seed": 0},
+        algo="dfl",
+        participation=0.5,
+        epochs=2,
+        partition="iid",
+        params={"threshold": "0.6"},
+        out=str(tmp_path),
+    )
     summary = run(config, progress=False)
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [len(line["selected"]) for line in lines[1:]] == [3, 3, 3]

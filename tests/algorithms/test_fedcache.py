@@ -9,8 +9,9 @@ from edgefd.algorithms.fedcache import FedCacheParams, fedcache_loss
 from edgefd.protocol import encode
 from edgefd.simulate import SimulationConfig, build, run
 
-QUICK = dict(algo="fedcache", dataset="digits", clients=4, rounds=2, models="mlp",
-             params={"knn": "exact", "exchange": "round"})
+QUICK = dict(
+    algo="fedcache", dataset="digits", clients=4, rounds=2, models="mlp", params={"knn": "exact", "exchange": "round"}
+)
 PER_BATCH = {**QUICK, "params": {"knn": "exact"}}  # the default exchange: per mini-batch
 
 
@@ -36,8 +37,9 @@ def test_a_constant_cache_gives_the_same_teacher():
     g = torch.Generator().manual_seed(1)
     z, y = torch.randn(4, 10, generator=g), torch.randint(0, 10, (4,), generator=g)
     params = FedCacheParams()
-    torch.testing.assert_close(fedcache_loss(z, y, torch.zeros(4, 10), params),
-                               fedcache_loss(z, y, torch.full((4, 10), 0.1), params))
+    torch.testing.assert_close(
+        fedcache_loss(z, y, torch.zeros(4, 10), params), fedcache_loss(z, y, torch.full((4, 10), 0.1), params)
+    )
 
 
 def test_payload_sizes_follow_the_spec_formulas(tmp_path):
@@ -69,8 +71,9 @@ def test_teachers_are_aligned_by_sample_id_not_by_position(tmp_path):
     server.cache.knowledge[rows] = torch.randn(rows.stop - rows.start, 10)
     down = server.downlink(1, "client-1")
     order = np.random.default_rng(0).permutation(len(down.arrays["ids"]))
-    shuffled = type(down)(down.kind, down.sender, down.round,
-                          {name: array[order] for name, array in down.arrays.items()})
+    shuffled = type(down)(
+        down.kind, down.sender, down.round, {name: array[order] for name, array in down.arrays.items()}
+    )
     aligned = client._teachers(shuffled)
     expected = server.cache.fetch("client-1")  # registration order == the client's own order
     torch.testing.assert_close(aligned, expected)
@@ -88,8 +91,9 @@ def test_uplink_logits_land_in_the_right_rows(tmp_path):
 
 
 def test_fedcache_end_to_end_learns_with_hnsw(tmp_path):
-    summary = run(SimulationConfig(**{**QUICK, "rounds": 4, "params": {"knn": "hnsw"}}, out=str(tmp_path)),
-                  progress=False)
+    summary = run(
+        SimulationConfig(**{**QUICK, "rounds": 4, "params": {"knn": "hnsw"}}, out=str(tmp_path)), progress=False
+    )
     lines = [__import__("json").loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary["final_accuracy"] > lines[0]["accuracy"] + 0.3
     assert summary["bytes_hello"] > 0
@@ -104,7 +108,13 @@ def test_mismatched_encoders_are_refused(tmp_path):
 
 
 def test_switchable_choices_reach_the_cache(tmp_path):
-    params = {"knn": "exact", "exchange": "round", "exclude_same_client": "true", "mask_unfilled": "true", "max_ensemble": "10"}
+    params = {
+        "knn": "exact",
+        "exchange": "round",
+        "exclude_same_client": "true",
+        "mask_unfilled": "true",
+        "max_ensemble": "10",
+    }
     sim = build(SimulationConfig(out=str(tmp_path), **{**QUICK, "params": params}))
     sim.federation.hello()
     cache = sim.server.cache
@@ -158,6 +168,7 @@ def test_per_batch_teachers_come_from_the_live_cache(tmp_path):
 
 def test_per_batch_run_learns_and_is_refused_by_the_mqtt_runtime(tmp_path):
     from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
+
     summary = run(SimulationConfig(**{**PER_BATCH, "rounds": 3}, out=str(tmp_path)), progress=False)
     lines = [__import__("json").loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert summary["final_accuracy"] > lines[0]["accuracy"] + 0.3

@@ -30,8 +30,17 @@ from edgefd.simulate import SimulationConfig, build, run
 
 # digits with the spec's "M1-mini" (§11): 1x8x8 inputs, d_1 = 128, d_2 = 64, C = 10, P_total = 7,642.
 # K = 143 training samples per client is the spec's own worked example (§11 "Expected outcome").
-QUICK = dict(dataset="digits", clients=2, rounds=2, models="fedd2s_m1", partition="iid", samples_per_client=143,
-             batch_size=32, seed=1, threads=1)
+QUICK = dict(
+    dataset="digits",
+    clients=2,
+    rounds=2,
+    models="fedd2s_m1",
+    partition="iid",
+    samples_per_client=143,
+    batch_size=32,
+    seed=1,
+    threads=1,
+)
 FAST = {"phase_epochs": 1}
 
 
@@ -240,7 +249,7 @@ def test_phase_b_kd_step_moves_only_the_trunk_and_uses_the_received_head():
     sim.federation.run_round(1)
     client = sim.clients["client-0"]
     down = sim.server.downlink(2, "client-0")
-    head_sent = {k[len(HEAD_PREFIX):]: v.copy() for k, v in down.arrays.items() if k.startswith(HEAD_PREFIX)}
+    head_sent = {k[len(HEAD_PREFIX) :]: v.copy() for k, v in down.arrays.items() if k.startswith(HEAD_PREFIX)}
     assert sorted({k.split(".")[1] for k in head_sent}) == ["2", "3", "4", "5"]  # global layers 3..6 above l = 2
     before = state_arrays(client.model)
     # the J step alone: a CE step that does nothing (lr 0 for it is not available, so compare J's gradients)
@@ -282,8 +291,13 @@ def test_phase_b_refuses_a_downlink_of_the_wrong_size():
 
 
 def test_end_to_end_on_digits_with_partial_participation(tmp_path):
-    config = SimulationConfig(**{**QUICK, "clients": 4, "rounds": 3, "samples_per_client": 60},
-                              algo="fedd2s", participation=0.5, params={**FAST, "z0": 1}, out=str(tmp_path))
+    config = SimulationConfig(
+        **{**QUICK, "clients": 4, "rounds": 3, "samples_per_client": 60},
+        algo="fedd2s",
+        participation=0.5,
+        params={**FAST, "z0": 1},
+        out=str(tmp_path),
+    )
     summary = run(config, progress=False)
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [len(line["selected"]) for line in lines[1:]] == [2, 2, 2]
@@ -312,8 +326,14 @@ def test_fmnist_recipes_compare_the_issues_methods_single_threaded():
     assert make_params(FedD2SParams, dict(fedd2s.arms[-2].params)).phase_epochs is None  # = the run's --epochs
 
 
-@pytest.mark.parametrize("params", [{"kd_mode": "sum"}, {"c2s_teacher": "current", "schedule": "floor"},
-                                    {"optimizer": "run", "temperature": 2.0, "kd_tau_sq_scale": True}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"kd_mode": "sum"},
+        {"c2s_teacher": "current", "schedule": "floor"},
+        {"optimizer": "run", "temperature": 2.0, "kd_tau_sq_scale": True},
+    ],
+)
 def test_switchable_choices_run(params):
     sim = simulation(params, samples_per_client=40)
     sim.federation.hello()

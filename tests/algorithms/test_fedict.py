@@ -201,7 +201,13 @@ def test_params_defaults_and_choices():
     assert (p.profile, p.lka, p.beta, p.lam, p.mu, p.fpkd_T, p.lka_U) == ("paper", "sim", 1.5, 1.5, 1.5, 3.0, 7.0)
     assert (p.kd_T, p.weights, p.first_round, p.generation) == (1.0, "softmax", "uniform", "after_client_pass")
     r = make_params(FedICTParams, {"profile": "reference", "lka": "balance"})
-    assert (r.lka, r.kd_T, r.weights, r.first_round, r.generation) == ("balanced", 3.0, "linear", "skip", "train_forward")
+    assert (r.lka, r.kd_T, r.weights, r.first_round, r.generation) == (
+        "balanced",
+        3.0,
+        "linear",
+        "skip",
+        "train_forward",
+    )
     with pytest.raises(ValueError, match="param lka"):
         FedICTParams(lka="cosine")
     assert get_method("fedgkt").params is FedGKTParams and get_method("fedict").client is FedICTClient
@@ -220,8 +226,17 @@ def make_client(ids, params=None, seed=0, precision="fp32"):
     torch.manual_seed(seed)
     model = build_model("fedict_fc7", in_channels=DIM, num_classes=C, input_shape=(DIM,))
     data = ClientData(x, y, x[:6], y[:6], torch.as_tensor(ids, dtype=torch.int64), C)
-    context = ClientContext("client-0", model, "fedict_fc7", data, TrainConfig(batch_size=5, lr=0.1),
-                            np.random.default_rng(seed), torch.Generator().manual_seed(seed), precision, 3)
+    context = ClientContext(
+        "client-0",
+        model,
+        "fedict_fc7",
+        data,
+        TrainConfig(batch_size=5, lr=0.1),
+        np.random.default_rng(seed),
+        torch.Generator().manual_seed(seed),
+        precision,
+        3,
+    )
     return FedICTClient(context, params or FedICTParams())
 
 
@@ -230,8 +245,9 @@ def make_server(params=None, lr=0.1, rounds=3):
         return build_model(name, in_channels=DIM, num_classes=C, input_shape=(DIM,))
 
     torch.manual_seed(1)
-    context = ServerContext(["client-0"], C, (DIM,), {"client-0": "fedict_fc7"}, model,
-                            TrainConfig(batch_size=5, lr=lr), 0, "fp32", rounds)
+    context = ServerContext(
+        ["client-0"], C, (DIM,), {"client-0": "fedict_fc7"}, model, TrainConfig(batch_size=5, lr=lr), 0, "fp32", rounds
+    )
     return FedICTServer(context, params or FedICTParams())
 
 
@@ -321,13 +337,27 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
     C, D_H, F = 10, 16 * 8 * 8, (16, 8, 8)
     for cid, client in sim.clients.items():
         n = len(client.data.train_y)
-        h_up = HEADER_SIZE + len("features") + len(cid) + array_header("ids", 1) + array_header("features", 2) \
+        h_up = (
+            HEADER_SIZE
+            + len("features")
+            + len(cid)
+            + array_header("ids", 1)
+            + array_header("features", 2)
             + array_header("logits", 2)
+        )
         b_up = h_up + n * (D_H * 4 + C * 4) + n * 8  # §2.4 B_up,k plus the ids (int64)
         h_down = HEADER_SIZE + len("knowledge") + len("server") + array_header("ids", 1) + array_header("logits", 2)
         b_down = h_down + n * C * 4 + n * 8  # §2.4 B_down,k (round 1: the zeros) plus the ids
-        h_hello = HEADER_SIZE + len("hello") + len(cid) + (2 + len("samples") + 8) + array_header("distribution", 1) \
-            + array_header("labels", 1) + array_header("ids", 1) + array_header("feature_shape", 1)
+        h_hello = (
+            HEADER_SIZE
+            + len("hello")
+            + len(cid)
+            + (2 + len("samples") + 8)
+            + array_header("distribution", 1)
+            + array_header("labels", 1)
+            + array_header("ids", 1)
+            + array_header("feature_shape", 1)
+        )
         b_hello = h_hello + C * 4 + n * 8 + n * 8 + 3 * 8  # d^k, Y^k, ids, feature shape
         assert ledger.entries[(1, UP, cid)] == b_up
         assert ledger.entries[(1, DOWN, cid)] == b_down
@@ -338,8 +368,11 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
         assert len(encode(upload)) == b_up
     fp32_sizes = {cid: len(encode(client.train_round(3, None))) for cid, client in sim.clients.items()}
     for precision in ("fp16", "int8"):
-        other = build(SimulationConfig(algo="fedict", rounds=1, out=str(tmp_path), params={"feature_precision": precision},
-                                       **DIGITS))
+        other = build(
+            SimulationConfig(
+                algo="fedict", rounds=1, out=str(tmp_path), params={"feature_precision": precision}, **DIGITS
+            )
+        )
         for cid, client in other.clients.items():
             n = len(client.data.train_y)
             size = len(encode(client.train_round(1, None)))
@@ -363,14 +396,22 @@ def test_fedict_learns_on_digits(tmp_path):
     assert server_ce[-1] < server_ce[0]  # the server learns from the uploaded features (§11.6 item 1)
 
 
-WATCH = dict(dataset="watch", clients=4, rounds=2, partition="natural", models="fedict_fc6,fedict_fc7,fedict_fc8",
-             batch_size=32, lr=0.05)
+WATCH = dict(
+    dataset="watch",
+    clients=4,
+    rounds=2,
+    partition="natural",
+    models="fedict_fc6,fedict_fc7,fedict_fc8",
+    batch_size=32,
+    lr=0.05,
+)
 
 
 def test_fedgkt_is_fedict_with_lam_mu_zero(tmp_path):
     a = run(SimulationConfig(algo="fedgkt", out=str(tmp_path / "gkt"), **WATCH), progress=False)
-    b = run(SimulationConfig(algo="fedict", out=str(tmp_path / "ict"), params={"lam": 0, "mu": 0}, **WATCH),
-            progress=False)
+    b = run(
+        SimulationConfig(algo="fedict", out=str(tmp_path / "ict"), params={"lam": 0, "mu": 0}, **WATCH), progress=False
+    )
     lines_a, lines_b = load_run(tmp_path / "gkt")[1], load_run(tmp_path / "ict")[1]
     keys = ("accuracy", "client_accuracy", "bytes_up", "bytes_down", "server")
     assert [[line[k] for k in keys] for line in lines_a] == [[line[k] for k in keys] for line in lines_b]

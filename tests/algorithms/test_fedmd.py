@@ -20,8 +20,17 @@ from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 
 PUBLIC = {"public_dataset": "digits", "alignment_size": 200}
-QUICK = dict(dataset="digits", clients=3, rounds=2, models="zkt_tiny_b,zkt_tiny_d,zkt_tiny_e", lr=0.05,
-             momentum=0.0, weight_decay=0.0, seed=0, threads=1)
+QUICK = dict(
+    dataset="digits",
+    clients=3,
+    rounds=2,
+    models="zkt_tiny_b,zkt_tiny_d,zkt_tiny_e",
+    lr=0.05,
+    momentum=0.0,
+    weight_decay=0.0,
+    seed=0,
+    threads=1,
+)
 
 
 def simulation(params=None, **settings):
@@ -45,8 +54,17 @@ def test_params_validate():
 
 def test_public_data_of_another_shape_is_a_clear_error(monkeypatch):
     real = load_dataset("digits")
-    wide = Dataset("wide", torch.zeros(4, 1, 28, 28), torch.zeros(4, dtype=torch.int64), torch.zeros(1, 1, 28, 28),
-                   torch.zeros(1, dtype=torch.int64), 10, (1, 28, 28), (0.0,), (1.0,))
+    wide = Dataset(
+        "wide",
+        torch.zeros(4, 1, 28, 28),
+        torch.zeros(4, dtype=torch.int64),
+        torch.zeros(1, 1, 28, 28),
+        torch.zeros(1, dtype=torch.int64),
+        10,
+        (1, 28, 28),
+        (0.0,),
+        (1.0,),
+    )
     monkeypatch.setattr(fedmd, "load_dataset", lambda name, root=None: wide if name == "wide" else real)
     with pytest.raises(ValueError, match=r"public dataset 'wide' has samples of shape \(1, 28, 28\)"):
         simulation({"public_dataset": "wide"})
@@ -95,14 +113,26 @@ def test_bytes_per_round_are_the_logit_tables_plus_headers():
         assert ledger.entries[(1, UP, cid)] == HEADER_SIZE + len(KIND) + len(cid) + table
         assert ledger.entries[(2, UP, cid)] == HEADER_SIZE + len(KIND) + len(cid) + table
         assert ledger.entries[(1, DOWN, cid)] == HEADER_SIZE + len(KIND) + len("server") + seed
-        assert ledger.entries[(2, DOWN, cid)] == (HEADER_SIZE + len(KIND) + len("server") + seed
-                                                  + 2 + len("consensus_seed") + 8
-                                                  + 20 + len(CONSENSUS) + 8 + 200 * 10 * 4)
+        assert ledger.entries[(2, DOWN, cid)] == (
+            HEADER_SIZE
+            + len(KIND)
+            + len("server")
+            + seed
+            + 2
+            + len("consensus_seed")
+            + 8
+            + 20
+            + len(CONSENSUS)
+            + 8
+            + 200 * 10 * 4
+        )
 
 
 def test_end_to_end_tiny_run_with_partial_participation(tmp_path):
-    summary = run(SimulationConfig(algo="fedmd", params=PUBLIC, out=str(tmp_path), **{**QUICK, "clients": 4},
-                                   participation=0.5), progress=False)
+    summary = run(
+        SimulationConfig(algo="fedmd", params=PUBLIC, out=str(tmp_path), **{**QUICK, "clients": 4}, participation=0.5),
+        progress=False,
+    )
     assert math.isfinite(summary["final_accuracy"]) and 0 <= summary["final_accuracy"] <= 1
     lines = [json.loads(t) for t in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["server"]["devices"] == 2.0

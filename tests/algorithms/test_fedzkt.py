@@ -21,10 +21,20 @@ from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 
 TINY_MODELS = "zkt_tiny_a,zkt_tiny_d,zkt_tiny_e"
-TINY_SERVER = dict(global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=3, server_batch_size=16,
-                   server_lr=0.05)
-QUICK = dict(dataset="digits", clients=3, rounds=2, models=TINY_MODELS, lr=0.05, momentum=0.0, weight_decay=0.0,
-             seed=0, threads=1)
+TINY_SERVER = dict(
+    global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=3, server_batch_size=16, server_lr=0.05
+)
+QUICK = dict(
+    dataset="digits",
+    clients=3,
+    rounds=2,
+    models=TINY_MODELS,
+    lr=0.05,
+    momentum=0.0,
+    weight_decay=0.0,
+    seed=0,
+    threads=1,
+)
 
 
 def simulation(params=None, **settings):
@@ -79,8 +89,14 @@ def test_kl_and_l1_losses_on_the_spec_vector():
 def test_params_validate_and_convert():
     p = make_params(FedZKTParams, {"loss": "l1", "iterations": "7", "prox": "0"})
     assert (p.loss, p.iterations, p.prox) == ("l1", 7, 0.0)
-    for bad in ({"loss": "mse"}, {"iterations": "0"}, {"prox": "-1"}, {"kl_direction": "up"},
-                {"server_bn_mode": "eval"}, {"lr_decay": "0"}):
+    for bad in (
+        {"loss": "mse"},
+        {"iterations": "0"},
+        {"prox": "-1"},
+        {"kl_direction": "up"},
+        {"server_bn_mode": "eval"},
+        {"lr_decay": "0"},
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             make_params(FedZKTParams, bad)
     with pytest.raises(ValueError, match="generator makes images"):
@@ -100,6 +116,7 @@ def server_with_teachers(**params):
     for cid, payload in uplinks.items():
         model = server.device_models[cid] = server.context.build_model(server.context.client_models[cid])
         from edgefd.runtime.training import load_state_arrays
+
         load_state_arrays(model, payload.arrays)
     teachers = [server.device_models[cid] for cid in sorted(uplinks)]
     for t in teachers:
@@ -197,8 +214,9 @@ def test_prox_term_by_hand_and_pull_towards_the_reference():
         trial.context.torch_generator.manual_seed(5)  # same batches for both
         trial.context.train.epochs = 3
         trial.train_round(2, downlink)
-        distances[lam] = sum(float(((p.detach() - torch.from_numpy(received[n])) ** 2).sum())
-                             for n, p in trial.model.named_parameters())
+        distances[lam] = sum(
+            float(((p.detach() - torch.from_numpy(received[n])) ** 2).sum()) for n, p in trial.model.named_parameters()
+        )
         assert trial.last_prox == pytest.approx(distances[lam], rel=1e-4)
     assert 0 < distances[1.0] < 0.5 * distances[0.0]
 
@@ -222,8 +240,9 @@ def table_overhead(name, array):
 
 def state_message_size(state, sender):
     """The codec's exact size of a full-state payload (protocol/codec.py layout)."""
-    return (HEADER_SIZE + len(KIND) + len(sender.encode())
-            + sum(table_overhead(k, v) + v.nbytes for k, v in state.items()))
+    return (
+        HEADER_SIZE + len(KIND) + len(sender.encode()) + sum(table_overhead(k, v) + v.nbytes for k, v in state.items())
+    )
 
 
 def test_bytes_per_round_are_each_model_state_plus_headers():
@@ -275,8 +294,10 @@ def test_upload_with_the_wrong_architecture_is_a_clear_error():
 
 @pytest.mark.parametrize("loss", ["sl", "kl", "l1"])
 def test_end_to_end_tiny_run_records_server_timing(tmp_path, loss):
-    summary = run(SimulationConfig(algo="fedzkt", params={**TINY_SERVER, "loss": loss}, out=str(tmp_path),
-                                   **QUICK), progress=False)
+    summary = run(
+        SimulationConfig(algo="fedzkt", params={**TINY_SERVER, "loss": loss}, out=str(tmp_path), **QUICK),
+        progress=False,
+    )
     assert math.isfinite(summary["final_accuracy"]) and 0 <= summary["final_accuracy"] <= 1
     lines = [json.loads(t) for t in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     server = lines[-1]["server"]
@@ -292,4 +313,8 @@ def test_recipes_give_every_arm_its_own_run_folder():
     for name in ("fedzkt", "fedzkt-dir0.5"):
         arms = RECIPES[name].arms
         assert len({arm.folder or arm.algo for arm in arms}) == len(arms)
-    assert {arm.params.get("loss") for arm in RECIPES["fedzkt-dir0.5"].arms if arm.algo == "fedzkt"} == {"sl", "kl", "l1"}
+    assert {arm.params.get("loss") for arm in RECIPES["fedzkt-dir0.5"].arms if arm.algo == "fedzkt"} == {
+        "sl",
+        "kl",
+        "l1",
+    }

@@ -5,8 +5,17 @@ import json
 from edgefd import cli
 from edgefd.bench.kernels import FLOAT, INDEX, cases
 
-FIELDS = {"kernel", "shape", "cpp_ms", "torch_ms", "speedup", "gbps", "bandwidth_fraction", "moved_gbps",
-          "moved_fraction"}
+FIELDS = {
+    "kernel",
+    "shape",
+    "cpp_ms",
+    "torch_ms",
+    "speedup",
+    "gbps",
+    "bandwidth_fraction",
+    "moved_gbps",
+    "moved_fraction",
+}
 
 
 def test_quick_benchmark_writes_one_record_per_kernel(tmp_path, capsys):

@@ -172,8 +172,9 @@ def test_cifar100_fine_and_coarse_labels(coarse: bool, tmp_path: Path):
     folder.mkdir()
     for name, n in (("train", 200), ("test", 100)):
         fine = np.arange(n) % 100
-        write_cifar_batch(folder / name, images(n, 3, 32, 32), fine, label_key="fine_labels",
-                          coarse_labels=list(map(int, fine // 5)))
+        write_cifar_batch(
+            folder / name, images(n, 3, 32, 32), fine, label_key="fine_labels", coarse_labels=list(map(int, fine // 5))
+        )
     ds = load_dataset("cifar100-coarse" if coarse else "cifar100", root=tmp_path)
     assert ds.num_classes == (20 if coarse else 100)
     assert ds.train_x.shape == (200, 3, 32, 32)
@@ -182,8 +183,8 @@ def test_cifar100_fine_and_coarse_labels(coarse: bool, tmp_path: Path):
 
 
 def test_svhn_mat_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from scipy.io import savemat
     import torchvision.datasets as tvd
+    from scipy.io import savemat
 
     for name, n in (("train_32x32.mat", 30), ("test_32x32.mat", 20)):
         x = images(n, 32, 32, 3).transpose(1, 2, 3, 0)  # stored (H, W, C, N)

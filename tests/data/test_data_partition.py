@@ -65,7 +65,9 @@ def test_local_test_splits_are_disjoint_and_within_the_test_set(digits, scheme: 
 
 def test_dirichlet_skew_grows_as_alpha_falls(digits):
     def entropy(alpha: float) -> float:
-        return np.mean([mean_entropy(label_counts(digits, partition(digits, 10, f"dirichlet:{alpha}", s))) for s in range(3)])
+        return np.mean(
+            [mean_entropy(label_counts(digits, partition(digits, 10, f"dirichlet:{alpha}", s))) for s in range(3)]
+        )
 
     skewed, mild, flat = entropy(0.1), entropy(1.0), entropy(10.0)
     assert skewed < mild < flat
@@ -220,7 +222,9 @@ def test_plot_writes_a_png(digits, tmp_path: Path):
 @given(
     labels=st.lists(st.integers(0, 5), min_size=12, max_size=300),
     clients=st.integers(1, 6),
-    scheme=st.sampled_from(["iid", "dirichlet:0.2", "dirichlet:5", "quantity:0.5", "quantity:5", "shards:1", "shards:2"]),
+    scheme=st.sampled_from(
+        ["iid", "dirichlet:0.2", "dirichlet:5", "quantity:0.5", "quantity:5", "shards:1", "shards:2"]
+    ),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_partition_invariants(labels: list[int], clients: int, scheme: str, seed: int):

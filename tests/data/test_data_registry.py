@@ -125,7 +125,9 @@ def test_missing_fmnist_names_the_debian_package(tmp_path: Path, monkeypatch: py
 
     source = dataclasses.replace(idx.FASHION_MNIST, system_dirs=(tmp_path / "not-installed",))
     spec = REGISTRY["fmnist"]
-    monkeypatch.setitem(REGISTRY, "fmnist", dataclasses.replace(spec, load=lambda root: idx.load_idx_dataset(source, root)))
+    monkeypatch.setitem(
+        REGISTRY, "fmnist", dataclasses.replace(spec, load=lambda root: idx.load_idx_dataset(source, root))
+    )
     clear_cache()
     with pytest.raises(DatasetNotFoundError, match="apt-get install dataset-fashion-mnist"):
         load_dataset("fmnist", root=tmp_path)

@@ -35,7 +35,8 @@ ENABLED = os.environ.get("EDGEFD_ARM64_TEST") == "1"
 
 pytestmark = pytest.mark.skipif(
     not ENABLED,
-    reason="slow arm64 emulation test (~20 min with its caches, ~50 min without): run with EDGEFD_ARM64_TEST=1 as root after "
+    reason="slow arm64 emulation test (~20 min with its caches, ~50 min without): "
+    "run with EDGEFD_ARM64_TEST=1 as root after "
     "`apt-get install qemu-user-static binfmt-support mmdebstrap` (.ci/run does)",
 )
 
@@ -74,8 +75,15 @@ class Device:
         ]
         (cache / "pip").mkdir(parents=True, exist_ok=True)
         (cache / "apt-archives" / "partial").mkdir(parents=True, exist_ok=True)
-        cmd = ["bash", str(SCRIPTS / "arm64_chroot.sh"), "--rootfs", str(self.rootfs),
-               "--work", str(self.work), "--host-ca"]
+        cmd = [
+            "bash",
+            str(SCRIPTS / "arm64_chroot.sh"),
+            "--rootfs",
+            str(self.rootfs),
+            "--work",
+            str(self.work),
+            "--host-ca",
+        ]
         for bind in binds:
             cmd += ["--bind", bind]
         # pip byte-compiles every file it installs (torch, scipy, sympy: tens of thousands) and under
@@ -86,20 +94,21 @@ class Device:
     def run(self, *argv: str, timeout: float = 600) -> str:
         """Run ``argv`` on the device; return its output, or fail the test showing its tail."""
         started = time.monotonic()
-        done = subprocess.run(self.command(*argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=timeout)
+        done = subprocess.run(
+            self.command(*argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+        )
         seconds = time.monotonic() - started
         print(f"[arm64] {' '.join(argv)[:120]}: {seconds:.0f} s")
         if done.returncode != 0:
-            pytest.fail(f"on the arm64 device, {argv} exited with {done.returncode}:\n"
-                        f"{done.stdout[-6000:]}")
+            pytest.fail(f"on the arm64 device, {argv} exited with {done.returncode}:\n{done.stdout[-6000:]}")
         return done.stdout
 
     def start(self, *argv: str, log: Path) -> subprocess.Popen:
         """Start ``argv`` on the device in the background (its own process group), output to ``log``."""
         with open(log, "wb") as handle:
-            return subprocess.Popen(self.command(*argv), stdout=handle, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            return subprocess.Popen(
+                self.command(*argv), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
 
 def _stop(process: subprocess.Popen) -> None:
@@ -115,8 +124,12 @@ def _stop(process: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def rootfs() -> Path:
     started = time.monotonic()
-    built = subprocess.run(["bash", str(SCRIPTS / "build_rootfs.sh")], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, timeout=30 * 60)
+    built = subprocess.run(
+        ["bash", str(SCRIPTS / "build_rootfs.sh")],
+        capture_output=True,
+        text=True,
+        timeout=30 * 60,
+    )
     assert built.returncode == 0, f"building the arm64 root filesystem failed:\n{built.stderr[-4000:]}"
     print(f"[arm64] root filesystem ready in {time.monotonic() - started:.0f} s")
     return Path(built.stdout.strip().splitlines()[-1])
@@ -126,16 +139,23 @@ def _snapshot_checkout(dest: Path) -> None:
     """The checkout's files as a fresh clone plus local edits would have them (git's tracked and
     not-ignored files), frozen for the whole module: files that change while the test runs (other
     work in the same tree, test caches) must not make the second install see a new source."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            cwd=REPO, capture_output=True)
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True
+    )
     if listed.returncode == 0:
         for name in filter(None, listed.stdout.decode().split("\0")):
             if (REPO / name).is_file():
                 (dest / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(REPO / name, dest / name)
     else:  # not a git checkout (an unpacked sdist)
-        shutil.copytree(REPO, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-            ".git", "build", "__pycache__", ".pytest_cache", ".hypothesis", "*.so", "*.o"))
+        shutil.copytree(
+            REPO,
+            dest,
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns(
+                ".git", "build", "__pycache__", ".pytest_cache", ".hypothesis", "*.so", "*.o"
+            ),
+        )
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +165,9 @@ def device(rootfs: Path, tmp_path_factory: pytest.TempPathFactory):
     dev = Device(rootfs=rootfs, work=base / "device", source=base / "source", shared=base / "shared")
     dev.shared.mkdir()
     _snapshot_checkout(dev.source)
-    dev.install_log = dev.run("bash", f"{GUEST_SOURCE}/device/install.sh", "--source", GUEST_SOURCE,
-                              timeout=INSTALL_TIMEOUT)
+    dev.install_log = dev.run(
+        "bash", f"{GUEST_SOURCE}/device/install.sh", "--source", GUEST_SOURCE, timeout=INSTALL_TIMEOUT
+    )
     yield dev
     # The overlay holds a whole torch install (~1 GB): do not leave it to pytest's tmp rotation.
     shutil.rmtree(base, ignore_errors=True)
@@ -154,10 +175,14 @@ def device(rootfs: Path, tmp_path_factory: pytest.TempPathFactory):
 
 def test_install_script_installs_the_client_runtime(device: Device):
     assert "edgefd 0.1.0 with C++ kernels" in device.install_log
-    out = device.run("bash", "-c", "uname -m; /usr/local/bin/edgefd --version; "
-                     "test -f /etc/edgefd/client.toml && echo config-ok; "
-                     "test -f /etc/systemd/system/edgefd-client.service && echo unit-ok; "
-                     "id -u edgefd >/dev/null && echo user-ok")
+    out = device.run(
+        "bash",
+        "-c",
+        "uname -m; /usr/local/bin/edgefd --version; "
+        "test -f /etc/edgefd/client.toml && echo config-ok; "
+        "test -f /etc/systemd/system/edgefd-client.service && echo unit-ok; "
+        "id -u edgefd >/dev/null && echo user-ok",
+    )
     lines = out.split()
     assert lines[0] == "aarch64"
     assert "0.1.0" in out
@@ -165,8 +190,7 @@ def test_install_script_installs_the_client_runtime(device: Device):
 
 
 def test_install_script_is_safe_to_run_again(device: Device):
-    out = device.run("bash", f"{GUEST_SOURCE}/device/install.sh", "--source", GUEST_SOURCE,
-                     timeout=INSTALL_TIMEOUT)
+    out = device.run("bash", f"{GUEST_SOURCE}/device/install.sh", "--source", GUEST_SOURCE, timeout=INSTALL_TIMEOUT)
     # Nothing left to install or rebuild, and the result still loads.
     assert "apt-get install" not in out and "pip install" not in out, out
     assert "torch already installed" in out and "edgefd already installed from this source" in out
@@ -184,7 +208,8 @@ def test_device_kernels_match_the_torch_reference(device: Device):
         "with k.use_backend('cpp'):\n"
         "    a = k.weighted_kl(s, t, temperature=3.0, sample_weight=w); (ga,) = torch.autograd.grad(a, s)\n"
         "b = k.reference.weighted_kl(s, t, temperature=3.0, sample_weight=w); (gb,) = torch.autograd.grad(b, s)\n"
-        "torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6); torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-6)\n"
+        "torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)\n"
+        "torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-6)\n"
         "y = torch.randint(0, 10, (64,), generator=g)\n"
         "with k.use_backend('cpp'):\n"
         "    m, c = k.labelwise_mean(t, y, 10)\n"
@@ -222,8 +247,13 @@ def test_onnx_model_gives_the_host_outputs_on_arm64(device: Device, name: str, s
     with torch.no_grad():
         np.testing.assert_allclose(host_logits, model(inputs).numpy(), rtol=1e-4, atol=1e-5)
 
-    device.run(GUEST_PYTHON, f"{GUEST_SOURCE}/device/test/run_onnx.py", f"{GUEST_SHARED}/{name}.onnx",
-               f"{GUEST_SHARED}/{name}-inputs.npz", f"{GUEST_SHARED}/{name}-outputs.npz")
+    device.run(
+        GUEST_PYTHON,
+        f"{GUEST_SOURCE}/device/test/run_onnx.py",
+        f"{GUEST_SHARED}/{name}.onnx",
+        f"{GUEST_SHARED}/{name}-inputs.npz",
+        f"{GUEST_SHARED}/{name}-outputs.npz",
+    )
     with np.load(device.shared / f"{name}-outputs.npz") as arm:
         assert str(arm["_machine"]) == "aarch64"
         arm_logits = arm["logits"]
@@ -243,19 +273,80 @@ def test_device_client_joins_a_run_served_on_the_host(device: Device, tmp_path: 
     with start_broker(workdir=tmp_path / "broker") as broker:
         # Generous deadlines: under emulation the device imports torch and trains ~10-50x slower.
         server = subprocess.Popen(
-            [sys.executable, "-m", "edgefd.cli", "server", "--broker", broker.url, "--run", run_name,
-             "--algo", "fd", "--dataset", "digits", "--clients", "2", "--rounds", str(rounds), "--seed", "0",
-             "--threads", "1", "--min-clients", "2", "--round-timeout", "1200", "--eval-timeout", "1200",
-             "--hello-timeout", "1800", "--keepalive", "5", "--out", str(out)],
-            stdout=open(tmp_path / "server.log", "wb"), stderr=subprocess.STDOUT, env=host_env)
+            [
+                sys.executable,
+                "-m",
+                "edgefd.cli",
+                "server",
+                "--broker",
+                broker.url,
+                "--run",
+                run_name,
+                "--algo",
+                "fd",
+                "--dataset",
+                "digits",
+                "--clients",
+                "2",
+                "--rounds",
+                str(rounds),
+                "--seed",
+                "0",
+                "--threads",
+                "1",
+                "--min-clients",
+                "2",
+                "--round-timeout",
+                "1200",
+                "--eval-timeout",
+                "1200",
+                "--hello-timeout",
+                "1800",
+                "--keepalive",
+                "5",
+                "--out",
+                str(out),
+            ],
+            stdout=open(tmp_path / "server.log", "wb"),
+            stderr=subprocess.STDOUT,
+            env=host_env,
+        )
         on_device = device.start(
-            "/usr/local/bin/edgefd", "client", "--broker", broker.url, "--run", run_name,
-            "--client-id", "client-0", "--state-dir", "/var/lib/edgefd/state", "--keepalive", "10",
-            log=tmp_path / "device-client.log")
+            "/usr/local/bin/edgefd",
+            "client",
+            "--broker",
+            broker.url,
+            "--run",
+            run_name,
+            "--client-id",
+            "client-0",
+            "--state-dir",
+            "/var/lib/edgefd/state",
+            "--keepalive",
+            "10",
+            log=tmp_path / "device-client.log",
+        )
         on_host = subprocess.Popen(
-            [sys.executable, "-m", "edgefd.cli", "client", "--broker", broker.url, "--run", run_name,
-             "--client-id", "client-1", "--state-dir", str(tmp_path / "host-state"), "--keepalive", "5"],
-            stdout=open(tmp_path / "host-client.log", "wb"), stderr=subprocess.STDOUT, env=host_env)
+            [
+                sys.executable,
+                "-m",
+                "edgefd.cli",
+                "client",
+                "--broker",
+                broker.url,
+                "--run",
+                run_name,
+                "--client-id",
+                "client-1",
+                "--state-dir",
+                str(tmp_path / "host-state"),
+                "--keepalive",
+                "5",
+            ],
+            stdout=open(tmp_path / "host-client.log", "wb"),
+            stderr=subprocess.STDOUT,
+            env=host_env,
+        )
         try:
             server_code = server.wait(timeout=3600)
             device_code = on_device.wait(timeout=300)
@@ -289,12 +380,49 @@ def exported(device: Device, tmp_path_factory: pytest.TempPathFactory) -> Path:
     into the folder the device shares (plus a batch of inputs for it)."""
     work = tmp_path_factory.mktemp("arm64-export")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([sys.executable, "-m", "edgefd.cli", "simulate", "--algo", "fd", "--dataset", "digits",
-                    "--clients", "2", "--rounds", "1", "--threads", "1", "--out", str(work / "run")],
-                   check=True, env=env, stdout=subprocess.DEVNULL, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgefd.cli",
+            "simulate",
+            "--algo",
+            "fd",
+            "--dataset",
+            "digits",
+            "--clients",
+            "2",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+            "--out",
+            str(work / "run"),
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        timeout=600,
+    )
     out = device.shared / "exported"
-    subprocess.run([sys.executable, "-m", "edgefd.cli", "export", str(work / "run"), "--client", "client-0",
-                    "--out", str(out), "--int8"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgefd.cli",
+            "export",
+            str(work / "run"),
+            "--client",
+            "client-0",
+            "--out",
+            str(out),
+            "--int8",
+        ],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        timeout=600,
+    )
     inputs = np.random.default_rng(0).standard_normal((32, 1, 8, 8)).astype(np.float32)
     np.save(out / "batch.npy", inputs)
     return out
@@ -303,13 +431,16 @@ def exported(device: Device, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("model", ["client-0.onnx", "client-0.int8.onnx"])
 def test_edgefd_predict_on_arm64_matches_the_host(device: Device, exported: Path, model: str):
     """`edgefd export`'s fp32 and int8 models, run by `edgefd predict` on the device and on the host."""
-    host = subprocess.run([sys.executable, "-m", "edgefd.cli", "predict", str(exported / model),
-                           str(exported / "batch.npy"), "--json"], check=True, capture_output=True, text=True)
+    host = subprocess.run(
+        [sys.executable, "-m", "edgefd.cli", "predict", str(exported / model), str(exported / "batch.npy"), "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     guest_dir = f"{GUEST_SHARED}/exported"
-    arm = device.run("/usr/local/bin/edgefd", "predict", f"{guest_dir}/{model}", f"{guest_dir}/batch.npy",
-                     "--json")
+    arm = device.run("/usr/local/bin/edgefd", "predict", f"{guest_dir}/{model}", f"{guest_dir}/batch.npy", "--json")
     host_predictions = json.loads(host.stdout)["predictions"]
-    arm_predictions = json.loads(arm[arm.index("{"):])["predictions"]
+    arm_predictions = json.loads(arm[arm.index("{") :])["predictions"]
     assert len(arm_predictions) == len(host_predictions) == 32
     host_p = np.array([p["probabilities"] for p in host_predictions])
     arm_p = np.array([p["probabilities"] for p in arm_predictions])

@@ -20,8 +20,19 @@ from edgefd.simulate import SimulationConfig, run
 def exported(tmp_path_factory):
     """A 2-client FD run on digits (cnn2 and mlp), exported with --int8."""
     root = tmp_path_factory.mktemp("export")
-    run(SimulationConfig(algo="fd", dataset="digits", clients=2, rounds=2, threads=1, models="cnn2,mlp",
-                         samples_per_client=300, out=str(root / "run")), progress=False)
+    run(
+        SimulationConfig(
+            algo="fd",
+            dataset="digits",
+            clients=2,
+            rounds=2,
+            threads=1,
+            models="cnn2,mlp",
+            samples_per_client=300,
+            out=str(root / "run"),
+        ),
+        progress=False,
+    )
     assert cli.main(["export", str(root / "run"), "--out", str(root / "onnx"), "--int8"]) == 0
     return root
 
@@ -29,8 +40,16 @@ def exported(tmp_path_factory):
 def test_each_client_gets_a_model_an_int8_copy_and_sidecars(exported):
     out = exported / "onnx"
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["client-0.int8.json", "client-0.int8.onnx", "client-0.json", "client-0.onnx",
-                     "client-1.int8.json", "client-1.int8.onnx", "client-1.json", "client-1.onnx"]
+    assert names == [
+        "client-0.int8.json",
+        "client-0.int8.onnx",
+        "client-0.json",
+        "client-0.onnx",
+        "client-1.int8.json",
+        "client-1.int8.onnx",
+        "client-1.json",
+        "client-1.onnx",
+    ]
     dataset = load_dataset("digits")
     for cid, path in list_checkpoints(exported / "run").items():
         checkpoint = load_checkpoint(path)
@@ -77,8 +96,12 @@ sys.exit(code)
 
 
 def _predict(*args):
-    return subprocess.run([sys.executable, "-c", PREDICT_WITHOUT_TORCH, "predict", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", PREDICT_WITHOUT_TORCH, "predict", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_predict_runs_without_torch_on_npy_and_images(exported, tmp_path):
@@ -100,8 +123,9 @@ def test_predict_runs_without_torch_on_npy_and_images(exported, tmp_path):
     assert predictions[5]["class"] == predictions[0]["class"]
     image_logits = run_onnx(onnx_session(model), dataset.test_x[5:6].numpy())
     assert predictions[6]["class"] == int(image_logits.argmax())
-    np.testing.assert_allclose(predictions[6]["probabilities"], np.exp(image_logits[0]) / np.exp(image_logits[0]).sum(),
-                               rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        predictions[6]["probabilities"], np.exp(image_logits[0]) / np.exp(image_logits[0]).sum(), rtol=1e-4, atol=1e-6
+    )
     for p in predictions:
         assert sum(p["probabilities"]) == pytest.approx(1.0, abs=1e-6)
         assert p["probability"] == max(p["probabilities"])

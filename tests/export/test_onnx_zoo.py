@@ -23,7 +23,9 @@ HEAVY = os.environ.get("EDGEFD_TEST_HEAVY") == "1"
 
 
 def _zoo_case(name):
-    heavy = model_entry(name).heavy and name != "resnet18"  # resnet18 exports in ~1 s; vgg16 takes ~60 s (dynamo fallback), 537 MB
+    heavy = (
+        model_entry(name).heavy and name != "resnet18"
+    )  # resnet18 exports in ~1 s; vgg16 takes ~60 s (dynamo fallback), 537 MB
     marks = [pytest.mark.skipif(heavy and not HEAVY, reason="vgg16: ~60 s and a 537 MB file; set EDGEFD_TEST_HEAVY=1")]
     return pytest.param(name, marks=marks, id=name)
 
@@ -83,7 +85,9 @@ def test_zoo_model_exports_and_matches_torch(name, tmp_path, digits):
         got = run_onnx(session, x)
         assert got.shape == expected.shape
         assert np.abs(expected).max() > 1e-3, "degenerate outputs would make the comparison empty"
-        assert np.abs(got - expected).max() <= TOLERANCE, f"{name}: max abs diff {np.abs(got - expected).max():.2e} (logits up to {np.abs(expected).max():.1f})"
+        assert np.abs(got - expected).max() <= TOLERANCE, (
+            f"{name}: max abs diff {np.abs(got - expected).max():.2e} (logits up to {np.abs(expected).max():.1f})"
+        )
 
 
 class _PoolsToSevenBySeven(nn.Module):

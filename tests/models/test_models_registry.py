@@ -58,7 +58,12 @@ def test_options_are_forwarded():
 
 
 def test_deterministic_given_seed():
-    for name, shape in (("resnet8", (3, 8, 8)), ("shufflenetv2_x0_5", (3, 8, 8)), ("fedd2s_m1", (1, 8, 8)), ("zkt_generator", (1, 8, 8))):
+    for name, shape in (
+        ("resnet8", (3, 8, 8)),
+        ("shufflenetv2_x0_5", (3, 8, 8)),
+        ("fedd2s_m1", (1, 8, 8)),
+        ("zkt_generator", (1, 8, 8)),
+    ):
         torch.manual_seed(123)
         a = build_model(name, in_channels=shape[0], num_classes=10, input_shape=shape)
         torch.manual_seed(123)
@@ -92,7 +97,15 @@ def test_assign_homo():
 
 def test_assign_hetero_round_robin():
     assert DEFAULT_HETERO == ("resnet8", "resnet16", "resnet20")
-    assert assign_models("hetero", 7) == ["resnet8", "resnet16", "resnet20", "resnet8", "resnet16", "resnet20", "resnet8"]
+    assert assign_models("hetero", 7) == [
+        "resnet8",
+        "resnet16",
+        "resnet20",
+        "resnet8",
+        "resnet16",
+        "resnet20",
+        "resnet8",
+    ]
     got = assign_models("hetero", 6, hetero=[f"fedict_c{k}" for k in range(1, 6)])
     assert got == ["fedict_c1", "fedict_c2", "fedict_c3", "fedict_c4", "fedict_c5", "fedict_c1"]
     assert assign_models("hetero", 3, input_shape=(50, 6)) == ["mlp", "cnn1d", "mlp"]
@@ -139,7 +152,13 @@ def test_assign_error_lists_known_names():
 # ---- ONNX export smoke test -------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "name,shape,in_ch",
-    [("resnet8", (3, 32, 32), 3), ("fedd2s_m1", (1, 8, 8), 1), ("cnn1d", (20, 6), 6), ("zkt_generator_mlp", (1, 8, 8), 1), ("resnet20a", (1, 8, 8), 1)],
+    [
+        ("resnet8", (3, 32, 32), 3),
+        ("fedd2s_m1", (1, 8, 8), 1),
+        ("cnn1d", (20, 6), 6),
+        ("zkt_generator_mlp", (1, 8, 8), 1),
+        ("resnet20a", (1, 8, 8), 1),
+    ],
 )
 def test_onnx_export_matches_torch(name, shape, in_ch):
     ort = pytest.importorskip("onnxruntime")

@@ -35,7 +35,15 @@ def _input_for(name, model, c, size):
 # Models whose CPU forward at 28x28/32x32 costs ~0.1-1 s (depthwise convs, ResNet-56-size server):
 # their shapes at every size are checked on the meta device (exact shape propagation, no compute),
 # and their numerics by a real forward at the smallest size.
-SLOW = {"shufflenetv2_x0_5", "shufflenetv2_x1_0", "mobilenetv2_x0_8", "mobilenetv2_x0_6", "mobilenetv2_x1_0", "mobilenet_v2", "fedict_server"}
+SLOW = {
+    "shufflenetv2_x0_5",
+    "shufflenetv2_x1_0",
+    "mobilenetv2_x0_8",
+    "mobilenetv2_x0_6",
+    "mobilenetv2_x1_0",
+    "mobilenet_v2",
+    "fedict_server",
+}
 
 
 @pytest.mark.parametrize("name,c,size,classes", _image_cases())
@@ -68,7 +76,9 @@ def test_slow_models_real_forward_small(name, c):
     assert y.shape == (BATCH, 10) and torch.isfinite(y).all()
 
 
-@pytest.mark.parametrize("name", [n for n in list_models() if model_entry(n).kind == "image" and not model_entry(n).heavy])
+@pytest.mark.parametrize(
+    "name", [n for n in list_models() if model_entry(n).kind == "image" and not model_entry(n).heavy]
+)
 @pytest.mark.parametrize("classes", [1, 5, 100])
 def test_class_counts(name, classes):
     size = min(model_entry(name).sizes)
@@ -132,7 +142,13 @@ def test_generator_nz_option():
 
 @pytest.mark.parametrize(
     "name,c,size,classes",
-    [("resnet18", 1, 28, 10), ("resnet18", 3, 32, 100), ("resnet18", 1, 8, 10), ("vgg16", 1, 32, 10), ("vgg16", 3, 32, 20)],
+    [
+        ("resnet18", 1, 28, 10),
+        ("resnet18", 3, 32, 100),
+        ("resnet18", 1, 8, 10),
+        ("vgg16", 1, 32, 10),
+        ("vgg16", 3, 32, 20),
+    ],
 )
 def test_heavy_model_shapes(name, c, size, classes):
     with torch.device("meta"):

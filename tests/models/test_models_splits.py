@@ -37,7 +37,9 @@ def test_fedict_feature_shape_is_16_h_w(c, size):
         assert m.feature_shape == (16, size, size)
 
 
-@pytest.mark.parametrize("server,c,size", [("fedict_server", 1, 8), ("fedict_server_small", 1, 8), ("fedict_server_small", 3, 32)])
+@pytest.mark.parametrize(
+    "server,c,size", [("fedict_server", 1, 8), ("fedict_server_small", 1, 8), ("fedict_server_small", 3, 32)]
+)
 def test_fedict_server_consumes_client_features(server, c, size):
     torch.manual_seed(0)
     ks = (1, 3) if server == "fedict_server" else range(1, 6)

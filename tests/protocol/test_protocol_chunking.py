@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from protocol_helpers import reseal_chunk
 
 from edgefd.protocol import (
     CHUNK_HEADER_SIZE,
@@ -26,7 +27,6 @@ from edgefd.protocol import (
     parse_chunk,
     split,
 )
-from protocol_helpers import reseal_chunk
 
 
 class Clock:
@@ -106,7 +106,12 @@ def test_shuffled_and_duplicated_frames_reassemble_exactly_once(n, chunk, seed):
 
 
 def test_end_to_end_payload_through_chunks():
-    p = Payload("weights", "c7", 9, {f"l{i}": np.random.default_rng(i).standard_normal((64, 33)).astype(np.float32) for i in range(4)})
+    p = Payload(
+        "weights",
+        "c7",
+        9,
+        {f"l{i}": np.random.default_rng(i).standard_normal((64, 33)).astype(np.float32) for i in range(4)},
+    )
     frames = split(encode(p), 1024)
     random.Random(0).shuffle(frames)
     r = Reassembler()
@@ -117,7 +122,7 @@ def test_end_to_end_payload_through_chunks():
 def test_interleaved_messages():
     datas = [blob(700 + i, i) for i in range(5)]
     streams = [split(d, 100, mid(i)) for i, d in enumerate(datas)]
-    mixed = [f for group in zip(*streams) for f in group] + [f for s in streams for f in s[min(map(len, streams)):]]
+    mixed = [f for group in zip(*streams) for f in group] + [f for s in streams for f in s[min(map(len, streams)) :]]
     random.Random(1).shuffle(mixed)
     r = Reassembler()
     got = {x for x in map(r.feed, mixed) if x is not None}
@@ -233,7 +238,9 @@ def test_frames_that_do_not_add_up_abandon_the_message():
     r = Reassembler()
     r.feed(frames[0])
     r.feed(frames[1])
-    with pytest.raises(InconsistentChunkError, match="frames carry 290 bytes in all, total_len is 300; message abandoned"):
+    with pytest.raises(
+        InconsistentChunkError, match="frames carry 290 bytes in all, total_len is 300; message abandoned"
+    ):
         r.feed(short_last)
     assert r.pending == 0 and r.buffered_bytes == 0
     assert r.feed(frames[2]) is None and r.stats.dropped == 1

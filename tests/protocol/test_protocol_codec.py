@@ -241,7 +241,12 @@ def test_int8_nonfinite_row_travels_as_nan_and_is_rejected_where_forbidden():
 
 @pytest.mark.parametrize(
     "dtype, prec, value",
-    [(np.float32, "fp16", 70000.0), (np.float64, "fp16", -1e6), (np.float64, "fp32", 1e39), (np.float64, "int8", 1e300)],
+    [
+        (np.float32, "fp16", 70000.0),
+        (np.float64, "fp16", -1e6),
+        (np.float64, "fp32", 1e39),
+        (np.float64, "int8", 1e300),
+    ],
 )
 def test_finite_values_that_overflow_the_wire_precision_raise_at_encode(dtype, prec, value):
     p = Payload("logits", "c", 0, {"w": np.array([1.0, value], dtype)}, precision={"w": prec})
@@ -309,8 +314,12 @@ def test_golden_bytes_from_the_documented_layout():
     body = (
         b"ack"
         + b"s"
-        + struct.pack("<BB", 1, 1) + b"k" + struct.pack("<q", 7)
-        + struct.pack("<BBBBQQ", 1, 8, 0, 1, 0, 2) + b"m" + struct.pack("<I", 2)
+        + struct.pack("<BB", 1, 1)
+        + b"k"
+        + struct.pack("<q", 7)
+        + struct.pack("<BBBBQQ", 1, 8, 0, 1, 0, 2)
+        + b"m"
+        + struct.pack("<I", 2)
         + b"\x01\x00"
     )
     prefix = b"EFD1" + struct.pack("<HHiBBHIQ", 1, 0, -1, 3, 1, 1, 1, len(body))
@@ -326,7 +335,9 @@ def test_nonfinite_policy():
     a = np.array([1.0, np.nan], np.float32)
     for kind in ("logits", "knowledge", "weights", "features", "hello"):
         data = encode(Payload(kind, "c", 0, {"z": a}))
-        with pytest.raises(NonFiniteError, match=rf"array 'z': 1 non-finite value\(s\) \(first at index \(1,\).*kind '{kind}'"):
+        with pytest.raises(
+            NonFiniteError, match=rf"array 'z': 1 non-finite value\(s\) \(first at index \(1,\).*kind '{kind}'"
+        ):
             decode(data)
         assert np.isnan(decode(data, allow_nonfinite=True).arrays["z"][1])
     data = encode(Payload("metrics", "c", 0, {"z": a}))
@@ -362,10 +373,19 @@ DTYPE_ST = st.sampled_from(ALL_DTYPES)
 @st.composite
 def payloads(draw):
     n = draw(st.integers(0, 4))
-    names = draw(st.lists(st.text(min_size=1, max_size=8).filter(
-        lambda s: len(s.encode("utf-8", "surrogatepass")) <= 64
-        and not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) < 0xE000 for c in s)
-    ), min_size=n, max_size=n, unique=True))
+    names = draw(
+        st.lists(
+            st.text(min_size=1, max_size=8).filter(
+                lambda s: (
+                    len(s.encode("utf-8", "surrogatepass")) <= 64
+                    and not any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or 0xD800 <= ord(c) < 0xE000 for c in s)
+                )
+            ),
+            min_size=n,
+            max_size=n,
+            unique=True,
+        )
+    )
     arrays, precision = {}, {}
     for name in names:
         dt = np.dtype(draw(DTYPE_ST))
@@ -376,11 +396,18 @@ def payloads(draw):
             prec = draw(st.sampled_from([None, "fp32", "fp16", "int8"]))
             if prec:
                 precision[name] = prec
-    scalars = draw(st.dictionaries(
-        st.sampled_from(["a", "b", "ç", "epoch", "loss"]),
-        st.one_of(st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=10).filter(lambda s: not any(0xD800 <= ord(c) < 0xE000 for c in s))),
-        max_size=3,
-    ))
+    scalars = draw(
+        st.dictionaries(
+            st.sampled_from(["a", "b", "ç", "epoch", "loss"]),
+            st.one_of(
+                st.booleans(),
+                st.integers(-(2**63), 2**63 - 1),
+                st.floats(allow_nan=False, allow_infinity=False),
+                st.text(max_size=10).filter(lambda s: not any(0xD800 <= ord(c) < 0xE000 for c in s)),
+            ),
+            max_size=3,
+        )
+    )
     rnd = draw(st.integers(-1, 2**31 - 1))
     return Payload("knowledge", draw(st.sampled_from(["server", "c-1", "π"])), rnd, arrays, scalars, precision)
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from protocol_helpers import reseal, reseal_chunk
 
 from edgefd.protocol import Payload, ProtocolError, Reassembler, decode, encode, split
-from protocol_helpers import reseal, reseal_chunk
 
 pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -21,22 +21,68 @@ def corpus():
     payloads = [
         Payload("ack", "s", -1),
         Payload("logits", "c1", 3, {"x": f32}),
-        Payload("knowledge", "c-2", 7, {"x": f32, "y": f32.astype(np.float64)}, {"n": 3, "t": "é", "b": True, "f": 0.25},
-                precision={"x": "int8", "y": "fp16"}),
-        Payload("weights", "server", 0, {"w": rng.standard_normal((2, 2, 2)).astype(np.float64), "s": np.float32(1.5)},
-                precision={"w": "fp32"}),
-        Payload("hello", "π", -1, {"hist": np.arange(10, dtype=np.int64), "m": np.array([True, False]),
-                                   "u": np.arange(4, dtype=np.uint8), "i": np.array([-3], np.int8),
-                                   "i32": np.zeros((0, 4), np.int32), "h": np.ones(3, np.float16)}),
-        Payload("features", "c9", 1, {"f": rng.standard_normal((2, 1, 3, 2)).astype(np.float16)}, precision={"f": "int8"}),
+        Payload(
+            "knowledge",
+            "c-2",
+            7,
+            {"x": f32, "y": f32.astype(np.float64)},
+            {"n": 3, "t": "é", "b": True, "f": 0.25},
+            precision={"x": "int8", "y": "fp16"},
+        ),
+        Payload(
+            "weights",
+            "server",
+            0,
+            {"w": rng.standard_normal((2, 2, 2)).astype(np.float64), "s": np.float32(1.5)},
+            precision={"w": "fp32"},
+        ),
+        Payload(
+            "hello",
+            "π",
+            -1,
+            {
+                "hist": np.arange(10, dtype=np.int64),
+                "m": np.array([True, False]),
+                "u": np.arange(4, dtype=np.uint8),
+                "i": np.array([-3], np.int8),
+                "i32": np.zeros((0, 4), np.int32),
+                "h": np.ones(3, np.float16),
+            },
+        ),
+        Payload(
+            "features", "c9", 1, {"f": rng.standard_normal((2, 1, 3, 2)).astype(np.float16)}, precision={"f": "int8"}
+        ),
         Payload("metrics", "c1", 2, {"nan": np.array([np.nan, np.inf], np.float32)}, {"loss": float("nan")}),
     ]
     return [encode(p) for p in payloads]
 
 
 CORPUS = corpus()
-INTERESTING = [0, 1, 2, 7, 8, 31, 32, 33, 63, 64, 65, 127, 128, 255, 256, 65535, 2**31 - 1, 2**31, 2**32 - 1,
-               2**40, 2**62, 2**63 - 1, 2**64 - 1]
+INTERESTING = [
+    0,
+    1,
+    2,
+    7,
+    8,
+    31,
+    32,
+    33,
+    63,
+    64,
+    65,
+    127,
+    128,
+    255,
+    256,
+    65535,
+    2**31 - 1,
+    2**31,
+    2**32 - 1,
+    2**40,
+    2**62,
+    2**63 - 1,
+    2**64 - 1,
+]
 
 
 @st.composite
@@ -49,7 +95,7 @@ def mutations(draw, base, header_fields):
             i = draw(st.integers(0, n - 1))
             data[i] ^= 1 << draw(st.integers(0, 7))
         elif op == "truncate":
-            del data[draw(st.integers(0, n)):]
+            del data[draw(st.integers(0, n)) :]
         elif op == "extend":
             data += draw(st.binary(min_size=1, max_size=40))
         elif op == "splice":
@@ -75,7 +121,9 @@ def mutations(draw, base, header_fields):
             off, fmt = draw(st.sampled_from(header_fields))
             if off + struct.calcsize(fmt) <= n:
                 bits = 8 * struct.calcsize(fmt)
-                v = draw(st.one_of(st.sampled_from([x for x in INTERESTING if x < 2**bits]), st.integers(0, 2**bits - 1)))
+                v = draw(
+                    st.one_of(st.sampled_from([x for x in INTERESTING if x < 2**bits]), st.integers(0, 2**bits - 1))
+                )
                 struct.pack_into(fmt, data, off, v)
     return bytes(data), draw(st.sampled_from(["none", "crc", "crc+len"]))
 

@@ -7,6 +7,7 @@ import struct
 
 import numpy as np
 import pytest
+from protocol_helpers import array_entry, build, reseal, scalar_entry
 
 from edgefd.protocol import (
     ChecksumError,
@@ -20,7 +21,6 @@ from edgefd.protocol import (
     decode,
     encode,
 )
-from protocol_helpers import array_entry, build, reseal, scalar_entry
 
 GOOD = Payload("logits", "c1", 3, {"x": np.zeros((2, 3), np.float32)})
 
@@ -141,11 +141,18 @@ def test_scalar_table(entry, words):
 
 
 def test_duplicate_scalar():
-    raises(MalformedError, build(scalars=(scalar_entry(), scalar_entry()), arrays=(), data=b""), "scalar[1].name", "duplicate name 's'")
+    raises(
+        MalformedError,
+        build(scalars=(scalar_entry(), scalar_entry()), arrays=(), data=b""),
+        "scalar[1].name",
+        "duplicate name 's'",
+    )
 
 
 def test_scalar_count_past_body():
-    raises(MalformedError, build(scalars=(scalar_entry(),), n_scalars=3, arrays=(), data=b""), "scalar[1]", "needs 2 bytes")
+    raises(
+        MalformedError, build(scalars=(scalar_entry(),), n_scalars=3, arrays=(), data=b""), "scalar[1]", "needs 2 bytes"
+    )
 
 
 # ----------------------------------------------------------------------------- array table
@@ -174,7 +181,13 @@ def test_array_table(entry, data, words):
 
 def test_int8_scales():
     neg = struct.pack("<2f", 1.0, -1.0) + bytes(6)
-    raises(MalformedError, build(arrays=(array_entry(enc=3, length=14),), data=neg), "array 'x'", "int8 scale of row 1", "got -1.0")
+    raises(
+        MalformedError,
+        build(arrays=(array_entry(enc=3, length=14),), data=neg),
+        "array 'x'",
+        "int8 scale of row 1",
+        "got -1.0",
+    )
     inf = struct.pack("<2f", float("inf"), 1.0) + bytes(6)
     raises(MalformedError, build(arrays=(array_entry(enc=3, length=14),), data=inf), "int8 scale of row 0")
 

@@ -22,18 +22,21 @@ def flags(config: dict) -> list[str]:
 
 def edgefd(*args, log: Path) -> subprocess.Popen:
     handle = open(log, "ab")
-    return subprocess.Popen([sys.executable, "-m", "edgefd.cli", *map(str, args)], stdout=handle,
-                            stderr=subprocess.STDOUT, env=ENV)
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgefd.cli", *map(str, args)], stdout=handle, stderr=subprocess.STDOUT, env=ENV
+    )
 
 
 def server(broker, run_name, config, out, *extra, log):
-    return edgefd("server", "--broker", broker.url, "--run", run_name, *flags(config), "--out", out, "--quiet",
-                  *extra, log=log)
+    return edgefd(
+        "server", "--broker", broker.url, "--run", run_name, *flags(config), "--out", out, "--quiet", *extra, log=log
+    )
 
 
 def client(broker, run_name, cid, state, log, *extra):
-    return edgefd("client", "--broker", broker.url, "--run", run_name, "--client-id", cid, "--state-dir", state,
-                  *extra, log=log)
+    return edgefd(
+        "client", "--broker", broker.url, "--run", run_name, "--client-id", cid, "--state-dir", state, *extra, log=log
+    )
 
 
 def lines_of(out: Path) -> list[dict]:

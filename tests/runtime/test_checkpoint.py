@@ -18,8 +18,10 @@ SETTINGS = {
     "fedgkt": dict(models="fedict_c1"),
     "fedmd": dict(params={"public_dataset": "digits", "alignment_size": 50}),
     "fedd2s": dict(models="fedd2s_m1", params={"phase_epochs": 1}),
-    "fedzkt": dict(models="zkt_tiny_a,zkt_tiny_e", params=dict(
-        global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=2, server_batch_size=16)),
+    "fedzkt": dict(
+        models="zkt_tiny_a,zkt_tiny_e",
+        params=dict(global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=2, server_batch_size=16),
+    ),
 }
 
 
@@ -45,14 +47,16 @@ def test_every_method_resumes_from_a_checkpoint(tmp_path, algo):
 
     for cid, role in clients.items():
         checkpoint.save(tmp_path / f"{cid}.ckpt", role, {"data": role.context.data})
-    checkpoint.save(tmp_path / "server.ckpt", server, {"build_model": server.context.build_model,
-                                                     "dataset": pieces.dataset})
+    checkpoint.save(
+        tmp_path / "server.ckpt", server, {"build_model": server.context.build_model, "dataset": pieces.dataset}
+    )
     fresh_pieces = prepare(config)
     fresh = {cid: build_client(config, fresh_pieces, i) for i, cid in enumerate(fresh_pieces.client_ids)}
     restored = {cid: checkpoint.load(tmp_path / f"{cid}.ckpt", {"data": fresh[cid].context.data}) for cid in fresh}
     fresh_server = build_server(config, fresh_pieces)
-    restored_server = checkpoint.load(tmp_path / "server.ckpt", {"build_model": fresh_server.context.build_model,
-                                                                 "dataset": fresh_pieces.dataset})
+    restored_server = checkpoint.load(
+        tmp_path / "server.ckpt", {"build_model": fresh_server.context.build_model, "dataset": fresh_pieces.dataset}
+    )
     assert restored["client-0"].data is fresh["client-0"].context.data  # the data was not written
 
     expected = run_round(server, clients, 2, InProcessTransport())

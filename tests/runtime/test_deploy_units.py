@@ -19,8 +19,9 @@ def test_server_selects_like_the_simulation():
     config = SimulationConfig(clients=7, participation=0.4, seed=3, threads=1, rounds=6)
     runtime = ServerRuntime(config, DeploymentSettings(run="units"))
     no_server = argparse.Namespace(step_exchange=False)  # selection needs no roles
-    federation = Federation(no_server, {f"client-{i}": None for i in range(7)}, None, LoopConfig(participation=0.4),
-                            selection_rng(config))
+    federation = Federation(
+        no_server, {f"client-{i}": None for i in range(7)}, None, LoopConfig(participation=0.4), selection_rng(config)
+    )
     for _ in range(6):
         expected = federation.select()
         federation.rng.random(len(expected))  # the straggler draw of run_round
@@ -48,8 +49,14 @@ def test_config_travels_whole():
 
 
 def test_deploy_local_writes_a_config_that_simulate_reads(tmp_path):
-    config = SimulationConfig(algo="fd", clients=3, rounds=2, partition="dirichlet:0.3", seed=9,
-                              params={"temperature": 3.0, "exclude_self": True})
+    config = SimulationConfig(
+        algo="fd",
+        clients=3,
+        rounds=2,
+        partition="dirichlet:0.3",
+        seed=9,
+        params={"temperature": 3.0, "exclude_self": True},
+    )
     path = tmp_path / "run.toml"
     path.write_text(config_to_toml(config))
     back = config_from_args(argparse.Namespace(config=str(path), param=[]))
@@ -79,8 +86,13 @@ def test_client_cli_reports_bad_settings(tmp_path, capsys):
 
 def test_device_data_folder(tmp_path):
     rng = np.random.default_rng(0)
-    arrays = dict(train_x=rng.random((20, 1, 8, 8), np.float32), train_y=rng.integers(0, 10, 20),
-                  test_x=rng.random((5, 1, 8, 8), np.float32), test_y=rng.integers(0, 10, 5), num_classes=np.array(10))
+    arrays = dict(
+        train_x=rng.random((20, 1, 8, 8), np.float32),
+        train_y=rng.integers(0, 10, 20),
+        test_x=rng.random((5, 1, 8, 8), np.float32),
+        test_y=rng.integers(0, 10, 5),
+        num_classes=np.array(10),
+    )
     np.savez(tmp_path / "data.npz", **arrays)
     data, shape = load_device_data(tmp_path)
     assert shape.input_shape == (1, 8, 8) and shape.num_classes == 10

@@ -70,8 +70,10 @@ def test_evaluation_schedule_and_same_seed_same_selection():
     assert [r.selected for r in other.run()] != [r.selected for r in a]
 
 
-@pytest.mark.parametrize("bad", [dict(rounds=0), dict(participation=0), dict(participation=1.5),
-                                 dict(straggler_rate=1.0), dict(eval_every=0)])
+@pytest.mark.parametrize(
+    "bad",
+    [dict(rounds=0), dict(participation=0), dict(participation=1.5), dict(straggler_rate=1.0), dict(eval_every=0)],
+)
 def test_bad_loop_settings_are_rejected(bad):
     with pytest.raises(ValueError):
         make(LoopConfig(**bad))
@@ -99,6 +101,7 @@ class AskingClient(ClientRole):
 
 class LoggingServer(ServerRole):
     """Answers with everything it has been asked so far, in arrival order."""
+
     step_exchange = True
 
     def __init__(self):
@@ -131,5 +134,10 @@ def test_step_exchange_runs_clients_one_after_another_and_counts_every_message()
 
 def test_step_exchange_refuses_stragglers():
     with pytest.raises(ValueError, match="straggler_rate"):
-        Federation(LoggingServer(), {"c0": AskingClient("c0")}, InProcessTransport(),
-                   LoopConfig(straggler_rate=0.2), np.random.default_rng(0))
+        Federation(
+            LoggingServer(),
+            {"c0": AskingClient("c0")},
+            InProcessTransport(),
+            LoopConfig(straggler_rate=0.2),
+            np.random.default_rng(0),
+        )

@@ -35,8 +35,15 @@ def server_is_up(broker, run_name) -> MqttEndpoint:
     return stranger
 
 
-GARBAGE_REASONS = {"MagicError", "TruncatedError", "VersionError", "OversizedError", "NonFiniteError",
-                   "sender-mismatch", "ChecksumError"}
+GARBAGE_REASONS = {
+    "MagicError",
+    "TruncatedError",
+    "VersionError",
+    "OversizedError",
+    "NonFiniteError",
+    "sender-mismatch",
+    "ChecksumError",
+}
 
 
 def publish_garbage(broker, run_name, raw, work: Path) -> None:
@@ -46,17 +53,25 @@ def publish_garbage(broker, run_name, raw, work: Path) -> None:
     up = topics.up("client-0", "train")
     blob = work / "random.bin"
     blob.write_bytes(np.random.default_rng(1).bytes(500))
-    subprocess.run(["mosquitto_pub", "-h", broker.host, "-p", str(broker.port), "-q", "1", "-t", up, "-f", str(blob)],
-                   check=True, timeout=10)
+    subprocess.run(
+        ["mosquitto_pub", "-h", broker.host, "-p", str(broker.port), "-q", "1", "-t", up, "-f", str(blob)],
+        check=True,
+        timeout=10,
+    )
     good = encode(Payload("knowledge", "client-0", 1, {"logits": np.ones((10, 10), np.float32)}))
     wrong_version = bytearray(good)
     wrong_version[4:6] = (99).to_bytes(2, "little")
     flipped = bytearray(split(good, 4096)[0])
     flipped[-1] ^= 0xFF
     nan = encode(Payload("knowledge", "client-0", 1, {"logits": np.full((10, 10), np.nan, np.float32)}))
-    frames = [split(good, 4096)[0][:40], split(bytes(wrong_version), 4096)[0], bytes(flipped),
-              split(np.zeros(300_000, np.uint8).tobytes(), 100_000)[0], split(nan, 4096)[0],
-              split(encode(Payload("knowledge", "client-1", 1, {"logits": np.ones((10, 10), np.float32)})), 4096)[0]]
+    frames = [
+        split(good, 4096)[0][:40],
+        split(bytes(wrong_version), 4096)[0],
+        bytes(flipped),
+        split(np.zeros(300_000, np.uint8).tobytes(), 100_000)[0],
+        split(nan, 4096)[0],
+        split(encode(Payload("knowledge", "client-1", 1, {"logits": np.ones((10, 10), np.float32)})), 4096)[0],
+    ]
     for frame in frames:
         raw.publish(up, frame, qos=1).wait_for_publish(5)
 
@@ -68,8 +83,22 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
     simulated = tmp_path / "sim"
     run(SimulationConfig(**config, out=str(simulated)), progress=False)
     deployed = tmp_path / "deploy"
-    process = edgefd("deploy-local", "--broker", broker.url, "--run", "eq", *flags(config), "--out", deployed,
-                     "--quiet", "--round-timeout", 60, "--max-message-bytes", 200_000, log=tmp_path / "deploy.log")
+    process = edgefd(
+        "deploy-local",
+        "--broker",
+        broker.url,
+        "--run",
+        "eq",
+        *flags(config),
+        "--out",
+        deployed,
+        "--quiet",
+        "--round-timeout",
+        60,
+        "--max-message-bytes",
+        200_000,
+        log=tmp_path / "deploy.log",
+    )
     stranger = server_is_up(broker, "eq")
     try:
         wait_for(lambda: not stranger.inbox.empty(), 120, "the server's config", [process])
@@ -88,4 +117,3 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
     assert all(line["wire"]["up"] > line["bytes_up"] for line in dep_lines)
     assert (deployed / "curves.png").stat().st_size > 1000
     assert set(summary["deployment"]["clients"]) == {"client-0", "client-1", "client-2"}
-

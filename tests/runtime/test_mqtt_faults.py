@@ -47,17 +47,24 @@ def write_device_data(folder, config, index):
     pieces = prepare(SimulationConfig(**config))
     data = client_data(pieces, index)
     folder.mkdir()
-    np.savez(folder / "data.npz", train_x=data.train_x.numpy(), train_y=data.train_y.numpy(),
-             test_x=data.test_x.numpy(), test_y=data.test_y.numpy(), train_ids=data.train_ids.numpy(),
-             num_classes=np.array(data.num_classes))
+    np.savez(
+        folder / "data.npz",
+        train_x=data.train_x.numpy(),
+        train_y=data.train_y.numpy(),
+        test_x=data.test_x.numpy(),
+        test_y=data.test_y.numpy(),
+        train_ids=data.train_ids.numpy(),
+        num_classes=np.array(data.num_classes),
+    )
 
 
 def test_killed_client_misses_its_deadline_then_rejoins(tmp_path, broker):
     """client-2 is SIGKILLed while it trains round 1: round 1 closes at its deadline with the other
     two. With --min-clients 3 the next round waits until client-2, restarted from its checkpoint, is back."""
     config = dict(FAULT_RUN, clients=3, epochs=3)
-    out, processes = start_run(broker, tmp_path, "kill", config, "--round-timeout", 8, "--eval-timeout", 8,
-                               "--min-clients", 3)
+    out, processes = start_run(
+        broker, tmp_path, "kill", config, "--round-timeout", 8, "--eval-timeout", 8, "--min-clients", 3
+    )
     try:
         first_log = tmp_path / "client-2.log"
         wait_for(lambda: "train 1 requested" in first_log.read_text(), 180, "round 1", processes.values())
@@ -87,8 +94,7 @@ def test_broker_restart_mid_run(tmp_path, broker):
     config = dict(FAULT_RUN, algo="fedavg")
     expected = simulated_lines(tmp_path, config)
     chunks = ("--chunk-size", 16384)
-    out, processes = start_run(broker, tmp_path, "restart", config, "--round-timeout", 60, *chunks,
-                               client_flags=chunks)
+    out, processes = start_run(broker, tmp_path, "restart", config, "--round-timeout", 60, *chunks, client_flags=chunks)
     try:
         wait_for(lambda: len(lines_of(out)) >= 2, 180, "round 1", processes.values())
         broker.restart(down_seconds=1.0)
@@ -109,14 +115,22 @@ def test_server_killed_and_resumed(tmp_path, broker):
     client-1 reads its data from a device folder (--data-dir) holding its dataset share."""
     expected = simulated_lines(tmp_path, FAULT_RUN)
     write_device_data(tmp_path / "device-1", FAULT_RUN, index=1)
-    out, processes = start_run(broker, tmp_path, "resume", FAULT_RUN, "--round-timeout", 60,
-                               own_flags={"client-1": ("--data-dir", tmp_path / "device-1")})
+    out, processes = start_run(
+        broker,
+        tmp_path,
+        "resume",
+        FAULT_RUN,
+        "--round-timeout",
+        60,
+        own_flags={"client-1": ("--data-dir", tmp_path / "device-1")},
+    )
     try:
         wait_for(lambda: len(lines_of(out)) >= 2, 180, "round 1", processes.values())
         processes["server"].send_signal(signal.SIGKILL)
         processes["server"].wait()
-        processes["server"] = server(broker, "resume", FAULT_RUN, out, "--round-timeout", 60, "--resume",
-                                     log=tmp_path / "server-resumed.log")
+        processes["server"] = server(
+            broker, "resume", FAULT_RUN, out, "--round-timeout", 60, "--resume", log=tmp_path / "server-resumed.log"
+        )
         finish(processes.values(), timeout=180)
     finally:
         finish(processes.values(), timeout=1)

@@ -20,8 +20,10 @@ from edgefd.protocol import Payload
 from edgefd.runtime.broker import mosquitto_path, start_broker
 from edgefd.runtime.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 
-pytestmark = pytest.mark.skipif(mosquitto_path() is None or shutil.which("mosquitto_passwd") is None,
-                                reason="mosquitto not installed (scripts/install.sh)")
+pytestmark = pytest.mark.skipif(
+    mosquitto_path() is None or shutil.which("mosquitto_passwd") is None,
+    reason="mosquitto not installed (scripts/install.sh)",
+)
 
 SERVER_DIR = Path(__file__).resolve().parents[2] / "server" / "mosquitto"
 PASSWORDS = {"edgefd-server": "server-secret", "client-0": "zero-secret", "client-1": "one-secret"}
@@ -38,26 +40,40 @@ def make_certificates(folder: Path) -> None:
     now = datetime.datetime.now(datetime.timezone.utc)
 
     def write_key(key, name):
-        (folder / name).write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                      serialization.PrivateFormat.TraditionalOpenSSL,
-                                                      serialization.NoEncryption()))
+        (folder / name).write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            )
+        )
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefd test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (folder / "server.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     write_key(key, "server.key")
@@ -70,8 +86,11 @@ def secure_broker(tmp_path_factory):
     make_certificates(folder / "certs")
     passwd = folder / "passwd"
     for i, (user, password) in enumerate(PASSWORDS.items()):
-        subprocess.run(["mosquitto_passwd", "-b"] + (["-c"] if i == 0 else []) + [str(passwd), user, password],
-                       check=True, timeout=10)
+        subprocess.run(
+            ["mosquitto_passwd", "-b"] + (["-c"] if i == 0 else []) + [str(passwd), user, password],
+            check=True,
+            timeout=10,
+        )
     shutil.copy(SERVER_DIR / "acl", folder / "acl")
     config = (SERVER_DIR / "edgefd.conf").read_text()
     config = config.replace("/etc/mosquitto/edgefd/", f"{folder}/").replace("/var/lib/mosquitto/", f"{folder}/")
@@ -82,8 +101,13 @@ def secure_broker(tmp_path_factory):
 
 
 def settings(broker, user, password=None, **kwargs):
-    return BrokerSettings(broker.url, username=user, password=PASSWORDS.get(user) if password is None else password,
-                          ca_cert=broker.ca, **kwargs)
+    return BrokerSettings(
+        broker.url,
+        username=user,
+        password=PASSWORDS.get(user) if password is None else password,
+        ca_cert=broker.ca,
+        **kwargs,
+    )
 
 
 def endpoint(broker, user, subscribe=(), password=None):
@@ -117,12 +141,16 @@ def test_tls_and_password_are_required(secure_broker):
         server.stop()
     with pytest.raises(ConnectionError):
         endpoint(secure_broker, "client-0", password="wrong").start(wait=3)
-    plain = MqttEndpoint(BrokerSettings(secure_broker.url.replace("mqtts", "mqtt"), username="client-0",
-                                        password=PASSWORDS["client-0"]), topics, "plain")
+    plain = MqttEndpoint(
+        BrokerSettings(secure_broker.url.replace("mqtts", "mqtt"), username="client-0", password=PASSWORDS["client-0"]),
+        topics,
+        "plain",
+    )
     with pytest.raises(ConnectionError):
         plain.start(wait=3)
-    untrusted = MqttEndpoint(BrokerSettings(secure_broker.url, username="client-0", password=PASSWORDS["client-0"]),
-                             topics, "untrusted")  # the system CAs do not know the test CA
+    untrusted = MqttEndpoint(
+        BrokerSettings(secure_broker.url, username="client-0", password=PASSWORDS["client-0"]), topics, "untrusted"
+    )  # the system CAs do not know the test CA
     with pytest.raises(ConnectionError):
         untrusted.start(wait=3)
 
@@ -151,8 +179,11 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
         pub_other = attacker.publish(topics.up("client-1", "train"), frame, qos=1)
         pub_status = attacker.publish(topics.status("client-1"), frame, qos=1)
         pub_down = attacker.publish(topics.down("client-1", "train"), frame, qos=1)
-        pub_own = attacker.publish(topics.up("client-0", "train"),
-                                   encode_frames(Payload("knowledge", "client-0", 1, forged.arrays), 4096)[0], qos=1)
+        pub_own = attacker.publish(
+            topics.up("client-0", "train"),
+            encode_frames(Payload("knowledge", "client-0", 1, forged.arrays), 4096)[0],
+            qos=1,
+        )
         deadline = time.monotonic() + 5
         wanted = [sub_other, sub_own, pub_other.mid, pub_status.mid, pub_down.mid, pub_own.mid]
         while not all(m in results for m in wanted) and time.monotonic() < deadline:

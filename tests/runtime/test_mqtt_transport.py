@@ -85,8 +85,12 @@ def test_duplicates_out_of_order_and_garbage_are_handled(broker):
             raw.publish(topic, frame, qos=1).wait_for_publish(2)
         assert receive(server).payload.same_as(payload)
         nan = Payload("knowledge", "client-1", 2, {"z": np.full((2, 2), np.nan, np.float32)})
-        garbage = [np.random.default_rng(0).bytes(300), split(encode(payload), 400)[0][:30],
-                   split(encode(nan), 4000)[0], b"EFC1" + b"\x00" * 60]
+        garbage = [
+            np.random.default_rng(0).bytes(300),
+            split(encode(payload), 400)[0][:30],
+            split(encode(nan), 4000)[0],
+            b"EFC1" + b"\x00" * 60,
+        ]
         for blob in garbage:
             raw.publish(topic, blob, qos=1).wait_for_publish(2)
         raw.publish("edgefd/t/up/client-1/unknown-verb", b"x", qos=1).wait_for_publish(2)
@@ -110,8 +114,23 @@ def test_mosquitto_pub_garbage_is_rejected(broker):
     server.start(wait=5)
     try:
         time.sleep(0.2)
-        subprocess.run(["mosquitto_pub", "-h", broker.host, "-p", str(broker.port), "-q", "1",
-                        "-t", Topics(RUN).status("client-2"), "-m", "offline"], check=True, timeout=10)
+        subprocess.run(
+            [
+                "mosquitto_pub",
+                "-h",
+                broker.host,
+                "-p",
+                str(broker.port),
+                "-q",
+                "1",
+                "-t",
+                Topics(RUN).status("client-2"),
+                "-m",
+                "offline",
+            ],
+            check=True,
+            timeout=10,
+        )
         deadline = time.monotonic() + 3
         while not server.stats.rejected and time.monotonic() < deadline:
             time.sleep(0.02)
