@@ -31,7 +31,7 @@ import torch
 from edgefd import kernels_cuda as _cuda
 
 try:
-    from edgefd import _kernels as _cpp
+    import edgefd._kernels as _cpp
 except ImportError as error:  # the extension is optional at import time; see set_backend
     _cpp = None
     _CPP_IMPORT_ERROR: ImportError | None = error
@@ -166,8 +166,7 @@ def _check_weight(w: torch.Tensor | None, name: str, size: int, what: str) -> No
 
 def _check_student(student_logits: object) -> tuple[int, int]:
     """A non-empty [B, C] float32 batch of logits; returns (B, C)."""
-    _check_float(student_logits, "student_logits", 2)
-    batch, classes = student_logits.shape
+    batch, classes = _check_float(student_logits, "student_logits", 2).shape
     if batch == 0:
         raise ValueError("student_logits: empty batch (B = 0)")
     if classes == 0:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 try:
-    from edgefd import _kernels_cuda as _cu
+    import edgefd._kernels_cuda as _cu
 except ImportError as error:  # not built: the usual case
     _cu = None
     IMPORT_ERROR: ImportError | None = error

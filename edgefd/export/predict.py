@@ -89,6 +89,7 @@ def normalise(raw: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
     x = raw.astype(np.float32) / np.float32(norm["input_scale"])
     mean = np.asarray(norm["mean"], np.float32)
     std = np.asarray(norm["std"], np.float32)
+    shape: tuple[int, ...]
     if x.ndim == 4:  # (N, C, H, W)
         shape = (1, -1, 1, 1)
     else:
@@ -108,8 +109,10 @@ def read_image(path: Path, sample_shape: tuple[int, ...]) -> np.ndarray:
         raise PredictError(f"{path}: the model's input {sample_shape} is not an image (C, H, W) with 1 or 3 channels")
     channels, height, width = sample_shape
     try:
-        with Image.open(path) as image:
-            image = image.convert("L" if channels == 1 else "RGB").resize((width, height), Image.BILINEAR)
+        with Image.open(path) as opened:
+            # Pillow defines Image.BILINEAR with setattr; Image.Resampling needs Pillow >= 9.1.
+            bilinear = Image.BILINEAR  # type: ignore[attr-defined]  # set at runtime, absent from Pillow's types
+            image = opened.convert("L" if channels == 1 else "RGB").resize((width, height), bilinear)
             pixels = np.asarray(image, dtype=np.float32)
     except OSError as error:
         raise PredictError(f"{path}: not a readable image ({error})") from None
@@ -171,12 +174,46 @@ def predict_files(model: ExportedModel, paths: list[str], raw_npy: bool = False)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", metavar="MODEL.onnx", help="a model written by `edgefd export` (sidecar beside it)")
-    parser.add_argument("inputs", metavar="INPUT", nargs="+", help=".npy arrays or image files")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
-    parser.add_argument("--normalise", action="store_true", help=".npy inputs hold raw values: normalise them")
-    parser.add_argument("--top", type=int, default=3, help="classes shown per sample in the text output")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "model",
+        metavar="MODEL.onnx",
+        help="a model written by `edgefd export` (fp32 or .int8.onnx), with its .json sidecar beside it",
+    )
+    parser.add_argument(
+        "inputs",
+        metavar="INPUT",
+        nargs="+",
+        help="one or more files: .npy arrays holding one sample or a batch (N, ...) shaped like the model's "
+        "input, already normalised (see --normalise), or image files (.png, .jpg, ...; needs Pillow) that are "
+        "converted, resized and normalised to fit",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (classes, and per sample the file, index, label and all probabilities) "
+        "instead of one line per sample",
+    )
+    parser.add_argument(
+        "--normalise",
+        action="store_true",
+        help=".npy inputs hold raw values (e.g. 0-255 pixels): normalise them with the sidecar's statistics "
+        "first (image files are always normalised)",
+    )
+    parser.add_argument(
+        "--top",
+        type=int,
+        metavar="K",
+        default=3,
+        help="classes (with probabilities) shown per sample in the text output; not used with --json "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        default=1,
+        help="onnxruntime intra-op threads (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -26,6 +27,8 @@ __all__ = [
     "init_kaiming_fan_out",
     "init_xavier",
 ]
+
+ModuleT = TypeVar("ModuleT", bound=nn.Module)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -78,7 +81,7 @@ def infer_output_shape(name: str, module: nn.Module, in_shape: Sequence[int]) ->
 # --------------------------------------------------------------------------------------------------
 # Initialisers
 # --------------------------------------------------------------------------------------------------
-def init_kaiming_fan_out(model: nn.Module) -> nn.Module:
+def init_kaiming_fan_out(model: ModuleT) -> ModuleT:
     """FedML/FedGKT ResNet init: conv ``kaiming_normal_(fan_out, relu)``, BN weight 1 / bias 0,
     Linear left at the PyTorch default."""
     for m in model.modules():
@@ -92,7 +95,7 @@ def init_kaiming_fan_out(model: nn.Module) -> nn.Module:
     return model
 
 
-def init_xavier(model: nn.Module) -> nn.Module:
+def init_xavier(model: ModuleT) -> ModuleT:
     """FedZKT's "Glorot" init (spec fedzkt.md §9.17): Xavier-uniform conv/linear weights, zero biases,
     BN weight 1 / bias 0."""
     for m in model.modules():
@@ -183,7 +186,9 @@ class Bottleneck(nn.Module):
         return self.relu(out + identity)
 
 
-def make_stage(block: type, inplanes: int, planes: int, blocks: int, stride: int) -> tuple[nn.Sequential, int]:
+def make_stage(
+    block: type[BasicBlock] | type[Bottleneck], inplanes: int, planes: int, blocks: int, stride: int
+) -> tuple[nn.Sequential, int]:
     """``blocks`` residual blocks; the first one carries the stride. Returns (stage, out_channels)."""
     layers = [block(inplanes, planes, stride)]
     inplanes = planes * block.expansion

@@ -427,7 +427,7 @@ def build_model(
     if not shape or min(shape) < 1:
         raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
     model = entry.builder(in_channels=int(in_channels), num_classes=int(num_classes), input_shape=shape, **options)
-    model.model_name = name
+    model.model_name = name  # type: ignore[assignment]  # torch types Module attributes as Tensor | Module
     return model
 
 
@@ -441,6 +441,7 @@ def count_bn_buffers(model: nn.Module) -> int:
     total = 0
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+            assert m.running_mean is not None and m.running_var is not None  # tracked: they exist
             total += m.running_mean.numel() + m.running_var.numel()
     return int(total)
 

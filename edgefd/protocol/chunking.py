@@ -73,14 +73,12 @@ _CRC_OFFSET = 44
 _U32_MAX = 2**32 - 1
 
 
-class Chunk(NamedTuple):
-    """One parsed and checked chunk frame."""
-
-    message_id: bytes
-    index: int
-    count: int
-    total_len: int
-    data: bytes
+# The functional form: the class form would make mypy reject the fields `index` and `count`, which
+# shadow tuple's methods of those names (tuple.index/tuple.count are unused for a chunk).
+Chunk = NamedTuple(  # noqa: UP014 (the class form: see above)
+    "Chunk", [("message_id", bytes), ("index", int), ("count", int), ("total_len", int), ("data", bytes)]
+)
+Chunk.__doc__ = """One parsed and checked chunk frame."""
 
 
 def new_message_id() -> bytes:

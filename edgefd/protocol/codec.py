@@ -94,6 +94,7 @@ from __future__ import annotations
 import math
 import struct
 import zlib
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -118,6 +119,7 @@ from .payload import (
     MAX_RANK,
     MAX_SENDER_LEN,
     Payload,
+    Scalar,
     _kind_problem,
     _shape_problem,
     _text_problem,
@@ -255,7 +257,7 @@ def _plan(payload: Payload) -> list[tuple[bytes, np.ndarray, np.dtype, int, int]
     return plan
 
 
-def _scalar_bytes(name: str, value: object) -> bytes:
+def _scalar_bytes(name: str, value: Scalar) -> bytes:
     nb = name.encode("utf-8")
     if isinstance(value, bool):
         return _SCALAR_ENTRY.pack(len(nb), _SC_BOOL) + nb + (b"\x01" if value else b"\x00")
@@ -263,17 +265,17 @@ def _scalar_bytes(name: str, value: object) -> bytes:
         return _SCALAR_ENTRY.pack(len(nb), _SC_INT) + nb + _I64.pack(value)
     if isinstance(value, float):
         return _SCALAR_ENTRY.pack(len(nb), _SC_FLOAT) + nb + _F64.pack(value)
-    sb = value.encode("utf-8")  # type: ignore[union-attr]
+    sb = value.encode("utf-8")
     return _SCALAR_ENTRY.pack(len(nb), _SC_STR) + nb + _U16.pack(len(sb)) + sb
 
 
-def _scalar_size(name: str, value: object) -> int:
+def _scalar_size(name: str, value: Scalar) -> int:
     n = 2 + len(name.encode("utf-8"))
     if isinstance(value, bool):
         return n + 1
     if isinstance(value, (int, float)):
         return n + 8
-    return n + 2 + len(value.encode("utf-8"))  # type: ignore[union-attr]
+    return n + 2 + len(value.encode("utf-8"))
 
 
 def encoded_size(payload: Payload) -> int:
@@ -355,7 +357,7 @@ def encode(payload: Payload) -> bytes:
 # ====================================================================== decode
 def _as_bytes_view(data: object) -> memoryview:
     try:
-        mv = memoryview(data)  # type: ignore[arg-type]
+        mv = memoryview(data)  # type: ignore[arg-type]  # any object: a non-buffer raises TypeError here
     except TypeError:
         raise TypeError(f"expected a bytes-like object, got {type(data).__name__}") from None
     if mv.ndim != 1 or mv.itemsize != 1 or mv.format not in ("B", "b", "c"):
@@ -476,7 +478,7 @@ def decode(
         raise MalformedError(problem, field="kind")
     sender = _text(cur.take(h.sender_len, "sender"), "sender", MAX_SENDER_LEN)
 
-    scalars: dict[str, object] = {}
+    scalars: dict[str, Scalar] = {}
     for i in range(h.n_scalars):
         name_len, typ = cur.unpack(_SCALAR_ENTRY, f"scalar[{i}]")
         if not 1 <= name_len <= MAX_NAME_LEN:
@@ -486,7 +488,7 @@ def decode(
             raise MalformedError(f"scalar[{i}].name: duplicate name {name!r}", field="scalars")
         what = f"scalar {name!r}"
         if typ == _SC_INT:
-            value: object = cur.unpack(_I64, what)[0]
+            value: Scalar = cur.unpack(_I64, what)[0]
         elif typ == _SC_FLOAT:
             value = cur.unpack(_F64, what)[0]
         elif typ == _SC_BOOL:
@@ -556,15 +558,16 @@ def decode(
     pos = data_start
     for name, dt, enc, shape, dlen in table:
         arrays[name] = _decode_array(mv, pos, name, dt, enc, shape)
-        if _ENC_NAMES[enc]:
-            precision[name] = _ENC_NAMES[enc]  # type: ignore[assignment]
+        enc_name = _ENC_NAMES[enc]
+        if enc_name:
+            precision[name] = enc_name
         pos += dlen
 
     forbid = finite_required(kind) if allow_nonfinite is None else not allow_nonfinite
     if forbid:
         _check_finite(kind, arrays, scalars)
     try:
-        return Payload(kind, sender, h.round, arrays, scalars, precision)  # type: ignore[arg-type]
+        return Payload(kind, sender, h.round, arrays, scalars, precision)
     except PayloadError as e:  # defensive: every rule is checked above already
         raise MalformedError(str(e), field=e.field) from None
 
@@ -598,7 +601,7 @@ def _decode_array(mv: memoryview, pos: int, name: str, dt: np.dtype, enc: int, s
         return out.astype(dt, copy=False).reshape(shape)
 
 
-def _check_finite(kind: str, arrays: dict[str, np.ndarray], scalars: dict[str, object]) -> None:
+def _check_finite(kind: str, arrays: dict[str, np.ndarray], scalars: Mapping[str, object]) -> None:
     for name, arr in arrays.items():
         if _base(arr.dtype) in FLOAT_DTYPES and arr.size:
             finite = np.isfinite(arr)

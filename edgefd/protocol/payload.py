@@ -286,17 +286,17 @@ class Payload:
             b = other.scalars[name]
             if type(a) is not type(b):
                 return False
-            if isinstance(a, float) and math.isnan(a) and math.isnan(b):
+            if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
                 continue
             if a != b:
                 return False
-        for name, a in self.arrays.items():
-            b = other.arrays[name]
-            if np.dtype(a.dtype.type) != np.dtype(b.dtype.type) or a.shape != b.shape:
+        for name, x in self.arrays.items():
+            y = other.arrays[name]
+            if np.dtype(x.dtype.type) != np.dtype(y.dtype.type) or x.shape != y.shape:
                 return False
-            if np.dtype(a.dtype.type) in FLOAT_DTYPES:
-                if not np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True):
+            if np.dtype(x.dtype.type) in FLOAT_DTYPES:
+                if not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True):
                     return False
-            elif not np.array_equal(a, b):
+            elif not np.array_equal(x, y):
                 return False
         return True

@@ -130,6 +130,7 @@ def start_broker(
     if kind == "mosquitto" and binary is None:
         raise RuntimeError("mosquitto is not installed (apt-get install mosquitto)")
     if kind == "mosquitto" or (kind == "auto" and binary):
+        assert binary is not None  # checked just above
         config = folder / "mosquitto.conf"
         config.write_text(mosquitto_config(port, host, extra_config))
         command, chosen = [binary, "-c", str(config)], "mosquitto"

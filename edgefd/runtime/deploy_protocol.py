@@ -60,9 +60,10 @@ def config_payload(config: Any, round: int = -1) -> Payload:
 
 
 def config_from_payload(payload: Payload) -> dict[str, Any]:
-    if payload.kind != CONFIG or not isinstance(payload.scalars.get("json"), str):
+    text = payload.scalars.get("json")
+    if payload.kind != CONFIG or not isinstance(text, str):
         raise ValueError(f"expected a config payload, got kind {payload.kind!r}")
-    values = json.loads(payload.scalars["json"])
+    values = json.loads(text)
     if not isinstance(values, dict):
         raise ValueError("config payload: the JSON is not an object")
     return values

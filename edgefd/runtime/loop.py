@@ -149,10 +149,11 @@ class Federation:
     def exchange_steps(self, round: int, cid: str) -> Payload | None:
         """One client's training with a request/answer pair per step; returns its final uplink."""
         steps = self.clients[cid].train_steps(round)
-        reply = None
+        reply: Payload | None = None
         while True:
             try:
-                request = steps.send(reply)
+                # next() is send(None), the only value a generator can be started with.
+                request = next(steps) if reply is None else steps.send(reply)
             except StopIteration as finished:
                 return self.transport.upload(finished.value, round, cid)
             received = self.transport.upload(request, round, cid)

@@ -211,7 +211,8 @@ class MqttEndpoint:
             self._client.tls_insecure_set(settings.tls_insecure)
         if will is not None:
             self._client.will_set(will[0], will[1], qos=QOS, retain=True)
-        self._client.reconnect_delay_set(min_delay=0.2, max_delay=2.0)
+        # paho annotates the delays as int, but they are only compared and doubled: floats work.
+        self._client.reconnect_delay_set(min_delay=0.2, max_delay=2.0)  # type: ignore[arg-type]  # paho: int
         self._client.max_inflight_messages_set(64)
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
@@ -324,6 +325,7 @@ class MqttEndpoint:
             if payload is not None:
                 self.stats.received_messages[key] += 1
         if payload is not None:
+            assert whole is not None  # the payload was decoded from it
             log.debug("received %s: %d bytes", topic, len(whole))
             self.inbox.put(Incoming(direction, client_id, verb, payload, len(whole)))
 

@@ -171,6 +171,7 @@ class ServerRuntime:
                 self.writer = RunWriter(self.out)
                 self._start()
                 first = 1
+            assert self.writer is not None  # made above or by _restore
             for r in range(first, self.config.rounds + 1):
                 self.writer.add(self._round(r))
                 self._save(r)
@@ -200,6 +201,7 @@ class ServerRuntime:
         self._evaluate(record)
         record.wire = self._wire_delta(wire0)
         record.seconds = time.perf_counter() - t0
+        assert self.writer is not None  # run() makes it before _start
         self.writer.add(record)
         self._log_round(record)
         self._save(HELLO_ROUND)
@@ -409,6 +411,7 @@ class ServerRuntime:
             stats.online = False
 
     def _send_request(self, cid: str) -> None:
+        assert self.phase is not None  # only called while a phase is open
         topic, payload = self.phase.requests[cid]
         self.phase.last_sent[cid] = time.monotonic()
         self.endpoint.publish(topic, payload)
@@ -469,6 +472,7 @@ class ServerRuntime:
         )
 
     def _summary(self, seconds: float) -> dict[str, Any]:
+        assert self.writer is not None  # the run has started
         lines = self.writer.lines
         stats = self.endpoint.stats
         summary = {
@@ -507,6 +511,7 @@ class ServerRuntime:
         return {"build_model": self.role.context.build_model, "dataset": self.pieces.dataset}
 
     def _save(self, round: int) -> None:
+        assert self.writer is not None  # the run has started
         state = {
             "round": round,
             "role": self.role,

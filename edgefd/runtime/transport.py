@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import overload
 
 from edgefd.protocol import Payload, decode, encode
 
@@ -50,11 +51,19 @@ class InProcessTransport:
     def _carry(self, payload: Payload, round: int, direction: str, client_id: str) -> Payload:
         data = encode(payload)
         self.ledger.add(round, direction, client_id, len(data))
-        kwargs = {} if self.max_bytes is None else {"max_bytes": self.max_bytes}
-        return decode(data, **kwargs)
+        return decode(data) if self.max_bytes is None else decode(data, max_bytes=self.max_bytes)
 
+    # A payload comes out as a payload, None as None (the overloads tell the type checker).
+    @overload
+    def upload(self, payload: Payload, round: int, client_id: str) -> Payload: ...
+    @overload
+    def upload(self, payload: None, round: int, client_id: str) -> None: ...
     def upload(self, payload: Payload | None, round: int, client_id: str) -> Payload | None:
         return None if payload is None else self._carry(payload, round, UP, client_id)
 
+    @overload
+    def download(self, payload: Payload, round: int, client_id: str) -> Payload: ...
+    @overload
+    def download(self, payload: None, round: int, client_id: str) -> None: ...
     def download(self, payload: Payload | None, round: int, client_id: str) -> Payload | None:
         return None if payload is None else self._carry(payload, round, DOWN, client_id)
