@@ -97,8 +97,8 @@ def image_dataset(
     """
     if train_x.ndim != 4 or test_x.ndim != 4:
         raise ValueError(f"{name}: expected (N, C, H, W) images, got {train_x.shape} and {test_x.shape}")
-    train = train_x.astype(np.float32) / np.float32(input_scale)
-    test = test_x.astype(np.float32) / np.float32(input_scale)
+    train: np.ndarray = train_x.astype(np.float32) / np.float32(input_scale)
+    test: np.ndarray = test_x.astype(np.float32) / np.float32(input_scale)
     mean, std = channel_stats(train, channel_axis=1)
     shape = (1, -1, 1, 1)
     train = (train - mean.reshape(shape).astype(np.float32)) / std.reshape(shape).astype(np.float32)

@@ -18,7 +18,7 @@ import numpy as np
 from .dataset import Dataset, DatasetNotFoundError, image_dataset
 
 # IDX type codes (third byte of the magic number) and the numpy dtype they hold (big-endian).
-_IDX_DTYPES = {
+_IDX_DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype(np.uint8),
     0x09: np.dtype(np.int8),
     0x0B: np.dtype(">i2"),

@@ -204,16 +204,19 @@ def partition_labels(
         )
 
     min_size = max(1, min(min_samples, n // (2 * num_clients)))
+    param = spec.param
     if spec.kind == "iid":
         parts = _iid(n, num_clients, samples_per_client, train_rng)
+    elif param is None:  # every scheme but iid and natural has a parameter
+        raise TypeError(f"scheme {spec.kind!r} needs a parameter")
     elif spec.kind == "dirichlet":
-        parts = _dirichlet(train_y, num_clients, float(spec.param), min_size, train_rng)
+        parts = _dirichlet(train_y, num_clients, float(param), min_size, train_rng)
     elif spec.kind == "quantity":
-        parts = _quantity(n, num_clients, float(spec.param), min_size, train_rng)
+        parts = _quantity(n, num_clients, float(param), min_size, train_rng)
     elif spec.kind == "shards":
-        parts = _shards(train_y, num_clients, int(spec.param), train_rng)
+        parts = _shards(train_y, num_clients, int(param), train_rng)
     else:
-        parts = _dominant(train_y, num_clients, float(spec.param), samples_per_client or n // num_clients, train_rng)
+        parts = _dominant(train_y, num_clients, float(param), samples_per_client or n // num_clients, train_rng)
 
     if samples_per_client is not None and spec.kind in ("dirichlet", "shards"):
         # The label skew is drawn over the whole set; each client then keeps a random subset.

@@ -19,30 +19,57 @@ EXIT_USAGE = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``partition`` options to ``parser``."""
-    parser.add_argument("--dataset", default="digits", help="dataset name (default: digits; --list shows them all)")
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME",
+        default="digits",
+        help="dataset to split, by registry name: digits, mnist5k and watch are bundled, fmnist comes with "
+        "scripts/install.sh, mnist, cifar10, svhn, ... are read from --data-root, npz:PATH is a file of your "
+        "own; --list shows them all and which are here (default: %(default)s)",
+    )
     parser.add_argument(
         "--list", action="store_true", help="list the datasets, and whether each is available here, then exit"
     )
-    parser.add_argument("--clients", type=int, default=10, help="number of clients (default: 10)")
+    parser.add_argument(
+        "--clients", type=int, metavar="N", default=10, help="number of clients to split across (default: %(default)s)"
+    )
     parser.add_argument(
         "--partition",
+        metavar="SCHEME",
         default="dirichlet:0.5",
-        help="iid | dirichlet:ALPHA | shards:K | quantity:ALPHA | natural | dominant:FRAC (default: dirichlet:0.5)",
+        help="how to split: iid (equal random shares) | dirichlet:ALPHA (label skew, smaller ALPHA = more "
+        "skewed, e.g. dirichlet:0.1) | shards:K (K classes per client) | quantity:ALPHA (size skew, labels "
+        "IID) | natural (one client per subject / writer, e.g. with --dataset watch) | dominant:FRAC (FRAC "
+        "of each client's samples from one label, e.g. dominant:0.8) (default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the partition (default: 0)")
+    parser.add_argument(
+        "--seed", type=int, metavar="N", default=0, help="seed of the random split (default: %(default)s)"
+    )
     parser.add_argument(
         "--data-root",
+        metavar="DIR",
         default=None,
         help="folder holding on-disk datasets (default: $EDGEFD_DATA_ROOT or ~/.cache/edgefd/data)",
     )
-    parser.add_argument("--download", action="store_true", help="let torchvision download a missing on-disk dataset")
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        help="let torchvision download a missing on-disk dataset into --data-root (bundled ones need nothing)",
+    )
     parser.add_argument(
         "--test-fraction",
         type=float,
+        metavar="FRAC",
         default=None,
-        help="local test size as a share of each client's train size (default: share out the whole test set)",
+        help="each client's local test split is FRAC times its train size, with the same label mix, e.g. 0.25 "
+        "(default: share out the whole test set in proportion to the clients' sizes)",
     )
-    parser.add_argument("--plot", metavar="FILE", default=None, help="save a stacked bar chart of label counts (PNG)")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help="also save a stacked bar chart of each client's label counts to FILE, e.g. labels.png (default: no plot)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +118,7 @@ def format_table(train_counts: np.ndarray, test_sizes: np.ndarray, groups: list 
     head = f"{'client':>6} " + (f"{'group':>5} " if show_group else "") + f"{'train':>6} {'test':>5} |"
     lines = [head + "".join(f"{c:>{width}}" for c in range(classes))]
     for k, (row, n_test) in enumerate(zip(train_counts, test_sizes)):
-        group = f"{groups[k]:>5} " if show_group else ""
+        group = f"{groups[k]:>5} " if show_group and groups is not None else ""
         lines.append(
             f"{k:>6} {group}{int(row.sum()):>6} {int(n_test):>5} |" + "".join(f"{int(v):>{width}}" for v in row)
         )

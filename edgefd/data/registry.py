@@ -3,6 +3,10 @@
 Offline datasets (bundled in pip or Debian packages) come first; the classic vision sets load from
 disk when the user has them, and are fetched with torchvision only on an explicit ``download=True``.
 Loaded datasets are cached per process because every simulated client asks for the same one.
+
+Your own data: ``load_dataset("npz:PATH")`` reads one ``.npz`` file (:mod:`edgefd.data.npz`), and
+:func:`register_dataset` adds a named dataset with its own loader at run time
+(docs/ADDING_A_DATASET.md).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from .bundled import MNIST5K_PARTS, load_digits_dataset, load_mnist5k_dataset, p
 from .cifar import CIFAR10_FOLDER, CIFAR10_TEST, CIFAR10_TRAIN, CIFAR100_FOLDER, load_cifar10, load_cifar100
 from .dataset import Dataset, DatasetNotFoundError
 from .idx import EMNIST_BALANCED, EMNIST_LETTERS, FASHION_MNIST, KMNIST, MNIST, IdxSource, load_idx_dataset
+from .npz import is_npz_name, load_npz_dataset, npz_label, npz_path
 from .svhn import _find as _find_svhn
 from .svhn import load_svhn
 from .watch import WATCH_PARTS, load_watch_dataset
@@ -167,15 +172,63 @@ _SPECS: tuple[DatasetSpec, ...] = (
 )
 
 REGISTRY: dict[str, DatasetSpec] = {spec.name: spec for spec in _SPECS}
-"""Every dataset edgefd knows, by name."""
+"""Every dataset edgefd knows, by name (the built-in ones, then those added by :func:`register_dataset`)."""
 
+_BUILTIN = frozenset(REGISTRY)
 _ALIASES = {"fashion-mnist": "fmnist", "fashionmnist": "fmnist", "cifar-10": "cifar10", "cifar-100": "cifar100"}
+
+
+def register_dataset(spec: DatasetSpec) -> None:
+    """Add a named dataset at run time; from then on ``load_dataset(spec.name)`` and every
+    ``--dataset`` / ``dataset =`` setting of this process accept it.
+
+    ``spec.load(root)`` gets the data folder (``--data-root``, default :func:`default_data_root`)
+    and returns a :class:`Dataset` (normalised float32 inputs, int64 labels ``0 .. C-1``); raise
+    :class:`DatasetNotFoundError` saying how to get the files when they are missing. Names are
+    case-insensitive. Raises ValueError for a name that is taken (built-in, alias or registered
+    before: :func:`unregister_dataset` first to replace one), empty, or containing ``:``.
+    """
+    if not isinstance(spec, DatasetSpec):
+        raise TypeError(f"register_dataset takes a DatasetSpec, got {type(spec).__name__}")
+    name = spec.name.strip().lower()
+    if not name or ":" in name or name != spec.name:
+        raise ValueError(
+            f"dataset name {spec.name!r}: use a non-empty lower-case name without ':' or surrounding spaces "
+            f"(':' is for file datasets such as npz:PATH)"
+        )
+    if name in REGISTRY or name in _ALIASES:
+        where = "a built-in dataset" if name in _BUILTIN or name in _ALIASES else "already registered"
+        raise ValueError(
+            f"dataset {name!r} is {where}; choose another name"
+            + ("" if name in _BUILTIN or name in _ALIASES else " or call unregister_dataset first")
+        )
+    REGISTRY[name] = spec
+
+
+def unregister_dataset(name: str) -> None:
+    """Remove a dataset added by :func:`register_dataset` (and forget cached loads).
+    Built-in datasets cannot be removed; an unknown name raises ValueError."""
+    key = name.strip().lower()
+    if key in _BUILTIN:
+        raise ValueError(f"dataset {key!r} is built in and cannot be unregistered")
+    if key not in REGISTRY:
+        raise ValueError(f"dataset {name!r} is not registered")
+    del REGISTRY[key]
+    clear_cache()
+
+
+def dataset_label(name: str) -> str:
+    """A short name safe in folder names: the dataset's own, or ``npz-STEM`` for ``npz:PATH``."""
+    return npz_label(name) if is_npz_name(name) else name
 
 
 def _spec(name: str) -> DatasetSpec:
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in REGISTRY:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(REGISTRY)}")
+        raise ValueError(
+            f"unknown dataset {name!r}; known: {', '.join(REGISTRY)}, or npz:PATH for a file of your own "
+            f"(docs/ADDING_A_DATASET.md)"
+        )
     return REGISTRY[key]
 
 
@@ -186,7 +239,7 @@ def _resolve_root(root: str | os.PathLike | None) -> Path:
 def list_datasets(root: str | os.PathLike | None = None) -> list[DatasetInfo]:
     """Every registered dataset with its description and whether it loads here (under ``root``)."""
     resolved = _resolve_root(root)
-    return [DatasetInfo(s.name, s.description, bool(s.available(resolved))) for s in _SPECS]
+    return [DatasetInfo(s.name, s.description, bool(s.available(resolved))) for s in REGISTRY.values()]
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool = False) -> Dataset:
@@ -194,12 +247,23 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, download: boo
 
     ``root`` is the data folder for on-disk datasets (default :func:`default_data_root`); bundled
     datasets ignore it. With ``download=True`` a missing on-disk dataset is fetched by torchvision.
+    ``name`` may also be ``npz:PATH``, a file of your own (:mod:`edgefd.data.npz`; ``root`` and
+    ``download`` do not apply), or a name added by :func:`register_dataset`.
     Raises :class:`DatasetNotFoundError` (saying how to get it) when the data is not here, and
-    ValueError for an unknown name.
+    ValueError for an unknown name or a malformed file.
     """
+    if is_npz_name(name):
+        path = npz_path(name)
+        stat = path.stat() if path.is_file() else None  # a rewritten file is read again
+        return _load_npz_cached(str(path), stat.st_mtime_ns if stat else 0, stat.st_size if stat else 0)
     spec = _spec(name)
-    bundled = spec.download is None  # ignores root, so one cache entry serves every root
+    bundled = spec.download is None and spec.name in _BUILTIN  # ignores root: one cache entry serves every root
     return _load_cached(spec.name, "" if bundled else str(_resolve_root(root)), bool(download))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_npz_cached(path: str, mtime_ns: int, size: int) -> Dataset:
+    return load_npz_dataset(path)
 
 
 @functools.lru_cache(maxsize=8)
@@ -222,3 +286,4 @@ def _load_cached(name: str, root: str, download: bool) -> Dataset:
 def clear_cache() -> None:
     """Forget every cached dataset (frees memory; the next load reads the files again)."""
     _load_cached.cache_clear()
+    _load_npz_cached.cache_clear()
