@@ -13,16 +13,44 @@ from edgefd.runtime.mqtt_transport import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_MESSAG
 PASSWORD_ENV = "EDGEFD_MQTT_PASSWORD"
 
 
-def add_broker_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+BROKER_HELP = (
+    "the MQTT broker: mqtt://HOST:PORT, or mqtts://HOST:PORT for TLS (port default 1883 / 8883), "
+    "e.g. mqtts://server.lan:8883"
+)
+
+
+def add_broker_arguments(
+    parser: argparse.ArgumentParser, required: bool = True, broker_help: str = BROKER_HELP
+) -> None:
+    """``broker_help``: the help of ``--broker``, for a command where it means more (or is optional)."""
     group = parser.add_argument_group("broker")
-    group.add_argument("--broker", required=required, metavar="URL", help="mqtt://HOST:PORT or mqtts://HOST:PORT (TLS)")
-    group.add_argument("--username", help="MQTT username")
+    group.add_argument("--broker", required=required, metavar="URL", help=broker_help)
     group.add_argument(
-        "--password-file", metavar="FILE", help=f"file whose first line is the MQTT password (or set ${PASSWORD_ENV})"
+        "--username",
+        metavar="NAME",
+        help="MQTT username; with the broker set up as in server/README.md: edgefd-server for the server, the "
+        "client id (e.g. client-0) for a device (default: none, connect without a login)",
     )
-    group.add_argument("--ca-cert", metavar="FILE", help="CA certificate that signed the broker's (TLS)")
-    group.add_argument("--client-cert", metavar="FILE", help="this side's certificate (TLS client auth)")
-    group.add_argument("--client-key", metavar="FILE", help="this side's private key (TLS client auth)")
+    group.add_argument(
+        "--password-file",
+        metavar="FILE",
+        help=f"file whose first line is the MQTT password (default: ${PASSWORD_ENV} if set, else no password)",
+    )
+    group.add_argument(
+        "--ca-cert",
+        metavar="FILE",
+        help="with mqtts://: the CA certificate that signed the broker's, e.g. ca.crt (default: the system's CAs)",
+    )
+    group.add_argument(
+        "--client-cert",
+        metavar="FILE",
+        help="with mqtts://: this side's certificate, for brokers that require TLS client auth (with --client-key)",
+    )
+    group.add_argument(
+        "--client-key",
+        metavar="FILE",
+        help="with mqtts://: this side's private key, for brokers that require TLS client auth (with --client-cert)",
+    )
     group.add_argument(
         "--tls-insecure",
         action="store_true",
@@ -31,22 +59,33 @@ def add_broker_arguments(parser: argparse.ArgumentParser, required: bool = True)
     group.add_argument(
         "--keepalive",
         type=int,
+        metavar="SECONDS",
         default=10,
-        help="seconds between pings; the broker declares a silent peer dead after 1.5x (default 10)",
+        help="seconds between MQTT pings; the broker declares a silent peer dead (and publishes its last will) "
+        "after about 1.5x this (default: %(default)s)",
     )
     group.add_argument(
         "--chunk-size",
         type=int,
+        metavar="BYTES",
         default=DEFAULT_CHUNK_SIZE,
-        help=f"largest MQTT message in bytes, chunk header included (default {DEFAULT_CHUNK_SIZE})",
+        help="largest MQTT message this side sends, in bytes, chunk header included; larger payloads are "
+        f"split into chunks (default: %(default)s = {DEFAULT_CHUNK_SIZE / 1024:g} KiB)",
     )
     group.add_argument(
         "--max-message-bytes",
         type=int,
+        metavar="BYTES",
         default=DEFAULT_MAX_MESSAGE_BYTES,
-        help=f"refuse reassembled payloads above this size (default {DEFAULT_MAX_MESSAGE_BYTES})",
+        help="refuse (and count) reassembled payloads larger than this many bytes "
+        f"(default: %(default)s = {DEFAULT_MAX_MESSAGE_BYTES / 2**20:g} MiB)",
     )
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="least severe log messages printed (to stderr): %(choices)s (default: %(default)s)",
+    )
 
 
 def read_password(path: str | None) -> str | None:

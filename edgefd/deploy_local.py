@@ -28,15 +28,27 @@ from edgefd.simulate import SimulationConfig, client_ids_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    epilog = parser.epilog
     simulate.add_arguments(parser)
-    parser.add_argument("--run", help="run name (default: local-<random>)")
+    parser.epilog = epilog  # simulate's epilog (its examples) is not this command's
+    parser.add_argument(
+        "--run",
+        metavar="NAME",
+        help="run name: the MQTT topics are edgefd/NAME/..., e.g. --run test (default: local-<random hex>)",
+    )
     parser.add_argument(
         "--broker-kind",
         choices=KINDS,
         default="auto",
-        help="broker to start when --broker is not given (default: mosquitto if installed)",
+        help="the broker to start on a free local port when --broker is not given: mosquitto, amqtt "
+        "(embedded, pure Python) or auto: mosquitto if installed, else amqtt (default: %(default)s)",
     )
-    add_broker_arguments(parser, required=False)
+    add_broker_arguments(
+        parser,
+        required=False,
+        broker_help="use this running broker, mqtt://HOST:PORT or mqtts://HOST:PORT, e.g. mqtt://127.0.0.1:1883 "
+        "(default: start one, see --broker-kind)",
+    )
     add_deployment_arguments(parser)
 
 
@@ -74,9 +86,10 @@ def run(args: argparse.Namespace) -> int:
     (out / "run.toml").write_text(config_to_toml(config))
     run_name = args.run or f"local-{uuid.uuid4().hex[:8]}"
     broker = None
+    url = args.broker
     if not args.broker:
         broker = start_broker(kind=args.broker_kind, workdir=out / "broker")
-    url = args.broker or broker.url
+        url = broker.url
     shared = broker_flags(args, url) + ["--run", run_name]
     timing = [
         "--round-timeout",

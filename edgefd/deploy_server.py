@@ -28,32 +28,42 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--round-timeout",
         type=float,
+        metavar="SECONDS",
         default=defaults.round_timeout,
-        help=f"seconds a round waits for uplinks (default {defaults.round_timeout:g})",
+        help="seconds a training round waits for the selected clients' uplinks after sending the downlinks; "
+        "a later uplink is counted as late and discarded, like a simulated straggler (default: %(default)g)",
     )
     group.add_argument(
         "--eval-timeout",
         type=float,
+        metavar="SECONDS",
         default=defaults.eval_timeout,
-        help=f"seconds an evaluation waits for accuracies (default {defaults.eval_timeout:g})",
+        help="seconds an evaluation waits for the clients' accuracies; clients that do not answer are left "
+        "out of that round's mean (default: %(default)g)",
     )
     group.add_argument(
         "--hello-timeout",
         type=float,
+        metavar="SECONDS",
         default=defaults.hello_timeout,
-        help=f"seconds the start waits for every client's hello (default {defaults.hello_timeout:g})",
+        help="seconds the start waits for every client's hello, then goes on with those it has (at least "
+        "--min-clients) (default: %(default)g)",
     )
     group.add_argument(
         "--min-clients",
         type=int,
+        metavar="N",
         default=defaults.min_clients,
-        help="a round starts only when at least this many clients are online (default 1)",
+        help="a round starts only when at least N clients are online, and the start waits for at least N "
+        "hellos (N >= 1) (default: %(default)s)",
     )
     group.add_argument(
         "--max-wait",
         type=float,
+        metavar="SECONDS",
         default=defaults.max_wait,
-        help=f"seconds to wait for --min-clients online (default {defaults.max_wait:g})",
+        help="seconds to wait for --min-clients clients (online, or past a deadline) before going on with "
+        "fewer, logged as an error (default: %(default)g)",
     )
 
 
@@ -72,12 +82,21 @@ def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    epilog = parser.epilog
     simulate.add_arguments(parser)
-    parser.add_argument("--run", required=True, help="run name: the MQTT topics are edgefd/RUN/...")
+    parser.epilog = epilog  # simulate's epilog (its examples) is not this command's
+    parser.add_argument(
+        "--run",
+        required=True,
+        metavar="NAME",
+        help="run name, the same on the server and every client: the MQTT topics are edgefd/NAME/...; "
+        "no '/', '+' or '#', e.g. --run demo",
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue from OUT/server.ckpt (the last finished round) instead of starting afresh",
+        help="continue from OUT/server.ckpt (the round after the last one written) instead of starting "
+        "afresh; the config must be the run's (starts afresh, with a warning, if there is no checkpoint)",
     )
     add_broker_arguments(parser)
     add_deployment_arguments(parser)

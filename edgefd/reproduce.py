@@ -425,10 +425,33 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("recipe", choices=sorted(RECIPES), help="which paper's recipe")
-    parser.add_argument("--out", default="runs/reproduce", help="folder for the runs and results.md")
-    parser.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the recipe's)")
-    parser.add_argument("--rounds", type=int, help="override the recipe's rounds (for a quick look)")
+    parser.add_argument(
+        "recipe",
+        choices=sorted(RECIPES),
+        metavar="RECIPE",
+        help="the recipe to run, one of: %(choices)s (docs/RESULTS.md has each one's setting and results)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default="runs/reproduce",
+        help="folder for the runs (DIR/RECIPE/METHOD-sSEED) and the table (DIR/RECIPE/results.md) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        metavar="SEED",
+        help="seeds to run every method with, e.g. --seeds 0 1 (default: the recipe's own, 2 to 4 seeds)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="run N rounds instead of the recipe's, for a quick look (the table is then not the recipe's) "
+        "(default: the recipe's)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

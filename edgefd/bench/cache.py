@@ -14,6 +14,7 @@ import argparse
 import json
 import multiprocessing
 import resource
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -32,6 +33,13 @@ class CacheBenchConfig:
     threads: int = 2
     recall_queries: int = 1000
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.samples < self.recall_queries:
+            raise ValueError(
+                f"samples: at least {self.recall_queries} (the recall check draws that many distinct queries), "
+                f"got {self.samples}"
+            )
 
 
 @dataclass
@@ -117,23 +125,81 @@ def measure(config: CacheBenchConfig) -> CacheBenchResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = CacheBenchConfig()
-    parser.add_argument("--samples", type=int, default=defaults.samples)
-    parser.add_argument("--dim", type=int, default=defaults.dim)
-    parser.add_argument("--classes", type=int, default=defaults.classes)
-    parser.add_argument("--neighbours", type=int, default=defaults.neighbours)
-    parser.add_argument("--m", type=int, action="append", help="HNSW M to measure (repeatable; default 16 and 64)")
-    parser.add_argument("--ef-construction", type=int, default=defaults.ef_construction)
-    parser.add_argument("--ef", type=int, default=defaults.ef)
-    parser.add_argument("--threads", type=int, default=defaults.threads)
-    parser.add_argument("--json", metavar="FILE", help="write the results to FILE")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        metavar="N",
+        default=defaults.samples,
+        help="number of cached samples (hashes), e.g. 100000 for a quicker run; at least "
+        f"{defaults.recall_queries:,} (the recall queries) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--dim", type=int, metavar="D", default=defaults.dim, help="floats per hash (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--classes",
+        type=int,
+        metavar="C",
+        default=defaults.classes,
+        help="classes: one HNSW index each, and the width of each cached logit row (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--neighbours",
+        type=int,
+        metavar="R",
+        default=defaults.neighbours,
+        help="same-class neighbours related to each sample, whose logits a lookup averages; recall is "
+        "recall@R (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--m",
+        type=int,
+        action="append",
+        metavar="M",
+        help="HNSW M (links per node) to measure, each in its own process; repeat for several, e.g. --m 16 "
+        "--m 64 (default: 16 and 64)",
+    )
+    parser.add_argument(
+        "--ef-construction",
+        type=int,
+        metavar="N",
+        default=defaults.ef_construction,
+        help="HNSW ef_construction: candidate list size while building; larger is slower and more exact "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--ef",
+        type=int,
+        metavar="N",
+        default=defaults.ef,
+        help="HNSW ef: candidate list size while searching for the neighbours; larger is slower and more "
+        "exact (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        default=defaults.threads,
+        help="threads for building the indexes and for the kernels (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write one record per M (config and figures) to FILE, e.g. docs/bench-cache.json "
+        "(default: print only)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     results = []
     for m in args.m or [16, 64]:
-        config = CacheBenchConfig(
-            args.samples, args.dim, args.classes, args.neighbours, m, args.ef_construction, args.ef, args.threads
-        )
+        try:
+            config = CacheBenchConfig(
+                args.samples, args.dim, args.classes, args.neighbours, m, args.ef_construction, args.ef, args.threads
+            )
+        except ValueError as error:
+            print(f"edgefd bench cache: {error}", file=sys.stderr)
+            return 2
         print(
             f"N={config.samples:,} d={config.dim} C={config.classes} R={config.neighbours} M={m} "
             f"ef_construction={config.ef_construction} ef={config.ef}: building ...",

@@ -98,11 +98,37 @@ def measure(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", default="fmnist")
-    parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each (medians are reported)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", metavar="FILE", help="write the result to FILE")
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME",
+        default="fmnist",
+        help="dataset the FedAvg clients train on, by registry name, e.g. digits for a quick run "
+        "(`edgefd partition --list` shows them) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        metavar="N",
+        default=10,
+        help="FedAvg clients (IID split, all of them every round) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        default=3,
+        help="timed rounds of each, the engine and the plain loop alternating; medians are reported "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threads", type=int, metavar="N", default=2, help="torch and kernel threads (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the result (seconds per round of each, overhead) to FILE, e.g. docs/bench-engine.json "
+        "(default: print only)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -68,7 +68,7 @@ class Case:
     """Bytes the kernel must move when that exceeds bytes_touched (see the module docstring)."""
 
 
-def _median_ms(call: Callable[[], None], repeats: int) -> float:
+def _median_ms(call: Callable[[], object], repeats: int) -> float:
     call()  # warm-up: first touch of buffers, lazy initialisation
     times = []
     for _ in range(repeats):
@@ -206,10 +206,32 @@ def format_row(r: Record) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = BenchConfig()
-    parser.add_argument("--threads", type=int, default=defaults.threads, help="threads for both backends")
-    parser.add_argument("--repeats", type=int, default=defaults.repeats, help="timed calls per measurement")
-    parser.add_argument("--quick", action="store_true", help="tiny shapes: a smoke test, not a measurement")
-    parser.add_argument("--json", metavar="FILE", help="write one record per kernel and shape to FILE")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        default=defaults.threads,
+        help="threads for both backends, C++ (OpenMP) and torch (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        default=defaults.repeats,
+        help="timed calls per kernel, shape and backend; the median is reported (ignored with --quick, "
+        "which makes 3) (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny shapes, 3 calls and a small copy buffer: a smoke test that runs in seconds, not a measurement",
+    )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the copy bandwidth and one record per kernel and shape to FILE, "
+        "e.g. docs/bench-kernels.json (default: print only)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

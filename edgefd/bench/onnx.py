@@ -116,14 +116,44 @@ def format_table(rows: list[OnnxBenchRow]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--models",
+        metavar="NAME,NAME,...",
         default="cnn2,resnet8,resnet20,mobilenetv2_x0_6",
-        help="comma-separated zoo names (default: %(default)s)",
+        help="comma-separated model zoo names, e.g. cnn2,resnet20 (edgefd.models.list_models() has them all) "
+        "(default: %(default)s)",
     )
-    parser.add_argument("--dataset", default="fmnist", help="real inputs and int8 calibration data")
-    parser.add_argument("--repeats", type=int, default=30, help="timed calls per figure (median reported)")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch and onnxruntime intra-op threads")
-    parser.add_argument("--json", metavar="FILE", help="write the rows to FILE")
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME",
+        default="fmnist",
+        help="dataset that gives the input shape, the timed inputs and the int8 calibration data, by registry "
+        "name, e.g. digits (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        metavar="N",
+        default=30,
+        help="timed calls per model, batch and runtime, N >= 1; the median is reported (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        metavar="N",
+        default=5,
+        help="untimed calls of each runtime before the timed ones, N >= 0 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        default=1,
+        help="torch and onnxruntime intra-op threads, N >= 1 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write one record per model and batch to FILE, e.g. docs/bench-onnx.json (default: print only)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,13 +47,42 @@ def export_encoder(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, metavar="FILE.onnx")
-    parser.add_argument("--weights", metavar="FILE.pt", help="MobileNetV3-Small state_dict (ImageNet weights)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="FILE.onnx",
+        help="the ONNX file to write, e.g. encoder.onnx; its sidecar goes beside it (encoder.json)",
+    )
+    parser.add_argument(
+        "--weights",
+        metavar="FILE.pt",
+        help="torchvision MobileNetV3-Small state_dict with ImageNet weights, e.g. mobilenet_v3_small.pt "
+        "(default: none, a random trunk with seed 0: only good for tests)",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", help="take the input shape from this dataset")
-    source.add_argument("--input-shape", metavar="C,H,W", help="e.g. 1,28,28")
-    parser.add_argument("--data-root", help="folder of datasets read from disk")
-    parser.add_argument("--exporter", choices=("auto", "torchscript", "dynamo"), default="auto")
+    source.add_argument(
+        "--dataset",
+        metavar="NAME",
+        help="take the input shape from this dataset, e.g. fmnist (1,28,28) or cifar10 (3,32,32); "
+        "this or --input-shape is required",
+    )
+    source.add_argument(
+        "--input-shape",
+        metavar="C,H,W",
+        help="the input shape of one sample, C = 1 or 3 channels, e.g. 1,28,28; this or --dataset is required",
+    )
+    parser.add_argument(
+        "--data-root",
+        metavar="DIR",
+        help="with --dataset: folder holding on-disk datasets (default: $EDGEFD_DATA_ROOT or ~/.cache/edgefd/data)",
+    )
+    parser.add_argument(
+        "--exporter",
+        choices=("auto", "torchscript", "dynamo"),
+        default="auto",
+        help="torch's ONNX exporter: torchscript (fast), dynamo (slow), or auto: torchscript, falling back "
+        "to dynamo when it fails (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

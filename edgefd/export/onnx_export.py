@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgefd import progress
 from edgefd.export.checkpoint import ClientCheckpoint, list_checkpoints, load_checkpoint
 
 EXPORTERS = ("auto", "torchscript", "dynamo")
@@ -55,10 +56,11 @@ def sample_shape(model: nn.Module, model_name: str, input_shape: Sequence[int]) 
     from edgefd.models import model_entry
 
     kind = model_entry(model_name).kind
+    zoo_model: Any = model  # torch types unknown Module attributes as Tensor | Module; nz is an int
     if kind == "noise":
-        return (int(model.nz),)
+        return (int(zoo_model.nz),)
     if kind == "features" and hasattr(model, "input_feature_shape"):
-        return tuple(int(s) for s in model.input_feature_shape)
+        return tuple(int(s) for s in zoo_model.input_feature_shape)
     return tuple(int(s) for s in input_shape)
 
 
@@ -290,7 +292,8 @@ def export_run(
         chosen = [client]
     else:
         raise ValueError(f"--client {client!r}: not in {run_dir} (clients: {', '.join(available)}, or 'all')")
-    return {cid: export_client(load_checkpoint(available[cid]), out_dir, config) for cid in chosen}
+    clients = progress.track(chosen, "exporting client models", unit="model")
+    return {cid: export_client(load_checkpoint(available[cid]), out_dir, config) for cid in clients}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -299,14 +302,46 @@ def export_run(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = ExportConfig()
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a folder written by `edgefd simulate`")
-    parser.add_argument("--client", default="all", help="client id (e.g. client-3) or 'all' (default)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="where the .onnx files and sidecars go")
     parser.add_argument(
-        "--int8", action="store_true", help="also write a static-int8 copy (calibrated on the client's data)"
+        "run_dir",
+        metavar="RUN_DIR",
+        help="a run folder written by `edgefd simulate` (or `server` / `deploy-local`) with the clients' "
+        "final models in RUN_DIR/models/<client>.pt",
     )
-    parser.add_argument("--exporter", choices=EXPORTERS, default=defaults.exporter)
-    parser.add_argument("--calibration-samples", type=int, default=defaults.calibration_samples)
+    parser.add_argument(
+        "--client",
+        metavar="all|CLIENT_ID",
+        default="all",
+        help="which client to export: all, or one id as in RUN_DIR/models/, e.g. --client client-3 "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="folder for <client>.onnx and its sidecar <client>.json (created if missing; files there are overwritten)",
+    )
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="also write <client>.int8.onnx, an onnxruntime static-int8 copy calibrated on the client's own "
+        "training data (needs the run's dataset on this machine); the sidecars get its accuracy and size change",
+    )
+    parser.add_argument(
+        "--exporter",
+        choices=EXPORTERS,
+        default=defaults.exporter,
+        help="torch's ONNX exporter: torchscript (fast), dynamo (slow, exports every model), or auto: "
+        "torchscript, falling back to dynamo when it fails (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--calibration-samples",
+        type=int,
+        metavar="N",
+        default=defaults.calibration_samples,
+        help="with --int8: the client's first N training samples calibrate the quantisation (all of them if "
+        "it has fewer; N >= 1) (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,8 +11,20 @@ from edgefd.metrics.results import load_run
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="DIR", help="folders written by `edgefd simulate --out`")
-    parser.add_argument("--plot", metavar="FILE", default="report.png", help="where to draw the curves")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="DIR",
+        help="one or more run folders written by `edgefd simulate --out` (or `server` / `deploy-local`), "
+        "each holding metrics.jsonl and, once finished, summary.json; e.g. runs/fedavg runs/fd",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="FILE",
+        default="report.png",
+        help="image file for the plot of every run's accuracy against round and against cumulative MB; "
+        "the suffix picks the format, e.g. compare.png or compare.pdf (default: %(default)s)",
+    )
 
 
 def _pct(value) -> str:

@@ -1,0 +1,114 @@
+"""`edgefd COMMAND --help` tells a new user what every flag does: each option has a help text that
+says more than its default, and each command a description."""
+
+import argparse
+import functools
+import re
+
+import pytest
+
+from edgefd import cli
+
+DEFAULT_PARTS = [
+    re.compile(r"\([^()]*\bdefault\b[^()]*\)", re.IGNORECASE),  # "(default: 10)", "(default 10)"
+    re.compile(r"\bdefaults?\b\s*:?[^;,()]*", re.IGNORECASE),  # "default: 10", "default 10" up to ; or ,
+]
+MIN_WORDS = 2
+"""A help text must keep at least this many words once its default is taken out ("seconds" or
+"default: 10" alone say too little; "communication rounds" is enough)."""
+
+
+SUBCOMMANDS = (
+    [f"edgefd {item.name}" for item in cli.SUBCOMMANDS]
+    + ["edgefd bench"]
+    + [f"edgefd bench {name}" for name in cli.BENCHMARKS]
+)
+"""Named from cli's lists, so that one module that fails to import fails only its own tests."""
+
+
+@functools.cache
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    """{"edgefd NAME": parser} for the top level, every subcommand and every `bench` benchmark,
+    found by walking the parser that `edgefd` builds."""
+    found = {}
+
+    def walk(name: str, parser: argparse.ArgumentParser) -> None:
+        found[name] = parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    walk(f"{name} {sub_name}", sub)
+
+    walk("edgefd", cli.build_parser())
+    return found
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    """The parser of one command, with only its own module imported (as `edgefd COMMAND` does)."""
+    words = command.split()[1:]
+    # A first word that names no command loads no module: the top level alone.
+    parser = cli.build_parser(words or ["(no command)"])
+    for word in words:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[word]
+    return parser
+
+
+def _flag(action: argparse.Action) -> str:
+    return "/".join(action.option_strings) or action.metavar or action.dest
+
+
+def _expanded_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The help as --help prints it (%(default)s and friends filled in), on one line."""
+    return " ".join(parser._get_formatter()._expand_help(action).split())
+
+
+def _without_defaults(text: str) -> str:
+    for pattern in DEFAULT_PARTS:
+        text = pattern.sub(" ", text)
+    return text
+
+
+def test_the_walk_finds_every_command():
+    # `edgefd` with every module loaded: no command is missing from (or added beyond) the lists.
+    assert set(_parsers()) == {"edgefd", *SUBCOMMANDS}
+
+
+def test_default_parts_are_recognised():
+    assert _without_defaults("default: 10").strip(" ;,.") == ""
+    assert _without_defaults("(default: 10)").strip() == ""
+    assert len(_without_defaults("number of clients (default: 10)").split()) == 3
+    assert _without_defaults("seconds (default 60); default: 10").split() == ["seconds", ";"]
+
+
+@pytest.mark.parametrize("command", ["edgefd", *SUBCOMMANDS])
+def test_every_option_says_what_it_does(command):
+    parser = _parser(command)
+    problems = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            continue
+        flag = _flag(action)
+        if action.help is None or action.help == argparse.SUPPRESS or not action.help.strip():
+            problems.append(f"{command} {flag}: no help text")
+            continue
+        text = _expanded_help(parser, action)
+        left = _without_defaults(text)
+        if len(re.findall(r"[A-Za-z][\w-]*", left)) < MIN_WORDS:
+            problems.append(f"{command} {flag}: help {text!r} gives little more than the default")
+    assert not problems, "options without a useful help text:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_command_has_a_description(command):
+    description = (_parser(command).description or "").strip()
+    assert description, f"{command}: no description"
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_command_help_exits_0(command, capsys):
+    argv = command.split()[1:] + ["--help"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 0, f"{command} --help exited with {exit_info.value.code}"
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: {command}"), f"{command} --help printed:\n{out}"
