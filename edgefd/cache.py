@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from edgefd import kernels
+from edgefd import kernels, progress
 
 
 @dataclass
@@ -134,7 +134,7 @@ def build_relations(
     if not np.isfinite(hashes).all():
         raise ValueError("hashes contain NaN or Inf")
     table = np.full((len(labels), config.neighbours), -1, dtype=np.int64)
-    for label in np.unique(labels):
+    for label in progress.track(np.unique(labels), f"relations ({config.method} search, per class)", unit="class"):
         members = np.flatnonzero(labels == label)
         r = min(config.neighbours, len(members) - 1)  # spec A13: R_eff = n_c - 1 for small classes
         if r <= 0:
@@ -283,11 +283,11 @@ class KnowledgeCache:
         table[neighbours >= 0] = local
         table = np.where(earlier, len(named) + position, table)
         values = torch.cat([self.knowledge[torch.from_numpy(named)], torch.from_numpy(logits)])
-        table = torch.from_numpy(table)
+        index = torch.from_numpy(table)
         if self.mask_unfilled:
             filled = torch.cat([self.filled[torch.from_numpy(named)], torch.ones(len(rows), dtype=torch.bool)])
-            table = torch.where(filled[table.clamp(min=0)] & (table >= 0), table, -1)
-        teachers = kernels.gather_mean(values, table)
+            index = torch.where(filled[index.clamp(min=0)] & (index >= 0), index, -1)
+        teachers = kernels.gather_mean(values, index)
         self.update(rows, logits)
         return teachers
 
@@ -296,6 +296,6 @@ class KnowledgeCache:
         logits = np.asarray(logits, dtype=np.float32)
         if logits.shape != (len(rows), self.num_classes):
             raise ValueError(f"logits: expected shape {(len(rows), self.num_classes)}, got {logits.shape}")
-        rows = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        self.knowledge[rows] = torch.from_numpy(logits)
-        self.filled[rows] = True
+        index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        self.knowledge[index] = torch.from_numpy(logits)
+        self.filled[index] = True

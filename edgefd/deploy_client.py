@@ -21,23 +21,51 @@ from pathlib import Path
 import tomllib
 
 from edgefd.data import DatasetNotFoundError
-from edgefd.deploy_args import add_broker_arguments, broker_settings, setup_logging
+from edgefd.deploy_args import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
 from edgefd.runtime.client_runtime import ClientRuntime, ClientSettings
 
 REQUIRED = ("broker", "run", "client_id")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", help="TOML file with the same settings (flags win over it)")
-    parser.add_argument("--run", help="run name, as given to `edgefd server --run`")
-    parser.add_argument("--client-id", help="this device's id in the run: client-0, client-1, ...")
-    parser.add_argument("--state-dir", metavar="DIR", help="folder for the checkpoint (resume after a restart)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file with any of these settings, keyed by the flag names with underscores, e.g. "
+        'client_id = "client-0", broker = "mqtts://HOST:8883"; a flag set to other than its default wins '
+        "over the file",
+    )
+    parser.add_argument(
+        "--run",
+        metavar="NAME",
+        help="run name, as given to `edgefd server --run`, e.g. demo (required here or in --config)",
+    )
+    parser.add_argument(
+        "--client-id",
+        metavar="ID",
+        help="this device's id in the run: client-0, client-1, ... (client-00, client-01, ... for 10 or more "
+        "clients) (required here or in --config)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="folder for this client's checkpoint, so that a restart resumes the run, e.g. ~/.edgefd "
+        "(default: none, a restart starts the client afresh)",
+    )
     parser.add_argument(
         "--data-dir",
         metavar="DIR",
-        help="folder with this device's data.npz (default: the run's dataset share of this id)",
+        help="folder with this device's own data.npz (train_x, train_y, test_x, test_y, num_classes; see "
+        "device/README.md) (default: the run's dataset share of this client id)",
     )
-    add_broker_arguments(parser, required=False)
+    parser.add_argument(
+        "--device",
+        default="auto",
+        metavar="DEVICE",
+        help="where this device trains: auto (its CUDA GPU when torch sees one, e.g. a Jetson with NVIDIA's torch; "
+        "else the CPU), cpu, cuda or cuda:N (default: %(default)s)",
+    )
+    add_broker_arguments(parser, required=False, broker_help=BROKER_HELP + " (required here or in --config)")
 
 
 def _defaults() -> dict:
@@ -81,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             chunk_size=args.chunk_size,
             max_message_bytes=args.max_message_bytes,
+            device=args.device,
         )
         return ClientRuntime(settings).run()
     except (ValueError, DatasetNotFoundError) as error:

@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgefd import progress
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -43,7 +45,9 @@ class HashEncoder:
     batch_size: int = 256
 
     def __call__(self, x: torch.Tensor) -> np.ndarray:
-        parts = [self.encode_batch(x[i : i + self.batch_size]) for i in range(0, len(x), self.batch_size)]
+        starts = range(0, len(x), self.batch_size)
+        batches = progress.track(starts, f"hashing with the {self.name} encoder", unit="batch")
+        parts = [self.encode_batch(x[i : i + self.batch_size]) for i in batches]
         if not parts:
             return np.zeros((0, 0), np.float32)
         out = np.concatenate(parts).astype(np.float32, copy=False)
@@ -103,6 +107,9 @@ class MobileNetHash(nn.Module):
     Inputs arrive standardised per dataset: grey images are expanded to 3 channels, resized to
     224, mapped to [0, 1] per image and normalised with ImageNet statistics before the trunk.
     One module, so that ``edgefd export-encoder`` writes exactly this function to ONNX."""
+
+    mean: torch.Tensor  # buffers, registered in __init__
+    std: torch.Tensor
 
     def __init__(self, weights: str | None = None, seed: int = 0) -> None:
         super().__init__()

@@ -26,10 +26,12 @@ import tomllib
 import torch
 
 from edgefd import kernels
+from edgefd import progress as progress_bars
 from edgefd.algorithms.base import (
     ClientContext,
     ClientData,
     ClientRole,
+    MethodSpec,
     ServerContext,
     ServerRole,
     get_method,
@@ -37,53 +39,79 @@ from edgefd.algorithms.base import (
     make_params,
     parse_param_assignments,
 )
-from edgefd.data import DatasetNotFoundError, load_dataset, partition
+from edgefd.data import DatasetNotFoundError, dataset_label, load_dataset, partition
 from edgefd.export.checkpoint import save_run_models
 from edgefd.metrics.results import RunWriter, summarise
 from edgefd.models import assign_models, build_model
 from edgefd.runtime.loop import HELLO_ROUND, Federation, LoopConfig, RoundRecord
-from edgefd.runtime.training import TrainConfig
+from edgefd.runtime.training import TrainConfig, resolve_device
 from edgefd.runtime.transport import DOWN, UP, InProcessTransport
+
+
+def setting(default: Any, help: str) -> Any:
+    """A config field with its `--flag` help (what it does, what values it takes)."""
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class SimulationConfig:
     """One simulated run. Every field is also a `--flag` and a TOML key."""
 
-    algo: str = "fd"
-    """Method name (`edgefd methods` lists them)."""
-    dataset: str = "digits"
-    data_root: str | None = None
-    """Folder holding datasets that are read from disk."""
-    clients: int = 10
-    rounds: int = 10
-    partition: str = "dirichlet:0.5"
-    """iid | dirichlet:ALPHA | shards:N | quantity:ALPHA | natural | dominant:FRAC"""
-    samples_per_client: int | None = None
-    """iid / dominant: each client gets exactly this many training samples; dirichlet / shards: at
-    most this many, a random subset of its share (default: split the whole set)."""
-    test_fraction: float | None = None
-    """Each client's local test split is this fraction of its training size, drawn with the same
-    label mix (default: the whole test set, spread in proportion to the clients' sizes)."""
-    models: str = "homo"
-    """homo | hetero | NAME,NAME,... (round-robin over clients)."""
-    seed: int = 0
-    out: str | None = None
-    """Results folder (default runs/ALGO-DATASET-sSEED)."""
-    participation: float = 1.0
-    straggler_rate: float = 0.0
-    eval_every: int = 1
-    precision: str = "fp32"
-    """Wire precision of knowledge arrays: fp32 | fp16 | int8."""
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    optimizer: str = "sgd"
-    threads: int = 2
-    kernels: str | None = None
-    """Kernel backend: cpp | torch (default: EDGEFD_KERNELS or cpp)."""
+    algo: str = setting("fd", "the method to run (see `edgefd methods`), e.g. fedcache, fedict, fedavg")
+    dataset: str = setting(
+        "digits",
+        "the data: digits, mnist5k, watch and fmnist are here offline; mnist, kmnist, emnist, cifar10, cifar100, "
+        "svhn are read from --data-root; npz:PATH is a file of your own (docs/ADDING_A_DATASET.md)",
+    )
+    data_root: str | None = setting(None, "folder holding datasets that are read from disk (e.g. ~/data)")
+    clients: int = setting(10, "number of clients (devices) in the federation")
+    rounds: int = setting(10, "communication rounds")
+    partition: str = setting(
+        "dirichlet:0.5",
+        "how the training set is split over clients: iid, dirichlet:ALPHA (label skew, smaller = more skewed), "
+        "shards:K (K classes each), quantity:ALPHA (size skew), natural (one client per subject, watch), "
+        "dominant:FRAC (FRAC of each client's data from one class)",
+    )
+    samples_per_client: int | None = setting(
+        None,
+        "iid / dominant: each client gets exactly this many training samples; dirichlet / shards: at most this "
+        "many, a random subset of its share (default: split the whole set)",
+    )
+    test_fraction: float | None = setting(
+        None,
+        "each client's local test split is this fraction of its training size, drawn with the same label mix, "
+        "e.g. 0.25 (default: the whole test set, spread in proportion to the clients' sizes)",
+    )
+    models: str = setting(
+        "auto",
+        "client models: auto (the family the method needs or its paper uses; the run says which), homo (one "
+        "default model: cnn2 for images), hetero (resnet8,resnet16,resnet20 for images), or NAME,NAME,... "
+        "given round-robin, e.g. fedict_c1,fedict_c2 (names: python -c 'import edgefd.models as m; "
+        "print(m.list_models())')",
+    )
+    seed: int = setting(0, "seed of everything random: split, models, batch order, selection")
+    out: str | None = setting(None, "results folder (default: runs/ALGO-DATASET-sSEED)")
+    participation: float = setting(1.0, "fraction of the clients selected each round, e.g. 0.5")
+    straggler_rate: float = setting(
+        0.0, "probability that a selected client misses the deadline (its uplink is sent but discarded), e.g. 0.1"
+    )
+    eval_every: int = setting(1, "evaluate the clients every N rounds (and always after the last)")
+    precision: str = setting(
+        "fp32", "wire precision of knowledge arrays (logits, features): fp32, fp16 (half the bytes) or int8"
+    )
+    epochs: int = setting(1, "local epochs per round")
+    batch_size: int = setting(32, "local mini-batch size")
+    lr: float = setting(0.01, "local learning rate")
+    momentum: float = setting(0.9, "SGD momentum (ignored by adam)")
+    weight_decay: float = setting(5e-4, "L2 weight decay of the local optimiser")
+    optimizer: str = setting("sgd", "local optimiser: sgd or adam")
+    threads: int = setting(2, "CPU threads for torch and the kernels (use 1 to run several simulations at once)")
+    kernels: str | None = setting(None, "kernel backend: cpp or torch (default: $EDGEFD_KERNELS, else cpp)")
+    device: str = setting(
+        "auto",
+        "where models train: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N; "
+        "deployed clients choose their own with `edgefd client --device`",
+    )
     params: dict[str, Any] = field(default_factory=dict)
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
 
@@ -95,6 +123,7 @@ class SimulationConfig:
             momentum=self.momentum,
             weight_decay=self.weight_decay,
             optimizer=self.optimizer,
+            device=resolve_device(self.device),
         )
 
     def loop_config(self) -> LoopConfig:
@@ -106,7 +135,7 @@ class SimulationConfig:
         )
 
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out else Path("runs") / f"{self.algo}-{self.dataset}-s{self.seed}"
+        return Path(self.out) if self.out else Path("runs") / f"{self.algo}-{dataset_label(self.dataset)}-s{self.seed}"
 
     def validate(self) -> None:
         if self.clients < 1:
@@ -115,6 +144,7 @@ class SimulationConfig:
             raise ValueError(f"precision: expected fp32, fp16 or int8, got {self.precision!r}")
         if self.threads < 1:
             raise ValueError(f"threads: must be >= 1, got {self.threads}")
+        resolve_device(self.device)
         self.loop_config().validate()
 
 
@@ -131,6 +161,8 @@ class Simulation:
     dataset: Any = None
     splits: dict[str, Any] = field(default_factory=dict)
     """Each client's ClientSplit (its train and test indices into `dataset`)."""
+    model_note: str | None = None
+    """What `--models auto` picked (None when the models were given)."""
 
 
 def _seed_stream(seed: int, *key: int) -> np.random.SeedSequence:
@@ -194,8 +226,28 @@ def prepare(config: SimulationConfig, dataset: Any = None) -> RunPieces:
             samples_per_client=config.samples_per_client,
             test_fraction=config.test_fraction,
         )
-    names = assign_models(config.models, config.clients, input_shape=dataset.input_shape)
+    models = resolve_models(config.models, method, tuple(dataset.input_shape))
+    names = assign_models(models, config.clients, input_shape=dataset.input_shape)
     return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients))
+
+
+def resolve_models(models: str, method: MethodSpec, input_shape: tuple[int, ...]) -> str:
+    """``--models auto`` is the family the method declares for this data shape; anything else
+    stands as given."""
+    if models.strip().lower() == "auto":
+        return method.models(input_shape)
+    return models
+
+
+def model_choice_note(config: SimulationConfig, pieces: RunPieces) -> str | None:
+    """What ``--models auto`` picked, to tell the user (None when the models were given)."""
+    if config.models.strip().lower() != "auto":
+        return None
+    names = list(dict.fromkeys(pieces.model_names))
+    return (
+        f"--models auto: {', '.join(names)} for {config.algo} on {config.dataset} "
+        f"(samples of shape {tuple(pieces.dataset.input_shape)}); pass --models to choose others"
+    )
 
 
 def client_data(pieces: RunPieces, index: int) -> ClientData:
@@ -221,12 +273,13 @@ def build_client(config: SimulationConfig, pieces: RunPieces, index: int, data: 
     if data is None:
         data = client_data(pieces, index)
     name = pieces.model_names[index]
+    train = config.train_config()
     context = ClientContext(
         pieces.client_ids[index],
-        pieces.make_model(name),
+        pieces.make_model(name).to(train.device),  # built on the CPU: the same weights on any device
         name,
         data,
-        config.train_config(),
+        train,
         np.random.default_rng(stream),
         torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])),
         config.precision,
@@ -239,13 +292,18 @@ def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
     """The server role, seeded from (seed, 2)."""
     torch.manual_seed(_torch_seed(_seed_stream(config.seed, 2)))
     model_names = dict(zip(pieces.client_ids, pieces.model_names))
+    train = config.train_config()
+
+    def make_model(name: str) -> torch.nn.Module:
+        return pieces.make_model(name).to(train.device)
+
     context = ServerContext(
         list(pieces.client_ids),
         pieces.dataset.num_classes,
         tuple(pieces.dataset.input_shape),
         model_names,
-        pieces.make_model,
-        config.train_config(),
+        make_model,
+        train,
         config.seed,
         config.precision,
         config.rounds,
@@ -273,6 +331,7 @@ def build(config: SimulationConfig) -> Simulation:
         pieces.params,
         pieces.dataset,
         dict(zip(pieces.client_ids, pieces.splits)),
+        model_note=model_choice_note(config, pieces),
     )
 
 
@@ -281,7 +340,10 @@ def run(
 ) -> dict[str, Any]:
     """Builds and runs the simulation, writes its results, and returns the summary."""
     started = time.perf_counter()
+    progress_bars.set_enabled(progress)
     sim = build(config)
+    if progress and sim.model_note:
+        print(sim.model_note, file=sys.stderr)
     out = config.out_dir()
     writer = RunWriter(out)
     federation = sim.federation
@@ -361,20 +423,47 @@ def _config_fields() -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(SimulationConfig) if f.name != "params"}
 
 
+EXAMPLES = """examples:
+  edgefd simulate                                    # FD on digits, 10 clients, 10 rounds
+  edgefd simulate --algo fedcache --dataset fmnist --samples-per-client 200 --rounds 20
+  edgefd simulate --algo fedict --partition dirichlet:0.1 --precision fp16 --out runs/fedict
+  edgefd simulate --algo fd --param beta=2 --param temperature=3
+  edgefd simulate --config run.toml                  # the same keys in TOML, method params in [params]
+
+methods: {methods} (their --param NAME=VALUE: edgefd methods NAME)"""
+
+
+METAVARS = {"data_root": "DIR", "out": "DIR", "partition": "SCHEME", "kernels": "BACKEND", "lr": "LR"}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "methods: " + ", ".join(m.name for m in list_methods())
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EXAMPLES.format(methods=", ".join(m.name for m in list_methods()))
+    parser.add_argument(
+        "--config", metavar="FILE", help="TOML file with the same keys as these flags and a [params] table; flags win"
+    )
     defaults = SimulationConfig()
-    parser.add_argument("--config", metavar="FILE", help="TOML file with the same keys (and a [params] table)")
     for name, f in _config_fields().items():
         flag = "--" + name.replace("_", "-")
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+        default = getattr(defaults, name)
+        shown = "" if default is None else f" (default: {default})"
         parser.add_argument(
-            flag, dest=name, type=kind, default=argparse.SUPPRESS, help=f"default: {getattr(defaults, name)}"
+            flag,
+            dest=name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            metavar=METAVARS.get(name) or {int: "N", float: "X"}.get(kind, name.upper()),
+            help=f.metadata["help"] + shown,
         )
     parser.add_argument(
-        "--param", action="append", default=[], metavar="NAME=VALUE", help="a method hyperparameter (repeatable)"
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hyperparameter of the method, repeatable, e.g. --param beta=1.5 (edgefd methods NAME lists them)",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars, only the final line")
 
 
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:

@@ -167,6 +167,16 @@ class ServerRole(ABC):
         return None
 
 
+ModelFamily = Callable[[tuple[int, ...]], str]
+"""Maps a dataset's per-sample shape to a `--models` spec (``"homo"``, ``"hetero"`` or a comma list of
+zoo names): what ``--models auto`` picks for a method."""
+
+
+def same_model_everywhere(input_shape: tuple[int, ...]) -> str:
+    """The family of methods that run on any model: one default architecture for every client."""
+    return "homo"
+
+
 @dataclass
 class MethodSpec:
     name: str
@@ -175,15 +185,36 @@ class MethodSpec:
     server: type[ServerRole]
     params: type
     """A dataclass of the method's hyperparameters, defaults from its paper."""
+    paper: str = ""
+    """Where the method comes from (authors, venue, arXiv id), shown by `edgefd methods NAME`."""
+    models: ModelFamily = same_model_everywhere
+    """The client models the method needs (or its paper uses), by data shape: ``--models auto``."""
+    global_model: bool = False
+    """True when the method's deliverable is one global model (FedAvg, DFL), False when it is each
+    client's own model; the contract test compares the first with FedAvg, the second with Local."""
 
 
 _REGISTRY: dict[str, MethodSpec] = {}
 
 
-def register(name: str, summary: str, client: type[ClientRole], server: type[ServerRole], params: type) -> None:
+def register(
+    name: str,
+    summary: str,
+    client: type[ClientRole],
+    server: type[ServerRole],
+    params: type,
+    *,
+    paper: str = "",
+    models: ModelFamily | None = None,
+    global_model: bool = False,
+) -> None:
+    """Adds a method under ``name`` (its ``--algo``). ``models`` says which client models
+    ``--models auto`` gives it; without it every client gets the dataset's default model."""
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is registered twice")
-    _REGISTRY[name] = MethodSpec(name, summary, client, server, params)
+    _REGISTRY[name] = MethodSpec(
+        name, summary, client, server, params, paper, models or same_model_everywhere, global_model
+    )
 
 
 def get_method(name: str) -> MethodSpec:

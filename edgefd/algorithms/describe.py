@@ -3,21 +3,78 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from edgefd.algorithms.base import describe_params, list_methods
+from edgefd.algorithms.base import MethodSpec, describe_params, list_methods
+from edgefd.models import assign_models
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", help="show only this method")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="METHOD",
+        help="show only this method, one of: "
+        + ", ".join(m.name for m in list_methods())
+        + " (default: list them all)",
+    )
+
+
+#: Data shapes to show each method's ``--models auto`` choice for: the bundled datasets and CIFAR's.
+EXAMPLE_SHAPES: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("digits, 8x8 grey", (1, 8, 8)),
+    ("fmnist / mnist5k, 28x28 grey", (1, 28, 28)),
+    ("cifar10 / svhn, 32x32 colour", (3, 32, 32)),
+    ("watch, 100 x 6 sensor windows", (100, 6)),
+)
+
+
+def model_lines(method: MethodSpec) -> list[str]:
+    """What ``--models auto`` gives ``method`` on each example data shape, as model names."""
+    lines = []
+    for label, shape in EXAMPLE_SHAPES:
+        try:
+            names = list(dict.fromkeys(assign_models(method.models(shape), 12, input_shape=shape)))
+            lines.append(f"{label:<32} {', '.join(names)}")
+        except ValueError as error:
+            lines.append(f"{label:<32} (not supported: {error})")
+    return lines
+
+
+def describe(method: MethodSpec) -> str:
+    """Everything a user needs to run ``method``: summary, paper, models, params, a command line."""
+    lines = [f"{method.name}: {method.summary}"]
+    if method.paper:
+        lines.append(f"paper: {method.paper}")
+    lines.append("")
+    lines.append("client models (--models auto picks these; --models NAME,NAME,... overrides):")
+    lines += ["  " + line for line in model_lines(method)]
+    lines.append("")
+    params = describe_params(method.params)
+    lines.append("params (--param NAME=VALUE, defaults shown):" if params else "params: none")
+    lines += [f"  {f'{name}={default}':<30} {doc}" for name, default, doc in params]
+    lines.append("")
+    lines.append("try:")
+    lines.append(f"  edgefd simulate --algo {method.name}                      # bundled digits, 10 clients, 10 rounds")
+    lines.append(
+        f"  edgefd simulate --algo {method.name} --dataset fmnist --samples-per-client 200 --rounds 20 "
+        f"--out runs/{method.name}-fmnist"
+    )
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     methods = [m for m in list_methods() if args.name in (None, m.name)]
     if not methods:
-        print(f"edgefd methods: unknown method {args.name!r}")
+        known = ", ".join(m.name for m in list_methods())
+        print(f"edgefd methods: unknown method {args.name!r}; known: {known}", file=sys.stderr)
         return 2
+    if args.name is not None:
+        print(describe(methods[0]))
+        return 0
     for method in methods:
         print(f"{method.name:<10} {method.summary}")
         for name, default, doc in describe_params(method.params):
             print(f"    --param {f'{name}={default}':<28} {doc}")
+    print("\nedgefd methods NAME: one method's paper, client models, params and a command line to try")
     return 0

@@ -310,4 +310,7 @@ register(
     DFLClient,
     DFLServer,
     DFLParams,
+    paper="T. Liu et al., Efficient Federated Learning for AIoT Applications Using Knowledge Distillation, "
+    "IEEE Internet of Things Journal 2023",
+    global_model=True,
 )

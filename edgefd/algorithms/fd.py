@@ -45,7 +45,7 @@ class FDClient(ClientRole):
         """Global per-label logits [C, C] and whether each label has any knowledge."""
         means = downlink.arrays["logits"].astype(np.float64)
         counts = downlink.arrays["counts"].astype(np.float64)
-        if self.params.exclude_self and self.last_means is not None:
+        if self.params.exclude_self and self.last_means is not None and self.last_counts is not None:
             own = self.last_counts.astype(np.float64)
             rest = counts - own
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -87,7 +87,7 @@ class FDServer(ServerRole):
         self.global_counts: np.ndarray | None = None
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
-        if self.global_logits is None:
+        if self.global_logits is None or self.global_counts is None:  # set together in aggregate
             return None
         payload = Payload("knowledge", "server", round, {"logits": self.global_logits, "counts": self.global_counts})
         precision = self.context.precision
@@ -109,4 +109,12 @@ class FDServer(ServerRole):
         return {"labels_covered": float((counts > 0).sum())}
 
 
-register("fd", "federated distillation by per-label average logits (Jeong et al.)", FDClient, FDServer, FDParams)
+register(
+    "fd",
+    "federated distillation by per-label average logits (Jeong et al.)",
+    FDClient,
+    FDServer,
+    FDParams,
+    paper="E. Jeong et al., Communication-Efficient On-Device Machine Learning: Federated Distillation and "
+    "Augmentation under Non-IID Private Data, arXiv:1811.11479 (2018)",
+)

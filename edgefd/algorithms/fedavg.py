@@ -7,6 +7,7 @@ that client's local test split (personalised test sets, global model).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from torch import nn
@@ -28,7 +29,8 @@ def weighted_average(states: list[dict[str, np.ndarray]], weights: list[float]) 
         raise ValueError("weighted_average: weights sum to zero")
     out = {}
     for name in states[0]:
-        acc = sum(np.asarray(s[name], dtype=np.float64) * (w / total) for s, w in zip(states, weights))
+        terms = (np.asarray(s[name], dtype=np.float64) * (w / total) for s, w in zip(states, weights))
+        acc = cast(np.ndarray, sum(terms))  # states is not empty: never sum's start value 0
         dtype = states[0][name].dtype
         out[name] = np.rint(acc).astype(dtype) if np.issubdtype(dtype, np.integer) else acc.astype(dtype)
     return out
@@ -77,4 +79,13 @@ class FedAvgServer(ServerRole):
         return Payload("weights", "server", 0, self.global_state)
 
 
-register("fedavg", "sample-weighted averaging of model weights", FedAvgClient, FedAvgServer, FedAvgParams)
+register(
+    "fedavg",
+    "sample-weighted averaging of model weights",
+    FedAvgClient,
+    FedAvgServer,
+    FedAvgParams,
+    paper="H. B. McMahan et al., Communication-Efficient Learning of Deep Networks from Decentralized Data, "
+    "AISTATS 2017, arXiv:1602.05629",
+    global_model=True,
+)

@@ -27,8 +27,11 @@ Choices, with the spec's sections:
   ``mask_unfilled`` (skip neighbours never uploaded, §9 A6), ``max_ensemble=10`` (the paper-era
   code's truncation to min(R, C) neighbours, §9 A7).
 - The optimizer is re-created every round (§9 A15). Batches keep a fixed order, as in the
-  authors' code (§9 A17); ``shuffle=true`` draws a new order every epoch, which is safe because
-  knowledge is keyed by stable sample id. No sample is dropped (§9 A18).
+  authors' code (§9 A17). What that code *does* is a fixed random order: its partitioner shuffles
+  each client's index list once, after the split. So the order here is one permutation per client,
+  drawn once from the client's own generator, never the stored order (on data stored by label that
+  would make every mini-batch one class). ``shuffle=true`` draws a new order every epoch, which is
+  safe because knowledge is keyed by stable sample id. No sample is dropped (§9 A18).
 - Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2), or
   ``encoder=projection:64`` (the spec's fixed-seed random projection, §11.2); the paper's is
   ``encoder=mobilenet:WEIGHTS`` with ImageNet weights from a file; ``encoder=onnx:PATH`` runs
@@ -51,7 +54,8 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.cache import KnowledgeCache, RelationConfig
 from edgefd.encoders import build_encoder
 from edgefd.protocol import Payload
-from edgefd.runtime.training import epoch_batches, make_optimizer, train_epochs
+from edgefd.protocol.payload import Scalar
+from edgefd.runtime.training import epoch_batches, forward, make_optimizer, train_epochs
 
 EXCHANGES = ("batch", "round")
 
@@ -75,7 +79,11 @@ class FedCacheParams:
         "batch: teachers per mini-batch from the live cache, clients in sequence "
         "(the paper, §9 A9-A10) | round: one exchange per round from a snapshot (§4.3, MQTT)",
     )
-    shuffle: bool = param(False, "shuffle local batches every epoch (the authors' code keeps a fixed order, §9 A17)")
+    shuffle: bool = param(
+        False,
+        "draw a new batch order every epoch; false: one random order per client, drawn once and kept (the "
+        "authors' code, §9 A17)",
+    )
 
     def __post_init__(self) -> None:
         if self.exchange not in EXCHANGES:
@@ -97,6 +105,12 @@ class FedCacheClient(ClientRole):
         self.ids = self.data.train_ids.numpy()
         self._order = np.argsort(self.ids, kind="stable")
         self._sorted_ids = self.ids[self._order]
+        self.batch_order: torch.Tensor | None = None
+        """The fixed batch order (§9 A17): one permutation of this client's rows, drawn once from its
+        own generator, as the authors' partitioner shuffles each client's index list once. Never the
+        stored order, which may be sorted by label. None with ``shuffle=true`` (a new order per epoch)."""
+        if not params.shuffle:
+            self.batch_order = torch.randperm(len(self.ids), generator=context.torch_generator)
 
     def hello(self) -> Payload:
         encoder = build_encoder(self.params.encoder)
@@ -150,7 +164,7 @@ class FedCacheClient(ClientRole):
             optimizer,
             self.context.train,
             self.context.torch_generator,
-            shuffle=self.params.shuffle,
+            fixed_order=self.batch_order,
         )
         payload = Payload(
             "fedcache.logits", self.client_id, round, {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()}
@@ -164,9 +178,9 @@ class FedCacheClient(ClientRole):
         optimizer = make_optimizer(self.model.parameters(), self.context.train)  # re-created (§9 A15)
         for _ in range(self.context.train.epochs):
             for idx in epoch_batches(
-                self.model, len(y), self.context.train, self.context.torch_generator, self.params.shuffle
+                self.model, len(y), self.context.train, self.context.torch_generator, self.batch_order
             ):
-                logits = self.model(x[idx])
+                logits = forward(self.model, x[idx])
                 ids = self.ids[idx.numpy()]
                 request = Payload(
                     "fedcache.logits",
@@ -200,7 +214,7 @@ class FedCacheServer(ServerRole):
             exclude_same_owner=params.exclude_same_client,
         )
         self.relations.validate()
-        self.encoder_name: str | None = None
+        self.encoder_name: Scalar | None = None  # as the clients' hellos say (a str from edgefd clients)
         self.step_exchange = params.exchange == "batch"
         self.rows_answered = 0
 
@@ -253,4 +267,7 @@ register(
     FedCacheClient,
     FedCacheServer,
     FedCacheParams,
+    paper="Z. Wu et al., FedCache: A Knowledge Cache-driven Federated Learning Architecture for Personalized "
+    "Edge Intelligence, IEEE TMC 2024, arXiv:2308.07816",
+    models=lambda shape: "hetero",  # images: the paper's ResNet-8/16/20 round-robin
 )

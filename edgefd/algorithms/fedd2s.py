@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -94,7 +95,15 @@ from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
-from edgefd.runtime.training import TrainConfig, batches, load_state_arrays, make_optimizer, state_arrays
+from edgefd.runtime.training import (
+    TrainConfig,
+    batches,
+    forward,
+    load_state_arrays,
+    make_optimizer,
+    state_arrays,
+    to_model,
+)
 
 __all__ = [
     "FedD2SParams",
@@ -277,20 +286,21 @@ def distil_global_copy(
     CE of the last pass."""
     epochs = params.phase_epochs or train.epochs
     with torch.no_grad():
-        teacher = global_model.head(hl, layer) if len(hl) else hl  # p as logits; the kernel applies softmax_tau
+        # p as logits; the kernel applies softmax_tau
+        teacher = forward(lambda h: global_model.head(h, layer), hl, on=global_model) if len(hl) else hl
     model.train()
     optimizer = _optimizer(list(model.parts_parameters(1, model.num_layers)), train, params)
 
     def forward_kd(idx: torch.Tensor) -> torch.Tensor:
         if params.c2s_teacher == "current":
             with torch.no_grad():
-                target = model.head(hl[idx], layer)
+                target = forward(lambda h: model.head(h, layer), hl[idx], on=model)
         else:
             target = teacher[idx]
-        return kd_loss(model.head(h1[idx], 1), target, params)
+        return kd_loss(forward(lambda h: model.head(h, 1), h1[idx], on=model), target, params)
 
     def forward_ce(idx: torch.Tensor) -> torch.Tensor:
-        return nn.functional.cross_entropy(model.head(h1[idx], 1), labels[idx])
+        return nn.functional.cross_entropy(forward(lambda h: model.head(h, 1), h1[idx], on=model), labels[idx])
 
     return _distil(forward_kd, forward_ce, len(h1), optimizer, params, epochs, train.batch_size, generator)
 
@@ -370,10 +380,10 @@ class FedD2SClient(ClientRole):
         x, step = self.data.train_x, self.context.train.eval_batch_size
         h1s, hls = [], []
         for start in range(0, len(x), step):
-            h1 = model.trunk(x[start : start + step], 1)
-            h1s.append(h1.flatten(1))
+            h1 = model.trunk(to_model(model, x[start : start + step]), 1)
+            h1s.append(h1.flatten(1).cpu())
             if layer > 1:
-                hls.append(model.run_layers(h1, 1, layer).flatten(1))
+                hls.append(model.run_layers(h1, 1, layer).flatten(1).cpu())
         dims = model.layer_dims()
         arrays = {"h1": _concat(h1s, dims[0])}
         if layer > 1:
@@ -421,10 +431,11 @@ class FedD2SClient(ClientRole):
         optimizer = _optimizer(model.parameters(), self.context.train, self.params)
 
         def forward_kd(idx: torch.Tensor) -> torch.Tensor:
-            return kd_loss(head.head(model.trunk(x[idx], layer), layer), teacher[idx], self.params)
+            through_head = forward(lambda b: head.head(model.trunk(b, layer), layer), x[idx], on=model)
+            return kd_loss(through_head, teacher[idx], self.params)
 
         def forward_ce(idx: torch.Tensor) -> torch.Tensor:
-            return nn.functional.cross_entropy(model(x[idx]), y[idx])
+            return nn.functional.cross_entropy(forward(model, x[idx]), y[idx])
 
         epochs = self.params.phase_epochs or self.context.train.epochs
         self.last_losses = _distil(
@@ -513,7 +524,8 @@ class FedD2SServer(ServerRole):
                     f"fedd2s uplink of {cid}: {field} must have shape {(n, dims[l - 1])} "
                     f"(H_{l} of {n} samples, flattened), got {a.shape}"
                 )
-            return torch.from_numpy(a.copy()).reshape((n,) + model.layer_output_shapes[l - 1])
+            rows = cast(int, n)  # n == len(labels), checked above
+            return torch.from_numpy(a.copy()).reshape((rows,) + model.layer_output_shapes[l - 1])
 
         h1 = features("h1", 1)
         hl = features("hl", layer) if layer > 1 else h1
@@ -565,8 +577,16 @@ class FedD2SServer(ServerRole):
         step = self.context.train.eval_batch_size
         if len(h) == 0:
             return np.zeros((0, self.num_classes), dtype=np.float32)
-        out = [self.global_model.head(h[i : i + step], layer) for i in range(0, len(h), step)]
+        model = self.global_model
+        out = [forward(lambda b: model.head(b, layer), h[i : i + step], on=model) for i in range(0, len(h), step)]
         return torch.cat(out).numpy().astype(np.float32, copy=False)
+
+
+def fedd2s_family(input_shape: tuple[int, ...]) -> str:
+    """The paper's M1, the layer-splittable CNN the deep-to-shallow exchange needs, on images."""
+    if len(input_shape) != 3:
+        raise ValueError(f"fedd2s's models are image CNNs (C, H, W); these samples are {input_shape}")
+    return "fedd2s_m1"
 
 
 register(
@@ -576,4 +596,6 @@ register(
     FedD2SClient,
     FedD2SServer,
     FedD2SParams,
+    paper="K. Atapour et al., FedD2S: Personalized Data-Free Federated Knowledge Distillation, arXiv:2402.10846",
+    models=fedd2s_family,
 )

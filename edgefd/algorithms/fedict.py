@@ -82,6 +82,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -90,7 +91,15 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import TrainConfig, batches, has_batchnorm, predict_logits, train_epochs
+from edgefd.runtime.training import (
+    TrainConfig,
+    batches,
+    forward,
+    has_batchnorm,
+    predict_logits,
+    to_model,
+    train_epochs,
+)
 
 __all__ = [
     "FedICTParams",
@@ -481,6 +490,14 @@ def _not_split_error(who: str, name: str) -> ValueError:
     )
 
 
+class _SplitLike(Protocol):
+    """What a client model offers on top of nn.Module (checked in FedICTClient.__init__)."""
+
+    def extract(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def predict(self, features: torch.Tensor) -> torch.Tensor: ...
+
+
 # ----------------------------------------------------------------------------------------------
 # Client
 
@@ -536,7 +553,8 @@ class FedICTClient(ClientRole):
         training = self.model.training
         self.model.eval()
         try:
-            return tuple(self.model.extract(self.data.train_x[:1]).shape[1:])
+            split = cast(_SplitLike, self.model)
+            return tuple(forward(split.extract, self.data.train_x[:1], on=self.model).shape[1:])
         finally:
             self.model.train(training)
 
@@ -599,10 +617,11 @@ class FedICTClient(ClientRole):
         x = self.data.train_x
         step = self.context.train.eval_batch_size
         hs, zs = [], []
+        split = cast(_SplitLike, self.model)
         for start in range(0, len(x), step):
-            h = self.model.extract(x[start : start + step])
-            hs.append(h)
-            zs.append(self.model.predict(h))
+            h = split.extract(to_model(self.model, x[start : start + step]))
+            hs.append(h.to(x.device))
+            zs.append(split.predict(h).to(x.device))
         return torch.cat(hs).contiguous(), torch.cat(zs).contiguous()
 
 
@@ -654,7 +673,8 @@ class FedICTServer(ServerRole):
 
     def start(self, hellos: dict[str, Payload]) -> None:
         C = self.num_classes
-        expected = tuple(int(s) for s in self.model.input_feature_shape)
+        server_model: Any = self.model  # torch types unknown Module attributes as Tensor | Module
+        expected = tuple(int(s) for s in server_model.input_feature_shape)
         for cid in sorted(hellos):
             p = hellos[cid]
             index = SampleIndex(p.arrays["ids"])
@@ -770,11 +790,12 @@ class FedICTServer(ServerRole):
         trained = torch.zeros(len(rows), dtype=torch.bool)
         skip_singletons = has_batchnorm(self.model)
         self.model.train()
+        assert state.loss is not None  # start() sets every client's loss
         for _ in range(self.params.server_epochs):
             for idx in batches(len(rows), self.batch_size, self.generator):
                 if len(idx) < 2 and skip_singletons:
                     continue  # BatchNorm cannot train on one sample (§9 A16)
-                out = self.model(features[idx])
+                out = forward(self.model, features[idx])
                 loss, ce = state.loss.components(out, teacher[idx], labels[idx])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -802,12 +823,28 @@ def _is_split(name: str) -> bool:
         return True  # not a zoo name (a custom model): the client checks for extract/predict
 
 
+FEDICT_PAPER = (
+    "Z. Wu et al., FedICT: Federated Multi-task Distillation for Multi-access Edge Computing, IEEE TPDS 35(6) "
+    "2024, DOI 10.1109/TPDS.2023.3289444"
+)
+
+
+def fedict_family(input_shape: tuple[int, ...]) -> str:
+    """The paper's heterogeneous clients: A^C_1..A^C_5 on images, the fully-connected A^C_6..A^C_8 on
+    sensor data (each split into extractor and predictor, as FedICT needs)."""
+    if len(input_shape) == 3:
+        return "fedict_c1,fedict_c2,fedict_c3,fedict_c4,fedict_c5"
+    return "fedict_fc6,fedict_fc7,fedict_fc8"
+
+
 register(
     "fedict",
     "FedICT: per-sample feature/logit co-distillation with FPKD (client) and LKA (server)",
     FedICTClient,
     FedICTServer,
     FedICTParams,
+    paper=FEDICT_PAPER,
+    models=fedict_family,
 )
 register(
     "fedgkt",
@@ -815,4 +852,7 @@ register(
     FedICTClient,
     FedICTServer,
     FedGKTParams,
+    paper="C. He et al., Group Knowledge Transfer: Federated Learning of Large CNNs at the Edge, NeurIPS 2020 "
+    "(here: " + FEDICT_PAPER + ", with lam = mu = 0)",
+    models=fedict_family,
 )

@@ -21,6 +21,9 @@ updates is FedMD's: private, then (communicate, aggregate, digest, revisit) per 
 optimiser and batch size are used for both steps (spec: "the same optimizer, batch size ... as
 FedZKT"). Public-label pretraining (FedMD's transfer-learning step) is off by default because the
 label spaces differ (§6.5, §9.23); ``pretrain_epochs`` turns it on (needs the same class count).
+Public images of another size than the private ones are resized to the private size
+(``resize_public``, on by default), so that the default public set (mnist5k, 28x28) also serves the
+bundled 8x8 digits: an edgefd choice, not the paper's (whose public and private images share a size).
 
 Wire: up ``N_a x C`` logits (float32, or the run's ``--precision``), down the same plus two int64
 scalars; with ``alignment_size`` 5000 and C = 10 that is 200 kB each way (§2.3).
@@ -37,6 +40,7 @@ from torch import nn
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
+from edgefd.protocol.payload import Scalar
 from edgefd.runtime.training import make_optimizer, predict_logits, train_epochs
 
 KIND = "fedmd"
@@ -59,6 +63,11 @@ class FedMDParams:
         0, "epochs of public-label training before round 1 (FedMD's transfer step; off, spec §6.5)"
     )
     public_data_root: str | None = param(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
+    resize_public: bool = param(
+        True,
+        "public images of another size than the private ones (mnist5k's 28x28 for the 8x8 digits) are resized "
+        "to the private size (bilinear, antialiased); false: refuse the mismatch",
+    )
 
     def __post_init__(self) -> None:
         if self.public_split not in PUBLIC_SPLITS:
@@ -84,6 +93,15 @@ def public_pool(params: FedMDParams) -> tuple[torch.Tensor, torch.Tensor, int]:
     )
 
 
+def resized_like(images: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``images`` (N, C, H, W) resized to the (C, H', W') of ``shape`` when only the size differs;
+    anything else is returned as it is (the caller then reports the mismatch)."""
+    if images.dim() != 4 or len(shape) != 3 or images.shape[1] != shape[0] or tuple(images.shape[1:]) == shape:
+        return images
+    size = (int(shape[1]), int(shape[2]))
+    return nn.functional.interpolate(images, size=size, mode="bilinear", antialias=True, align_corners=False)
+
+
 def alignment_indices(seed: int, pool_size: int, size: int) -> torch.Tensor:
     """The alignment subset of a round: ``size`` distinct pool indices (sorted) drawn from ``seed``.
     Server and devices call this with the same seed and get the same subset."""
@@ -97,6 +115,8 @@ class FedMDClient(ClientRole):
         super().__init__(context, params)
         self.public_x, self.public_y, public_classes = public_pool(params)
         own_shape = tuple(context.data.train_x.shape[1:])
+        if params.resize_public:
+            self.public_x = resized_like(self.public_x, own_shape)
         if tuple(self.public_x.shape[1:]) != own_shape:
             raise ValueError(
                 f"fedmd: public dataset {params.public_dataset!r} has samples of shape "
@@ -136,7 +156,7 @@ class FedMDClient(ClientRole):
             self.pretrained = True
         if CONSENSUS in downlink.arrays:
             indices = alignment_indices(
-                downlink.scalars["consensus_seed"], len(self.public_x), self.params.alignment_size
+                int(downlink.scalars["consensus_seed"]), len(self.public_x), self.params.alignment_size
             )
             consensus = torch.from_numpy(np.ascontiguousarray(downlink.arrays[CONSENSUS], dtype=np.float32))
             if consensus.shape != (len(indices), self.data.num_classes):
@@ -151,7 +171,8 @@ class FedMDClient(ClientRole):
             lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
             self.context.train.epochs,
         )
-        indices = alignment_indices(downlink.scalars["alignment_seed"], len(self.public_x), self.params.alignment_size)
+        seed = int(downlink.scalars["alignment_seed"])
+        indices = alignment_indices(seed, len(self.public_x), self.params.alignment_size)
         logits = predict_logits(self.model, self.public_x[indices], self.context.train.eval_batch_size)
         payload = Payload(KIND, self.client_id, round, {LOGITS: logits.numpy().astype(np.float32)})
         return payload if self.context.precision == "fp32" else payload.with_precision(self.context.precision)
@@ -169,9 +190,9 @@ class FedMDServer(ServerRole):
         return int(np.random.SeedSequence([self.context.seed, 11, round]).generate_state(1)[0])
 
     def downlink(self, round: int, client_id: str) -> Payload:
-        scalars = {"alignment_seed": self.round_seed(round)}
+        scalars: dict[str, Scalar] = {"alignment_seed": self.round_seed(round)}
         arrays = {}
-        if self.consensus is not None:
+        if self.consensus is not None and self.consensus_seed is not None:  # set together in aggregate
             arrays[CONSENSUS] = self.consensus
             scalars["consensus_seed"] = self.consensus_seed
         payload = Payload(KIND, "server", round, arrays, scalars)
@@ -203,4 +224,5 @@ register(
     FedMDClient,
     FedMDServer,
     FedMDParams,
+    paper="D. Li and J. Wang, FedMD: Heterogenous Federated Learning via Model Distillation, arXiv:1910.03581",
 )

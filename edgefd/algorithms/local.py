@@ -42,4 +42,11 @@ class LocalServer(ServerRole):
         return {}
 
 
-register("local", "no federation: each client trains alone", LocalClient, LocalServer, LocalParams)
+register(
+    "local",
+    "no federation: each client trains alone",
+    LocalClient,
+    LocalServer,
+    LocalParams,
+    paper="(baseline: every client's own model, never federated)",
+)

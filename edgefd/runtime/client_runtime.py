@@ -23,7 +23,7 @@ import logging
 import queue
 import signal
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +43,7 @@ from edgefd.runtime.mqtt_transport import (
     check_name,
     encode_frames,
 )
+from edgefd.runtime.training import resolve_device
 from edgefd.simulate import SimulationConfig, build_client, prepare
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,12 @@ class ClientSettings:
     """Folder with the device's own data (data.npz); None: the run's dataset share of this client."""
     chunk_size: int = DEFAULT_CHUNK_SIZE
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    device: str = "auto"
+    """Where this device trains (auto, cpu, cuda, cuda:N): its own choice, whatever the server uses."""
 
     def __post_init__(self) -> None:
         check_name("client id", self.client_id)
+        resolve_device(self.device)
 
 
 @dataclass
@@ -219,7 +223,7 @@ class ClientRuntime:
 
     def _configure(self, payload: Payload) -> None:
         values = wire.config_from_payload(payload)
-        config = SimulationConfig(**values)
+        config = replace(SimulationConfig(**values), device=self.settings.device)  # the device's own choice
         if self.config is not None:
             if asdict(config) != asdict(self.config):
                 log.warning("%s: the server sent another config; keeping the one this run started with", self.cid)
@@ -265,6 +269,7 @@ class ClientRuntime:
     def _save(self) -> None:
         if self.checkpoint_path is None:
             return
+        assert self.config is not None and self.role is not None  # built before the first round
         state = {
             "config": asdict(self.config),
             "role": self.role,
@@ -277,6 +282,7 @@ class ClientRuntime:
         path = self.checkpoint_path
         if path is None or not path.exists():
             return
+        assert self.config is not None and self.role is not None  # built just before
         state = checkpoint.load(path, {"data": self.role.context.data})
         if state["config"] != asdict(self.config):
             log.warning("%s: checkpoint %s is from another config; starting afresh", self.cid, path)

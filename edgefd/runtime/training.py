@@ -3,6 +3,12 @@
 Batches are drawn from in-memory tensors with the client's own generator (no DataLoader worker
 processes: the models are small and a device has few cores), so a client's batch order depends
 only on its seed.
+
+Devices: a model may live on a GPU (``TrainConfig.device``) while a method keeps its data and
+knowledge on the CPU. ``forward`` is the boundary: it moves a batch to the model's device and
+brings the output back to the batch's device, inside autograd, so a method's losses and lookups
+stay where its tensors are and its code does not depend on where the model runs. On the CPU both
+moves are no-ops and results are unchanged.
 """
 
 from __future__ import annotations
@@ -28,11 +34,57 @@ class TrainConfig:
     optimizer: str = "sgd"
     """"sgd" or "adam"."""
     eval_batch_size: int = 1024
+    device: str = "cpu"
+    """Where models train: "cpu", "cuda" or "cuda:N" (resolved from ``--device`` by `resolve_device`)."""
 
 
 # loss_fn(logits, batch_indices) -> loss; batch_indices index the client's training arrays so a
 # method can look up per-sample knowledge by position in its own (stable) arrays.
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def resolve_device(spec: str) -> str:
+    """``--device``: ``auto`` is CUDA when torch sees a GPU, else the CPU; ``cuda`` / ``cuda:N`` must
+    exist here (a clear error otherwise, never a silent fall-back to the CPU)."""
+    text = str(spec).strip().lower()
+    if text == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if text == "cpu":
+        return "cpu"
+    if text == "cuda" or text.startswith("cuda:"):
+        index = text.partition(":")[2]
+        if index and not index.isdigit():
+            raise ValueError(f"device {spec!r}: expected cuda or cuda:N with N a GPU index")
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {spec!r}: torch sees no CUDA GPU here; use --device cpu (or auto)")
+        if index and int(index) >= torch.cuda.device_count():
+            raise ValueError(f"device {spec!r}: torch sees {torch.cuda.device_count()} GPU(s), numbered from 0")
+        return text
+    raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {spec!r}")
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Where ``model``'s parameters (or, without any, its buffers) live."""
+    for parameter in model.parameters():
+        return parameter.device
+    for buffer in model.buffers():
+        return buffer.device
+    return torch.device("cpu")
+
+
+def to_model(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``x`` on ``model``'s device (the same tensor when it is already there)."""
+    return x.to(model_device(model))
+
+
+def forward(
+    model: nn.Module | Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, on: nn.Module | None = None
+) -> torch.Tensor:
+    """``model(x)`` run on the model's device, the output returned on ``x``'s device (differentiably).
+    ``on`` names the module whose device counts when ``model`` is a method of it (``split.extract``)."""
+    owner = on if on is not None else model
+    assert isinstance(owner, nn.Module)
+    return model(to_model(owner, x)).to(x.device)
 
 
 def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
@@ -43,22 +95,37 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {config.optimizer!r}")
 
 
-def batches(n: int, batch_size: int, generator: torch.Generator, shuffle: bool = True) -> Iterator[torch.Tensor]:
-    """Index batches over n samples; the last batch may be smaller."""
-    order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
+def batches(
+    n: int, batch_size: int, generator: torch.Generator, fixed_order: torch.Tensor | None = None
+) -> Iterator[torch.Tensor]:
+    """Index batches over n samples; the last batch may be smaller.
+
+    Without ``fixed_order`` the order is drawn anew from ``generator`` each call (each epoch). A
+    method whose paper keeps one order passes the permutation it drew once (``fixed_order``): never
+    the stored order, which may be sorted by label."""
+    if fixed_order is None:
+        order = torch.randperm(n, generator=generator)
+    elif len(fixed_order) != n:
+        raise ValueError(f"fixed_order has {len(fixed_order)} entries for {n} samples")
+    else:
+        order = fixed_order
     for start in range(0, n, batch_size):
         yield order[start : start + batch_size]
 
 
 def epoch_batches(
-    model: nn.Module, n: int, config: TrainConfig, generator: torch.Generator, shuffle: bool = True
+    model: nn.Module,
+    n: int,
+    config: TrainConfig,
+    generator: torch.Generator,
+    fixed_order: torch.Tensor | None = None,
 ) -> Iterator[torch.Tensor]:
     """The index batches of one local epoch over n samples, with the model in train mode.
 
     A one-sample batch is skipped for a model with BatchNorm, which cannot train on it."""
     model.train()
     skip_single = has_batchnorm(model)
-    for idx in batches(n, config.batch_size, generator, shuffle):
+    for idx in batches(n, config.batch_size, generator, fixed_order):
         if len(idx) >= 2 or not skip_single:
             yield idx
 
@@ -71,15 +138,15 @@ def train_epochs(
     config: TrainConfig,
     generator: torch.Generator,
     epochs: int | None = None,
-    shuffle: bool = True,
+    fixed_order: torch.Tensor | None = None,
 ) -> float:
     """Runs `epochs` passes of minibatch training; returns the mean loss of the last epoch."""
     last = 0.0
     for _ in range(config.epochs if epochs is None else epochs):
         total, count = 0.0, 0
-        for idx in epoch_batches(model, len(x), config, generator, shuffle):
+        for idx in epoch_batches(model, len(x), config, generator, fixed_order):
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x[idx]), idx)
+            loss = loss_fn(forward(model, x[idx]), idx)
             loss.backward()
             optimizer.step()
             total += loss.item() * len(idx)
@@ -97,7 +164,7 @@ def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) ->
     model.eval()
     if len(x) == 0:
         return torch.empty(0)
-    return torch.cat([model(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
+    return torch.cat([forward(model, x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
 
 
 @torch.no_grad()

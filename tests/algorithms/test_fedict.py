@@ -315,7 +315,15 @@ def test_server_reply_for_each_id_is_its_own_logit(generation):
 
 def test_non_split_models_are_refused_with_a_hint():
     with pytest.raises(ValueError, match="--models fedict_c1"):
-        build(SimulationConfig(algo="fedict", dataset="digits", clients=2, rounds=1))
+        build(SimulationConfig(algo="fedict", dataset="digits", clients=2, rounds=1, models="homo"))
+
+
+def test_models_auto_gives_the_papers_split_clients():
+    images = build(SimulationConfig(algo="fedict", dataset="digits", clients=6, rounds=1))
+    assert list(images.model_names.values()) == [f"fedict_c{k}" for k in (1, 2, 3, 4, 5, 1)]
+    assert "fedict_c1" in images.model_note
+    sensors = build(SimulationConfig(algo="fedgkt", dataset="watch", clients=3, rounds=1, partition="iid"))
+    assert list(sensors.model_names.values()) == ["fedict_fc6", "fedict_fc7", "fedict_fc8"]
 
 
 # ------------------------------------------------------------------------------------------------

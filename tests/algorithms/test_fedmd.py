@@ -67,7 +67,17 @@ def test_public_data_of_another_shape_is_a_clear_error(monkeypatch):
     )
     monkeypatch.setattr(fedmd, "load_dataset", lambda name, root=None: wide if name == "wide" else real)
     with pytest.raises(ValueError, match=r"public dataset 'wide' has samples of shape \(1, 28, 28\)"):
-        simulation({"public_dataset": "wide"})
+        simulation({"public_dataset": "wide", "resize_public": "false"})
+
+
+def test_public_images_of_another_size_are_resized_to_the_private_size():
+    """The default public set (mnist5k, 28x28) serves the bundled 8x8 digits."""
+    sim = simulation({"public_dataset": "mnist5k", "alignment_size": 50})
+    client = next(iter(sim.clients.values()))
+    assert tuple(client.public_x.shape[1:]) == (1, 8, 8)
+    assert torch.isfinite(client.public_x).all() and client.public_x.std() > 0
+    pool = fedmd.public_pool(fedmd.FedMDParams())[0]
+    assert len(client.public_x) == len(pool)
 
 
 def test_consensus_is_the_mean_of_the_received_logits():

@@ -1,0 +1,70 @@
+"""`--device`: models may train on a GPU while methods keep their tensors on the CPU. These machines
+have no GPU, so what is checked here is the CPU path (unchanged results), the errors, and that the
+device boundary (`forward`) moves batches and outputs inside autograd."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from edgefd.cli import main
+from edgefd.runtime.training import forward, model_device, resolve_device, to_model
+from edgefd.simulate import SimulationConfig, build, run
+
+
+def test_auto_is_the_cpu_without_a_gpu_and_cpu_is_cpu():
+    assert resolve_device("cpu") == "cpu"
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("spec", ["cuda", "cuda:0", "CUDA:1"])
+def test_cuda_without_a_gpu_is_a_clear_error(spec):
+    with pytest.raises(ValueError, match="sees no CUDA GPU here; use --device cpu"):
+        resolve_device(spec)
+
+
+@pytest.mark.parametrize("spec", ["gpu", "cuda:x", "", "tpu"])
+def test_unknown_devices_are_refused(spec):
+    with pytest.raises(ValueError, match="device"):
+        resolve_device(spec)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_simulate_refuses_a_missing_gpu_before_loading_anything(capsys, tmp_path):
+    assert main(["simulate", "--device", "cuda", "--rounds", "1", "--quiet", "--out", str(tmp_path / "run")]) == 2
+    assert "sees no CUDA GPU" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_forward_moves_the_batch_to_the_model_and_the_output_back():
+    model = nn.Linear(3, 2)
+    x = torch.randn(4, 3, requires_grad=True)
+    out = forward(model, x)
+    assert out.device == x.device == model_device(model)
+    out.sum().backward()
+    assert x.grad is not None and model.weight.grad is not None
+    assert to_model(model, x) is x  # already there: no copy
+
+
+def test_models_and_server_models_are_placed_on_the_configured_device():
+    sim = build(SimulationConfig(algo="fedict", clients=2, rounds=1, device="cpu"))
+    for client in sim.clients.values():
+        assert model_device(client.model).type == "cpu"
+    assert sim.server.context.train.device == "cpu"
+
+
+def test_device_cpu_and_auto_give_the_same_metrics_here(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("auto is the GPU here")
+
+    def metrics(device: str) -> list[dict]:
+        out = tmp_path / device
+        run(SimulationConfig(algo="fd", clients=3, rounds=2, device=device, out=str(out)), progress=False)
+        lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in line.items() if "seconds" not in k} for line in lines]
+
+    assert metrics("cpu") == metrics("auto")
