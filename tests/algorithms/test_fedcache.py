@@ -163,7 +163,9 @@ def test_per_batch_teachers_come_from_the_live_cache(tmp_path):
     np.testing.assert_allclose(cache.knowledge[rows].numpy(), first.arrays["logits"])
     second = steps.send(reply)
     assert not np.intersect1d(second.arrays["ids"], first.arrays["ids"]).size
-    assert np.array_equal(first.arrays["ids"], sim.clients["client-0"].ids[:8])  # fixed order (§9 A17)
+    client = sim.clients["client-0"]
+    order = client.batch_order.numpy()  # the fixed random order (§9 A17)
+    assert np.array_equal(first.arrays["ids"], client.ids[order[:8]])
 
 
 def test_per_batch_run_learns_and_is_refused_by_the_mqtt_runtime(tmp_path):
@@ -174,3 +176,38 @@ def test_per_batch_run_learns_and_is_refused_by_the_mqtt_runtime(tmp_path):
     assert summary["final_accuracy"] > lines[0]["accuracy"] + 0.3
     with pytest.raises(ValueError, match="exchange=round"):
         ServerRuntime(SimulationConfig(**PER_BATCH, out=str(tmp_path / "deploy")), DeploymentSettings(run="x"))
+
+
+def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypatch):
+    """Regression: the fixed order (§9 A17) once walked each client's samples in stored (sorted id)
+    order, so on data stored by label every mini-batch held one class and FedCache's default run
+    ended at a third of Local's accuracy. The authors' fixed order is a fixed random order."""
+    import edgefd.simulate as simulate
+    from tests.algorithms.test_contract import label_ordered
+
+    original = simulate.load_dataset
+    monkeypatch.setattr(simulate, "load_dataset", lambda name, root=None: label_ordered(original(name, root=root)))
+    sim = build(SimulationConfig(**{**PER_BATCH, "clients": 2, "partition": "iid"}))
+    client = sim.clients["client-0"]
+    labels_of = dict(zip(client.ids.tolist(), client.data.train_y.tolist()))
+    assert labels_of == dict(sorted(labels_of.items())) and len(set(labels_of.values())) == 10
+
+    def first_batches(round: int) -> list[np.ndarray]:
+        steps, ids, reply = client.train_steps(round), [], None
+        try:
+            while len(ids) < 3:
+                request = steps.send(reply)
+                ids.append(request.arrays["ids"].copy())
+                n = len(request.arrays["ids"])
+                reply = type(request)("fedcache.knowledge", "server", round, {
+                    "ids": request.arrays["ids"], "knowledge": np.zeros((n, 10), np.float32)
+                })  # fmt: skip
+        finally:
+            steps.close()
+        return ids
+
+    batches = first_batches(1)
+    for ids in batches:  # 32 of ~700 label-sorted samples: one class if the stored order were walked
+        assert len({labels_of[i] for i in ids.tolist()}) >= 3
+    for again, ids in zip(first_batches(2), batches):  # and the order is kept from round to round
+        np.testing.assert_array_equal(again, ids)

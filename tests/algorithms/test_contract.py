@@ -1,0 +1,110 @@
+"""The contract every registered method keeps on its default path (a sixth method gets it for free):
+with its default params and the models `--models auto` gives it, a few rounds on the bundled digits
+
+- stored in label order (every sample of class 0 first, then class 1, ...), split by the default
+  Dirichlet partition: the setting in which a "fixed order" that walks the stored order makes every
+  mini-batch one class;
+- split IID;
+
+end above chance and not more than `TOLERANCE` below the baseline trained the same way on the same
+models: Local for methods whose deliverable is each client's own model, FedAvg for methods whose
+deliverable is a global model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import edgefd.simulate as simulate
+from edgefd.algorithms.base import get_method, list_methods
+from edgefd.data import load_dataset
+from edgefd.simulate import SimulationConfig
+
+ROUNDS = 3
+CLIENTS = 5
+TOLERANCE = 0.10
+"""Accuracy points (as a fraction) a method may trail its baseline by after `ROUNDS` rounds."""
+CHANCE = 0.10
+SETTINGS = {"label-ordered": "dirichlet:0.5", "iid": "iid"}
+
+
+def label_ordered(dataset):
+    """The same dataset with its train and test samples stored sorted by label."""
+    train, test = torch.argsort(dataset.train_y, stable=True), torch.argsort(dataset.test_y, stable=True)
+    return dataclasses.replace(
+        dataset,
+        train_x=dataset.train_x[train],
+        train_y=dataset.train_y[train],
+        test_x=dataset.test_x[test],
+        test_y=dataset.test_y[test],
+        train_groups=None if dataset.train_groups is None else dataset.train_groups[train],
+        test_groups=None if dataset.test_groups is None else dataset.test_groups[test],
+    )
+
+
+def test_label_ordered_digits_are_sorted():
+    data = label_ordered(load_dataset("digits"))
+    assert bool((data.train_y[1:] >= data.train_y[:-1]).all())
+
+
+def _final_accuracy(setting: str, algo: str, models: str, out) -> float:
+    config = SimulationConfig(
+        algo=algo, clients=CLIENTS, rounds=ROUNDS, partition=SETTINGS[setting], models=models, out=str(out)
+    )
+    original = simulate.load_dataset
+    try:
+        if setting == "label-ordered":
+            simulate.load_dataset = lambda name, root=None: label_ordered(original(name, root=root))
+        return float(simulate.run(config, progress=False)["final_accuracy"])
+    finally:
+        simulate.load_dataset = original
+
+
+_BASELINES: dict[tuple[str, str, str], float] = {}
+
+
+def _baseline(setting: str, algo: str, models: str, tmp_path_factory) -> float:
+    """Each baseline runs once per session, shared by the methods that compare against it."""
+    key = (setting, algo, models)
+    if key not in _BASELINES:
+        _BASELINES[key] = _final_accuracy(setting, algo, models, tmp_path_factory.mktemp(f"{algo}-{setting}"))
+    return _BASELINES[key]
+
+
+KNOWN_FAILURES = {
+    # Open defects of the default path that this test found (measured 2026-11-25, 5 clients, 3 rounds;
+    # the issue "Trustworthy results" stays open until each is explained and fixed). strict: a fix
+    # makes the test pass, which fails the run until the entry is removed.
+    ("dfl", "label-ordered"): "DFL 0.296 vs FedAvg 0.429: rho_r = max(1 - r/R, 0.6) with R = 3 puts a third "
+    "of the loss on KL towards the uniform initial soft targets from round 1",
+    ("dfl", "iid"): "DFL 0.523 vs FedAvg 0.672, as above",
+    ("fedmd", "label-ordered"): "FedMD 0.400 vs Local 0.631: the digest step towards the consensus on resized "
+    "mnist5k pulls the models away from their own data in a short non-IID run",
+    ("fedzkt", "iid"): "FedZKT 0.455 vs Local 0.684: transfer back distils the devices from a global model "
+    "the CPU preset trains for only n_D = 100 steps a round",
+}
+
+
+def _cases():
+    for algo in [method.name for method in list_methods()]:
+        for setting in SETTINGS:
+            reason = KNOWN_FAILURES.get((algo, setting))
+            marks = [pytest.mark.xfail(reason=reason, strict=True)] if reason else []
+            yield pytest.param(algo, setting, marks=marks, id=f"{algo}-{setting}")
+
+
+@pytest.mark.parametrize(("algo", "setting"), list(_cases()))
+def test_default_path_is_sane(algo, setting, tmp_path_factory):
+    method = get_method(algo)
+    models = ",".join(dict.fromkeys(simulate.resolve_models("auto", method, (1, 8, 8)).split(",")))
+    if models in ("homo", "hetero"):
+        models = ",".join(dict.fromkeys(simulate.assign_models(models, 3, input_shape=(1, 8, 8))))
+    accuracy = _final_accuracy(setting, algo, "auto", tmp_path_factory.mktemp(f"{algo}-{setting}"))
+    reference = "fedavg" if method.global_model else "local"
+    baseline = _baseline(setting, reference, models, tmp_path_factory)
+    assert accuracy > CHANCE + 0.05, f"{algo} ({setting}): {accuracy:.3f}, chance is {CHANCE}"
+    assert accuracy >= baseline - TOLERANCE, (
+        f"{algo} ({setting}, models {models}): {accuracy:.3f} against {reference}'s {baseline:.3f}"
+    )
