@@ -117,7 +117,16 @@ def run(args: argparse.Namespace) -> int:
         for cid in client_ids_of(config.clients):
             with open(out / "logs" / f"{cid}.log", "wb") as log:
                 processes[cid] = subprocess.Popen(
-                    _command("client", "--client-id", cid, "--state-dir", str(out / "clients"), *shared),
+                    _command(
+                        "client",
+                        "--client-id",
+                        cid,
+                        "--state-dir",
+                        str(out / "clients"),
+                        "--device",
+                        config.device,
+                        *shared,
+                    ),  # fmt: skip
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=env,

@@ -340,7 +340,19 @@ def run(
 ) -> dict[str, Any]:
     """Builds and runs the simulation, writes its results, and returns the summary."""
     started = time.perf_counter()
-    progress_bars.set_enabled(progress)
+    progress_bars.set_enabled(progress)  # for this run; `finally` below puts the default back
+    try:
+        return _run(config, progress, on_round, started)
+    finally:
+        progress_bars.set_enabled(True)
+
+
+def _run(
+    config: SimulationConfig,
+    progress: bool,
+    on_round: Callable[[dict[str, Any]], None] | None,
+    started: float,
+) -> dict[str, Any]:
     sim = build(config)
     if progress and sim.model_note:
         print(sim.model_note, file=sys.stderr)
@@ -388,7 +400,7 @@ def run(
         "bytes_hello": initial.bytes_up,
         "wall_seconds": round_seconds(time.perf_counter() - started),
         "models": sim.model_names,
-        "params": asdict(sim.params),
+        "params": asdict(sim.server.params),  # as the server resolved them (FedZKT's preset)
         "kernels": kernels.get_backend(),
         "config": asdict(config),
     }

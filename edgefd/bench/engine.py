@@ -73,7 +73,14 @@ def measure(
     dataset: str = "fmnist", clients: int = 10, rounds: int = 3, threads: int = 2, progress=print
 ) -> EngineBenchResult:
     config = SimulationConfig(
-        algo="fedavg", dataset=dataset, clients=clients, rounds=rounds, partition="iid", threads=threads, out=None
+        algo="fedavg",
+        dataset=dataset,
+        clients=clients,
+        rounds=rounds,
+        partition="iid",
+        threads=threads,
+        out=None,
+        device="cpu",  # the plain loop it is compared with runs on the CPU
     )
     sim = build(config)
     federation = sim.federation

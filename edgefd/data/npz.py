@@ -184,6 +184,8 @@ def _read(path: Path) -> dict[str, np.ndarray]:
                 ) from None
             except (OSError, EOFError, zipfile.BadZipFile) as error:
                 raise ValueError(f"npz dataset {path}: array {key} is unreadable ({error})") from None
+            if not isinstance(arrays[key], np.ndarray):  # a zip member that is not a .npy file
+                raise ValueError(f"npz dataset {path}: member {key} is not a numpy array; write it with numpy.savez")
         return arrays
 
 

@@ -485,7 +485,7 @@ class ServerRuntime:
             "bytes_hello": lines[0]["bytes_up"] if lines else 0,
             "wall_seconds": round_seconds(seconds),
             "models": dict(zip(self.pieces.client_ids, self.pieces.model_names)),
-            "params": asdict(self.pieces.params),
+            "params": asdict(self.role.params),  # as the server resolved them (FedZKT's preset)
             "kernels": kernels.get_backend(),
             "config": asdict(self.config),
             "deployment": {

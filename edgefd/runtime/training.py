@@ -53,7 +53,7 @@ def resolve_device(spec: str) -> str:
         return "cpu"
     if text == "cuda" or text.startswith("cuda:"):
         index = text.partition(":")[2]
-        if index and not index.isdigit():
+        if text.endswith(":") or (index and not index.isdigit()):
             raise ValueError(f"device {spec!r}: expected cuda or cuda:N with N a GPU index")
         if not torch.cuda.is_available():
             raise ValueError(f"device {spec!r}: torch sees no CUDA GPU here; use --device cpu (or auto)")

@@ -318,3 +318,23 @@ def test_recipes_give_every_arm_its_own_run_folder():
         "kl",
         "l1",
     }
+
+
+def test_presets_fill_only_what_is_left_unset():
+    from edgefd.algorithms.fedzkt import preset_scale
+    from edgefd.reproduce import _ZKT_SERVER
+
+    cpu = FedZKTParams().resolved((1, 8, 8))
+    assert (cpu.global_model, cpu.generator, cpu.iterations, cpu.server_batch_size) == (
+        "zkt_tiny_global", "zkt_generator_mlp", 100, 128
+    )  # fmt: skip
+    paper = FedZKTParams(preset="paper").resolved((1, 28, 28))
+    assert (paper.global_model, paper.generator_ngf, paper.iterations, paper.server_batch_size, paper.server_lr) == (
+        "resnet18", 64, 200, 256, 0.01
+    )  # fmt: skip
+    mine = make_params(FedZKTParams, {"iterations": "7", "preset": "paper"}).resolved((1, 28, 28))
+    assert mine.iterations == 7 and mine.server_batch_size == 256
+    # the reproduce recipes set every field a preset would: their settings do not move with the preset
+    assert set(preset_scale("cpu", (1, 28, 28))) <= set(_ZKT_SERVER)
+    with pytest.raises(ValueError, match="preset"):
+        FedZKTParams(preset="gpu")

@@ -50,11 +50,18 @@ def test_forward_moves_the_batch_to_the_model_and_the_output_back():
     assert to_model(model, x) is x  # already there: no copy
 
 
-def test_models_and_server_models_are_placed_on_the_configured_device():
-    sim = build(SimulationConfig(algo="fedict", clients=2, rounds=1, device="cpu"))
-    for client in sim.clients.values():
-        assert model_device(client.model).type == "cpu"
-    assert sim.server.context.train.device == "cpu"
+def test_models_and_server_models_are_placed_on_the_configured_device(monkeypatch):
+    """Without a GPU, the meta device stands in for one: every model the run builds must land on
+    the device the config resolves to (building moves nothing else, so meta tensors are enough)."""
+    import edgefd.simulate as simulate
+
+    monkeypatch.setattr(simulate, "resolve_device", lambda spec: "meta")
+    sim = build(SimulationConfig(algo="fd", clients=2, rounds=1))
+    assert all(model_device(client.model).type == "meta" for client in sim.clients.values())
+    server = build(SimulationConfig(algo="fedzkt", clients=2, rounds=1)).server
+    assert sim.server.context.train.device == server.context.train.device == "meta"
+    assert model_device(server.global_model).type == model_device(server.generator).type == "meta"
+    assert server._noise().device.type == "meta"
 
 
 def test_device_cpu_and_auto_give_the_same_metrics_here(tmp_path):
