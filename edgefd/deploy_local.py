@@ -28,9 +28,7 @@ from edgefd.simulate import SimulationConfig, client_ids_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    epilog = parser.epilog
-    simulate.add_arguments(parser)
-    parser.epilog = epilog  # simulate's epilog (its examples) is not this command's
+    simulate.add_config_arguments(parser)
     parser.add_argument(
         "--run",
         metavar="NAME",

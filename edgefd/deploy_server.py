@@ -82,9 +82,7 @@ def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    epilog = parser.epilog
-    simulate.add_arguments(parser)
-    parser.epilog = epilog  # simulate's epilog (its examples) is not this command's
+    simulate.add_config_arguments(parser)
     parser.add_argument(
         "--run",
         required=True,

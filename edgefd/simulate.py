@@ -449,8 +449,14 @@ METAVARS = {"data_root": "DIR", "out": "DIR", "partition": "SCHEME", "kernels": 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`edgefd simulate`'s flags and its examples."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES.format(methods=", ".join(m.name for m in list_methods()))
+    add_config_arguments(parser)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The run's settings as flags, shared by `simulate`, `server` and `deploy-local`."""
     parser.add_argument(
         "--config", metavar="FILE", help="TOML file with the same keys as these flags and a [params] table; flags win"
     )
