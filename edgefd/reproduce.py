@@ -57,6 +57,10 @@ _FEDCACHE_ARMS = [
     Arm("FedAvg", "fedavg"),
 ]
 
+# Every arm trains as FedCache's code does (a new SGD optimiser every round, one fixed random batch
+# order per client), so that the arms differ only in the method (spec §9 A15, A17).
+_FEDCACHE_TRAINING: dict[str, Any] = {"optimizer_lifecycle": "fresh", "batch_order": "fixed"}
+
 RECIPES: dict[str, Recipe] = {
     "fedcache": Recipe(
         name="fedcache",
@@ -71,6 +75,7 @@ RECIPES: dict[str, Recipe] = {
             lr=0.01,
             momentum=0.9,
             weight_decay=5e-4,
+            **_FEDCACHE_TRAINING,
         ),
         arms=_FEDCACHE_ARMS,
         target_from=["FedCache", "FedAvg"],
@@ -90,6 +95,8 @@ _DFL_BASE = SimulationConfig(
     lr=0.05,
     momentum=0.0,
     weight_decay=0.0,
+    optimizer_lifecycle="fresh",  # DFL's and FedAvg's code (§9.12), for every arm
+    batch_order="reshuffle",
 )
 _DFL_ARMS = [
     Arm("FedAvg", "fedavg"),
@@ -127,6 +134,8 @@ RECIPES["dfl-fmnist"] = Recipe(
         momentum=0.0,
         weight_decay=0.0,
         threads=1,
+        optimizer_lifecycle="fresh",
+        batch_order="reshuffle",
     ),
     [Arm("FedAvg", "fedavg"), Arm("DFL", "dfl", {"threshold": 0.6})],
     target_from=["FedAvg", "DFL"],
@@ -134,11 +143,13 @@ RECIPES["dfl-fmnist"] = Recipe(
 
 # specs/fedd2s.md §11 on fmnist, scaled to a few CPU-minutes per seed: 10 clients of 150 training samples,
 # Dirichlet 0.1 (the paper's main skew, Z0 = 3), M1 (the paper's CIFAR-10 model, here on 1x28x28), half of the
-# clients per round, 20 rounds, E = 2 passes per phase (= the baselines' 2 local epochs), batch 32, Adam lr 0.01.
+# clients per round, 50 rounds (with Z0 = 3 a client reaches the floor at its 13th participation; at half
+# participation the least-selected client of seeds 0-4 gets 17), E = 2 passes per phase (= the baselines' 2 local
+# epochs), batch 32, Adam lr 0.01 re-created every round (FedD2S's per-phase Adam, spec §9 13) for every arm.
 RECIPES["fedd2s"] = Recipe(
     "fedd2s",
     "specs/fedd2s.md §11 moved to fmnist (10 clients x 150 train samples, Dirichlet 0.1, M1, rho 0.5, "
-    "20 rounds, E 2, B 32, Adam lr 0.01, Z0 3, S = [C3, F1, F2, F3]; paper: CIFAR-10/CINIC-10/FEMNIST/"
+    "50 rounds, E 2, B 32, Adam lr 0.01, Z0 3, S = [C3, F1, F2, F3]; paper: CIFAR-10/CINIC-10/FEMNIST/"
     "CIFAR-100, 50 clients, rho 0.2, 100 rounds, E 4, B 128)",
     SimulationConfig(
         dataset="fmnist",
@@ -147,13 +158,15 @@ RECIPES["fedd2s"] = Recipe(
         partition="dirichlet:0.1",
         participation=0.5,
         models="fedd2s_m1",
-        rounds=20,
+        rounds=50,
         epochs=2,
         batch_size=32,
         optimizer="adam",
         lr=0.01,
         weight_decay=0.0,
         threads=1,
+        optimizer_lifecycle="fresh",
+        batch_order="reshuffle",
     ),
     [
         Arm("Local", "local"),
@@ -172,7 +185,16 @@ RECIPES["fedd2s"] = Recipe(
 
 # specs/fedict.md §11: digits, 5 clients, weak clients (D1 = fedict_c1), scaled server, 30 rounds.
 _FEDICT_BASE = SimulationConfig(
-    dataset="digits", clients=5, models="fedict_c1", rounds=30, batch_size=32, lr=0.01, momentum=0.9, weight_decay=5e-4
+    dataset="digits",
+    clients=5,
+    models="fedict_c1",
+    rounds=30,
+    batch_size=32,
+    lr=0.01,
+    momentum=0.9,
+    weight_decay=5e-4,
+    optimizer_lifecycle="kept",  # FedICT's and FedGKT's code: one client optimiser for the run, for every arm
+    batch_order="reshuffle",
 )
 _FEDICT_ARMS = [
     Arm("Local", "local"),
@@ -228,6 +250,12 @@ RECIPES["fedict-weights"] = Recipe(
         Arm("FedICT FPKD only (lambda 1.5, mu 0)", "fedict", {"lka": "sim", "mu": 0.0}, folder="fedict-fpkd-only"),
         Arm("FedICT LKA only (lambda 0, mu 1.5)", "fedict", {"lka": "sim", "lam": 0.0}, folder="fedict-lka-only"),
         Arm("FedICT (lambda = mu = 0.5)", "fedict", {"lka": "sim", "lam": 0.5, "mu": 0.5}, folder="fedict-sim-0.5"),
+        Arm(
+            "FedICT (server KL x cos_k, the code's reading)",
+            "fedict",
+            {"lka": "sim", "sim_weighting": "scaled"},
+            folder="fedict-sim-scaled",
+        ),
     ],
     target_from=["FedGKT (lambda = mu = 0)", "FedICT (lambda = mu = 1.5)"],
     seeds=(0, 1, 2, 3),
@@ -237,7 +265,7 @@ RECIPES["fedict-weights"] = Recipe(
 RECIPES["fedcache-fmnist"] = Recipe(
     name="fedcache-fmnist",
     source="specs/fedcache.md §11 settings on Fashion-MNIST (the paper's FMNIST, K = 10, Dirichlet 1.0, ResNet-8), "
-    "scaled: at most 200 training samples per client (local test splits of the same size), batch 16, "
+    "scaled: at most 200 training samples per client (local test splits of the same size), batch 8, "
     "10 rounds, hashes = a fixed random projection of the pixels to 64-d (spec §11.2)",
     base=SimulationConfig(
         dataset="fmnist",
@@ -247,11 +275,12 @@ RECIPES["fedcache-fmnist"] = Recipe(
         test_fraction=1.0,
         models="resnet8",
         rounds=10,
-        batch_size=16,
+        batch_size=8,
         lr=0.01,
         momentum=0.9,
         weight_decay=5e-4,
         threads=1,
+        **_FEDCACHE_TRAINING,
     ),
     arms=[
         replace(arm, params={**arm.params, "encoder": "projection:64"}) if arm.algo == "fedcache" else arm
@@ -322,6 +351,9 @@ _ZKT_BASE = SimulationConfig(
     momentum=0.0,
     weight_decay=0.0,
     threads=1,
+    optimizer_lifecycle="fresh",  # FedZKT's devices (plain SGD: stateless either way), for every arm
+    batch_order="reshuffle",
+    score_full_test=True,  # the paper scores every device on the whole test set
 )
 _ZKT_SERVER = {
     "global_model": "zkt_s5_lenet_wide",
@@ -363,6 +395,24 @@ RECIPES["fedzkt-dir0.5"] = Recipe(
     target_from=["FedMD (public mnist5k)", "FedZKT (SL)"],
     seeds=(0, 1),
 )
+# The spec's sweep of the proximal weight (§9 item 3: lambda in {0, 0.01, 0.1, 1}; Table IV's ablation is
+# lambda = 0 under non-IID data).
+RECIPES["fedzkt-prox"] = Recipe(
+    "fedzkt-prox",
+    _ZKT_SOURCE.format(partition="Dirichlet 0.5") + "; FedZKT (SL) at prox 0, 0.01, 0.1 and 1",
+    replace(_ZKT_BASE, partition="dirichlet:0.5"),
+    [
+        Arm(
+            f"FedZKT (SL, prox {prox})",
+            "fedzkt",
+            {**_ZKT_SERVER, "loss": "sl", "prox": prox},
+            folder=f"fedzkt-prox{prox}",
+        )
+        for prox in (0.0, 0.01, 0.1, 1.0)
+    ],
+    target_from=["FedZKT (SL, prox 0.0)", "FedZKT (SL, prox 1.0)"],
+    seeds=(0, 1),
+)
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -375,6 +425,42 @@ def bytes_to_reach(lines: list[dict[str, Any]], target: float) -> int | None:
         if line.get("accuracy") is not None and line["accuracy"] >= target:
             return line["bytes_up_cumulative"] + line["bytes_down_cumulative"]
     return None
+
+
+NOT_SHARED = ("algo", "params", "seed", "out", "data_root", "threads", "kernels", "device")
+"""Config fields that are not part of a comparison's setting: the method itself, and where it runs."""
+
+
+def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
+    """What a run trained with, besides its method: every config field that shapes the result, the
+    models it got and its local optimiser lifecycle and batch order as resolved (never "method")."""
+    config = summary["config"]
+    settings = {name: str(value) for name, value in config.items() if name not in NOT_SHARED}
+    settings["models"] = ", ".join(dict.fromkeys(summary["models"].values()))
+    settings.update(summary["local_training"])
+    return settings
+
+
+def settings_text(per_arm: dict[str, dict[str, str]]) -> list[str]:
+    """The settings every arm shares, then each arm's differences (beyond its method and params):
+    a comparison is fair when the second list is empty."""
+    arms = list(per_arm.values())
+    names = list(dict.fromkeys(name for settings in arms for name in settings))
+    common = [name for name in names if all(settings.get(name) == arms[0].get(name) for settings in arms)]
+    lines = ["Common to all arms: " + ", ".join(f"{name} {arms[0][name]}" for name in common) + "."]
+    differing = [name for name in names if name not in common]
+    if differing:
+        lines.append(
+            "Differences between arms: "
+            + "; ".join(
+                f"{label}: " + ", ".join(f"{name} {settings.get(name, '-')}" for name in differing)
+                for label, settings in per_arm.items()
+            )
+            + "."
+        )
+    else:
+        lines.append("The arms differ only in the method and its params.")
+    return lines
 
 
 def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | None = None) -> str:
@@ -397,13 +483,17 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
     best = {label: _mean_std([s["best_accuracy"] for s, _ in runs]) for label, runs in results.items()}
     target = min(best[label][0] for label in recipe.target_from) - 0.01
     rounds_run = rounds or recipe.base.rounds
+    full = all("best_accuracy_full" in s for runs in results.values() for s, _ in runs)
     rows = [
         f"Recipe `{recipe.name}`: {recipe.source}; ran {rounds_run} rounds, seeds {', '.join(map(str, seeds))}.",
         f'Command: `edgefd reproduce {recipe.name}`. Target accuracy for "bytes to target": '
         f"{100 * target:.2f}% (lowest mean best accuracy of {', '.join(recipe.target_from)}, minus 1 point).",
+        *settings_text({label: arm_settings(runs[0][0]) for label, runs in results.items()}),
         "",
-        "| method | best acc. % (MAUA) | final acc. % | MB up + down per run | one-time upload MB | MB to target |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| method | best acc. % (MAUA) | final acc. % |"
+        + (" best % whole test set | final % whole test set |" if full else "")
+        + " MB up + down per run | one-time upload MB | MB to target |",
+        "|---|---:|---:|" + ("---:|---:|" if full else "") + "---:|---:|---:|",
     ]
     for label, runs in results.items():
         final = _mean_std([s["final_accuracy"] for s, _ in runs])
@@ -414,9 +504,17 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
         reach_text = (f"{statistics.mean(reached):.3f}" if reached else "not reached") + (
             f" ({len(reached)}/{len(reach)} seeds)" if len(reached) != len(reach) else ""
         )
+        whole = ""
+        if full:
+            best_full = _mean_std([s["best_accuracy_full"] for s, _ in runs])
+            final_full = _mean_std([s["final_accuracy_full"] for s, _ in runs])
+            whole = (
+                f" {100 * best_full[0]:.2f} ± {100 * best_full[1]:.2f} |"
+                f" {100 * final_full[0]:.2f} ± {100 * final_full[1]:.2f} |"
+            )
         rows.append(
             f"| {label} | {100 * best[label][0]:.2f} ± {100 * best[label][1]:.2f} | "
-            f"{100 * final[0]:.2f} ± {100 * final[1]:.2f} | {total:.3f} | {hello:.3f} | {reach_text} |"
+            f"{100 * final[0]:.2f} ± {100 * final[1]:.2f} |{whole} {total:.3f} | {hello:.3f} | {reach_text} |"
         )
     table = "\n".join(rows) + "\n"
     (out / recipe.name).mkdir(parents=True, exist_ok=True)

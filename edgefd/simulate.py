@@ -44,7 +44,14 @@ from edgefd.export.checkpoint import save_run_models
 from edgefd.metrics.results import RunWriter, summarise
 from edgefd.models import assign_models, build_model
 from edgefd.runtime.loop import HELLO_ROUND, Federation, LoopConfig, RoundRecord
-from edgefd.runtime.training import TrainConfig, resolve_device
+from edgefd.runtime.training import (
+    BATCH_ORDERS,
+    OPTIMIZER_LIFECYCLES,
+    TrainConfig,
+    check_choice,
+    for_method,
+    resolve_device,
+)
 from edgefd.runtime.transport import DOWN, UP, InProcessTransport
 
 
@@ -105,12 +112,27 @@ class SimulationConfig:
     momentum: float = setting(0.9, "SGD momentum (ignored by adam)")
     weight_decay: float = setting(5e-4, "L2 weight decay of the local optimiser")
     optimizer: str = setting("sgd", "local optimiser: sgd or adam")
+    optimizer_lifecycle: str = setting(
+        "method",
+        "the clients' local optimiser: fresh (a new one every round), kept (one for the whole run) or method "
+        "(what the method's paper code does: `edgefd methods NAME` says); set it to compare methods fairly",
+    )
+    batch_order: str = setting(
+        "method",
+        "the clients' batch order: reshuffle (a new order every epoch), fixed (one random order per client, "
+        "drawn once) or method (what the method's paper code does)",
+    )
     threads: int = setting(2, "CPU threads for torch and the kernels (use 1 to run several simulations at once)")
     kernels: str | None = setting(None, "kernel backend: cpp or torch (default: $EDGEFD_KERNELS, else cpp)")
     device: str = setting(
         "auto",
         "where models train: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N; "
         "deployed clients choose their own with `edgefd client --device`",
+    )
+    score_full_test: bool = setting(
+        False,
+        "also score every client on the whole test set (every class), beside its own local split: FedZKT's "
+        "paper metric; adds accuracy_full to each round and the summary (true or false)",
     )
     params: dict[str, Any] = field(default_factory=dict)
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
@@ -124,6 +146,8 @@ class SimulationConfig:
             weight_decay=self.weight_decay,
             optimizer=self.optimizer,
             device=resolve_device(self.device),
+            optimizer_lifecycle=self.optimizer_lifecycle,
+            batch_order=self.batch_order,
         )
 
     def loop_config(self) -> LoopConfig:
@@ -145,6 +169,8 @@ class SimulationConfig:
         if self.threads < 1:
             raise ValueError(f"threads: must be >= 1, got {self.threads}")
         resolve_device(self.device)
+        check_choice("optimizer_lifecycle", self.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
+        check_choice("batch_order", self.batch_order, BATCH_ORDERS)
         self.loop_config().validate()
 
 
@@ -321,7 +347,10 @@ def build(config: SimulationConfig) -> Simulation:
     pieces = prepare(config)
     clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
     server = build_server(config, pieces)
-    federation = Federation(server, clients, InProcessTransport(), config.loop_config(), selection_rng(config))
+    full_test = (pieces.dataset.test_x, pieces.dataset.test_y) if config.score_full_test else None
+    federation = Federation(
+        server, clients, InProcessTransport(), config.loop_config(), selection_rng(config), full_test
+    )
     return Simulation(
         config,
         federation,
@@ -401,6 +430,7 @@ def _run(
         "wall_seconds": round_seconds(time.perf_counter() - started),
         "models": sim.model_names,
         "params": asdict(sim.server.params),  # as the server resolved them (FedZKT's preset)
+        "local_training": local_training_of(config),
         "kernels": kernels.get_backend(),
         "config": asdict(config),
     }
@@ -409,6 +439,14 @@ def _run(
 
     plot_curves({f"{config.algo} (seed {config.seed})": writer.lines}, out / "curves.png")
     return summary
+
+
+def local_training_of(config: SimulationConfig) -> dict[str, str]:
+    """The clients' optimiser lifecycle and batch order as this run resolved them (``method`` made
+    concrete): the settings a comparison's arms must share."""
+    method = get_method(config.algo).client.local_training
+    resolved = for_method(config.train_config(), method)
+    return {"optimizer_lifecycle": resolved.optimizer_lifecycle, "batch_order": resolved.batch_order}
 
 
 def round_seconds(value: float) -> float:
@@ -445,7 +483,17 @@ EXAMPLES = """examples:
 methods: {methods} (their --param NAME=VALUE: edgefd methods NAME)"""
 
 
-METAVARS = {"data_root": "DIR", "out": "DIR", "partition": "SCHEME", "kernels": "BACKEND", "lr": "LR"}
+METAVAR_OF_KIND: dict[Any, str] = {int: "N", float: "X"}
+METAVARS = {
+    "data_root": "DIR",
+    "out": "DIR",
+    "partition": "SCHEME",
+    "kernels": "BACKEND",
+    "lr": "LR",
+    "score_full_test": "BOOL",
+    "optimizer_lifecycle": "WHEN",
+    "batch_order": "ORDER",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -463,7 +511,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = SimulationConfig()
     for name, f in _config_fields().items():
         flag = "--" + name.replace("_", "-")
-        kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+        kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": parse_bool}
+        kind = kinds.get(str(f.type).split(" ")[0], str)
         default = getattr(defaults, name)
         shown = "" if default is None else f" (default: {default})"
         parser.add_argument(
@@ -471,7 +520,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             dest=name,
             type=kind,
             default=argparse.SUPPRESS,
-            metavar=METAVARS.get(name) or {int: "N", float: "X"}.get(kind, name.upper()),
+            metavar=METAVARS.get(name) or METAVAR_OF_KIND.get(kind, name.upper()),
             help=f.metadata["help"] + shown,
         )
     parser.add_argument(
@@ -482,6 +531,16 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         help="a hyperparameter of the method, repeatable, e.g. --param beta=1.5 (edgefd methods NAME lists them)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars, only the final line")
+
+
+def parse_bool(text: str) -> bool:
+    """A true/false flag value (true, false, yes, no, on, off, 1, 0)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:

@@ -1,5 +1,7 @@
 """`edgefd reproduce`: the table is computed from the runs it made."""
 
+from dataclasses import replace
+
 from edgefd import reproduce
 from edgefd.reproduce import Arm, Recipe, bytes_to_reach, run_recipe
 from edgefd.simulate import SimulationConfig
@@ -29,6 +31,29 @@ def test_a_tiny_recipe_writes_its_table(tmp_path):
     assert "| Local |" in table and "| FD |" in table
     assert (tmp_path / "tiny" / "fd-s0" / "summary.json").is_file()
     assert "fedcache" in reproduce.RECIPES
+
+
+def test_the_table_names_what_the_arms_share_and_where_they_differ(tmp_path):
+    base = SimulationConfig(dataset="digits", clients=3, rounds=1, models="mlp", samples_per_client=30)
+    arms = [Arm("Local", "local"), Arm("FedAvg", "fedavg")]
+    unfair = run_recipe(Recipe("unfair", "test", base, arms, target_from=["Local"], seeds=(0,)), tmp_path, (0,))
+    assert "Common to all arms: dataset digits, clients 3, rounds 1," in unfair
+    assert "batch_size 32" in unfair and "models mlp" in unfair
+    # each method's own optimiser lifecycle: Local keeps its optimiser, FedAvg's code makes one per round
+    assert "Differences between arms: Local: optimizer_lifecycle kept; FedAvg: optimizer_lifecycle fresh." in unfair
+
+    fair = replace(base, optimizer_lifecycle="fresh", batch_order="fixed", score_full_test=True)
+    table = run_recipe(Recipe("fair", "test", fair, arms, target_from=["Local"], seeds=(0,)), tmp_path, (0,))
+    assert "optimizer_lifecycle fresh, batch_order fixed" in table
+    assert "The arms differ only in the method and its params." in table
+    assert "| best % whole test set | final % whole test set |" in table
+    assert len(table.splitlines()[-1].split("|")) == len(table.splitlines()[-3].split("|"))  # a full row
+
+
+def test_every_recipe_gives_all_its_arms_one_optimiser_lifecycle_and_batch_order():
+    for recipe in reproduce.RECIPES.values():
+        assert recipe.base.optimizer_lifecycle in ("fresh", "kept"), recipe.name
+        assert recipe.base.batch_order in ("fixed", "reshuffle"), recipe.name
 
 
 def test_arms_of_one_recipe_never_share_a_run_folder():

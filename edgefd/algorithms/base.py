@@ -26,16 +26,25 @@ import copy
 import dataclasses
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
 from edgefd.protocol import Payload
-from edgefd.runtime.training import TrainConfig, evaluate_model, load_state_arrays
+from edgefd.runtime.training import (
+    LocalTraining,
+    RoundOptimizer,
+    TrainConfig,
+    draw_batch_order,
+    evaluate_model,
+    for_method,
+    load_state_arrays,
+    make_optimizer,
+)
 
 
 @dataclass
@@ -73,14 +82,32 @@ class ClientContext:
 
 
 class ClientRole(ABC):
-    """The part of a method that runs on a device."""
+    """The part of a method that runs on a device.
+
+    ``local_training`` says what the method's paper code does with the local optimiser (a new one
+    every round, or one kept for the run) and the batch order (reshuffled every epoch, or one fixed
+    permutation). The run may override both for every method alike (``--optimizer-lifecycle``,
+    ``--batch-order``); ``context.train`` holds the resolved choice, ``batch_order`` the fixed
+    permutation (None when reshuffling) and `round_optimizer` applies the lifecycle."""
+
+    local_training: ClassVar[LocalTraining] = LocalTraining()
 
     def __init__(self, context: ClientContext, params: Any) -> None:
+        context = dataclasses.replace(context, train=for_method(context.train, self.local_training))
         self.context = context
         self.params = params
         self.client_id = context.client_id
         self.model = context.model
         self.data = context.data
+        self.batch_order = draw_batch_order(len(context.data.train_x), context.train, context.torch_generator)
+
+    def round_optimizer(
+        self,
+        parameters: Callable[[], Iterable[nn.Parameter]] | None = None,
+        build: Callable[[Iterable[nn.Parameter], TrainConfig], torch.optim.Optimizer] = make_optimizer,
+    ) -> RoundOptimizer:
+        """The local optimiser under the run's lifecycle (of all the model's parameters by default)."""
+        return RoundOptimizer(parameters or self.model.parameters, self.context.train, build)
 
     def hello(self) -> Payload | None:
         """One-time upload before round 1 (None: nothing to say)."""
@@ -96,8 +123,11 @@ class ClientRole(ABC):
         server sets ``step_exchange``."""
         raise NotImplementedError(f"{type(self).__name__} does not exchange during training")
 
-    def evaluate(self, state: Payload | None = None) -> dict[str, float]:
-        """Accuracy of this client's deliverable model on its local test split.
+    def evaluate(
+        self, state: Payload | None = None, test: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> dict[str, float]:
+        """Accuracy of this client's deliverable model on its local test split, or on ``test``
+        (x, y) when given (the whole test set: FedZKT's paper metric).
 
         ``state`` is what :meth:`ServerRole.evaluation_state` returned for this client: a full
         model state for methods whose deliverable lives on the server (FedAvg's and DFL's global
@@ -108,7 +138,8 @@ class ClientRole(ABC):
                 self._evaluation_copy = copy.deepcopy(self.model)
             load_state_arrays(self._evaluation_copy, state.arrays)
             model = self._evaluation_copy
-        return evaluate_model(model, self.data.test_x, self.data.test_y, self.context.train.eval_batch_size)
+        x, y = test if test is not None else (self.data.test_x, self.data.test_y)
+        return evaluate_model(model, x, y, self.context.train.eval_batch_size)
 
 
 @dataclass

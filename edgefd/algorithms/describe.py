@@ -41,6 +41,13 @@ def model_lines(method: MethodSpec) -> list[str]:
     return lines
 
 
+LIFECYCLE_TEXT = {"fresh": "a new optimiser every round (fresh)", "kept": "one optimiser kept for the run (kept)"}
+ORDER_TEXT = {
+    "fixed": "one random batch order per client, drawn once (fixed)",
+    "reshuffle": "batches reshuffled every epoch (reshuffle)",
+}
+
+
 def describe(method: MethodSpec) -> str:
     """Everything a user needs to run ``method``: summary, paper, models, params, a command line."""
     lines = [f"{method.name}: {method.summary}"]
@@ -49,6 +56,10 @@ def describe(method: MethodSpec) -> str:
     lines.append("")
     lines.append("client models (--models auto picks these; --models NAME,NAME,... overrides):")
     lines += ["  " + line for line in model_lines(method)]
+    training = method.client.local_training
+    lines.append("")
+    lines.append("local training, as the paper's code does it (the default; --optimizer-lifecycle, --batch-order):")
+    lines.append(f"  {LIFECYCLE_TEXT[training.optimizer_lifecycle]}; {ORDER_TEXT[training.batch_order]}")
     lines.append("")
     params = describe_params(method.params)
     lines.append("params (--param NAME=VALUE, defaults shown):" if params else "params: none")

@@ -71,8 +71,8 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.algorithms.fedavg import weighted_average
 from edgefd.protocol import Payload
 from edgefd.runtime.training import (
+    LocalTraining,
     load_state_arrays,
-    make_optimizer,
     predict_logits,
     state_arrays,
     train_epochs,
@@ -215,8 +215,11 @@ def _check_state_names(state: dict[str, np.ndarray]) -> None:
 
 
 class DFLClient(ClientRole):
+    local_training = LocalTraining(optimizer_lifecycle="fresh")  # as FedAvg: the weights are replaced (§9.12)
+
     def __init__(self, context: ClientContext, params: DFLParams) -> None:
         super().__init__(context, params)
+        self.optimizer = self.round_optimizer()
         _check_state_names(self.model.state_dict())
         self.last_rho: float | None = None
 
@@ -237,9 +240,14 @@ class DFLClient(ClientRole):
             loss_fn = lambda logits, idx: nn.functional.cross_entropy(logits, y[idx])  # noqa: E731
         else:
             loss_fn = lambda logits, idx: dfl_loss(logits, y[idx], teacher, rho_value, self.params)  # noqa: E731
-        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh each round, as FedAvg
         train_epochs(
-            self.model, self.data.train_x, loss_fn, optimizer, self.context.train, self.context.torch_generator
+            self.model,
+            self.data.train_x,
+            loss_fn,
+            self.optimizer.for_round(),
+            self.context.train,
+            self.context.torch_generator,
+            fixed_order=self.batch_order,
         )
 
         means, counts = self.label_wise_outputs()

@@ -24,7 +24,7 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, param, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import make_optimizer, predict_logits, train_epochs
+from edgefd.runtime.training import predict_logits, train_epochs
 
 
 @dataclass
@@ -37,7 +37,7 @@ class FDParams:
 class FDClient(ClientRole):
     def __init__(self, context: ClientContext, params: FDParams) -> None:
         super().__init__(context, params)
-        self.optimizer = make_optimizer(self.model.parameters(), context.train)
+        self.optimizer = self.round_optimizer()
         self.last_means: np.ndarray | None = None
         self.last_counts: np.ndarray | None = None
 
@@ -71,7 +71,13 @@ class FDClient(ClientRole):
                 return nn.functional.cross_entropy(logits, labels) + beta * distill
 
         train_epochs(
-            self.model, self.data.train_x, loss_fn, self.optimizer, self.context.train, self.context.torch_generator
+            self.model,
+            self.data.train_x,
+            loss_fn,
+            self.optimizer.for_round(),
+            self.context.train,
+            self.context.torch_generator,
+            fixed_order=self.batch_order,
         )
         logits = predict_logits(self.model, self.data.train_x, self.context.train.eval_batch_size)
         means, counts = kernels.labelwise_mean(logits, y, self.data.num_classes)

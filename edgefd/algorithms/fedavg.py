@@ -14,7 +14,7 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import load_state_arrays, make_optimizer, state_arrays, train_epochs
+from edgefd.runtime.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
 
 
 @dataclass
@@ -37,21 +37,24 @@ def weighted_average(states: list[dict[str, np.ndarray]], weights: list[float]) 
 
 
 class FedAvgClient(ClientRole):
+    local_training = LocalTraining(optimizer_lifecycle="fresh")  # the weights are replaced every round
+
     def __init__(self, context: ClientContext, params: FedAvgParams) -> None:
         super().__init__(context, params)
+        self.optimizer = self.round_optimizer()
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
         if downlink is not None:
             load_state_arrays(self.model, downlink.arrays)
         y = self.data.train_y
-        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh each round
         train_epochs(
             self.model,
             self.data.train_x,
             lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-            optimizer,
+            self.optimizer.for_round(),
             self.context.train,
             self.context.torch_generator,
+            fixed_order=self.batch_order,
         )
         return Payload("weights", self.client_id, round, state_arrays(self.model), {"samples": len(y)})
 

@@ -30,8 +30,10 @@ Choices, with the spec's sections:
   authors' code (§9 A17). What that code *does* is a fixed random order: its partitioner shuffles
   each client's index list once, after the split. So the order here is one permutation per client,
   drawn once from the client's own generator, never the stored order (on data stored by label that
-  would make every mini-batch one class). ``shuffle=true`` draws a new order every epoch, which is
-  safe because knowledge is keyed by stable sample id. No sample is dropped (§9 A18).
+  would make every mini-batch one class). Both are the method's `local_training`; a run may set
+  others for every method alike (``--optimizer-lifecycle kept``, ``--batch-order reshuffle``; a new
+  order every epoch is safe because knowledge is keyed by stable sample id). No sample is dropped
+  (§9 A18).
 - Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2), or
   ``encoder=projection:64`` (the spec's fixed-seed random projection, §11.2); the paper's is
   ``encoder=mobilenet:WEIGHTS`` with ImageNet weights from a file; ``encoder=onnx:PATH`` runs
@@ -55,7 +57,7 @@ from edgefd.cache import KnowledgeCache, RelationConfig
 from edgefd.encoders import build_encoder
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
-from edgefd.runtime.training import epoch_batches, forward, make_optimizer, train_epochs
+from edgefd.runtime.training import LocalTraining, epoch_batches, forward, train_epochs
 
 EXCHANGES = ("batch", "round")
 
@@ -79,11 +81,6 @@ class FedCacheParams:
         "batch: teachers per mini-batch from the live cache, clients in sequence "
         "(the paper, §9 A9-A10) | round: one exchange per round from a snapshot (§4.3, MQTT)",
     )
-    shuffle: bool = param(
-        False,
-        "draw a new batch order every epoch; false: one random order per client, drawn once and kept (the "
-        "authors' code, §9 A17)",
-    )
 
     def __post_init__(self) -> None:
         if self.exchange not in EXCHANGES:
@@ -100,17 +97,14 @@ def fedcache_loss(
 
 
 class FedCacheClient(ClientRole):
+    local_training = LocalTraining(optimizer_lifecycle="fresh", batch_order="fixed")  # §9 A15, A17
+
     def __init__(self, context: ClientContext, params: FedCacheParams) -> None:
         super().__init__(context, params)
+        self.optimizer = self.round_optimizer()
         self.ids = self.data.train_ids.numpy()
         self._order = np.argsort(self.ids, kind="stable")
         self._sorted_ids = self.ids[self._order]
-        self.batch_order: torch.Tensor | None = None
-        """The fixed batch order (§9 A17): one permutation of this client's rows, drawn once from its
-        own generator, as the authors' partitioner shuffles each client's index list once. Never the
-        stored order, which may be sorted by label. None with ``shuffle=true`` (a new order per epoch)."""
-        if not params.shuffle:
-            self.batch_order = torch.randperm(len(self.ids), generator=context.torch_generator)
 
     def hello(self) -> Payload:
         encoder = build_encoder(self.params.encoder)
@@ -156,12 +150,11 @@ class FedCacheClient(ClientRole):
                 return nn.functional.cross_entropy(logits, y[idx])
             return fedcache_loss(logits, y[idx], teachers[idx], self.params)
 
-        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # re-created (§9 A15)
         train_epochs(
             self.model,
             self.data.train_x,
             loss_fn,
-            optimizer,
+            self.optimizer.for_round(),
             self.context.train,
             self.context.torch_generator,
             fixed_order=self.batch_order,
@@ -175,7 +168,7 @@ class FedCacheClient(ClientRole):
         """``exchange=batch`` (Alg. 1 l.9-12): per batch, the train-mode logits go up, the
         teachers of the same samples come back, and the step is taken."""
         x, y = self.data.train_x, self.data.train_y
-        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # re-created (§9 A15)
+        optimizer = self.optimizer.for_round()
         for _ in range(self.context.train.epochs):
             for idx in epoch_batches(
                 self.model, len(y), self.context.train, self.context.torch_generator, self.batch_order

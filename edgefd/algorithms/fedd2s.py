@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 import numpy as np
@@ -96,6 +97,7 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
 from edgefd.runtime.training import (
+    LocalTraining,
     TrainConfig,
     batches,
     forward,
@@ -248,13 +250,14 @@ def _distil(
     epochs: int,
     batch_size: int,
     generator: torch.Generator,
+    fixed_order: torch.Tensor | None = None,
 ) -> tuple[float, float]:
     """The shared two-step loop of both phases: per batch a J step then a fresh forward and a Q step
     (or one step on J + Q). Returns the mean J and Q of the last pass."""
     last = (0.0, 0.0)
     for _ in range(epochs):
         sums, count = np.zeros(2), 0
-        for idx in batches(n, batch_size, generator):
+        for idx in batches(n, batch_size, generator, fixed_order):
             if params.kd_mode == "sum":
                 j, q = forward_kd(idx), forward_ce(idx)
                 _step(optimizer, j + q)
@@ -347,9 +350,12 @@ def _label_dtype(num_classes: int) -> type:
 
 
 class FedD2SClient(ClientRole):
+    local_training = LocalTraining(optimizer_lifecycle="fresh")  # one Adam per phase per round (spec §9 13)
+
     def __init__(self, context: ClientContext, params: FedD2SParams) -> None:
         super().__init__(context, params)
         self.model: LayeredCNN = _check_layered(context.model, f"client {context.client_id}", context.model_name)
+        self.optimizer = self.round_optimizer(build=partial(_optimizer, params=params))  # a partial pickles
         distillation_layer(1, self.model.num_layers, params.z0, params.dropping_set, params.schedule)  # checks |S|
         self.participations = 0
         """Z^n: how many times this client has been selected (phase A ran)."""
@@ -428,7 +434,7 @@ class FedD2SClient(ClientRole):
         head = self._frozen_head(downlink, layer)
         x, y, model = self.data.train_x, self.data.train_y, self.model
         model.train()
-        optimizer = _optimizer(model.parameters(), self.context.train, self.params)
+        optimizer = self.optimizer.for_round()
 
         def forward_kd(idx: torch.Tensor) -> torch.Tensor:
             through_head = forward(lambda b: head.head(model.trunk(b, layer), layer), x[idx], on=model)
@@ -447,6 +453,7 @@ class FedD2SClient(ClientRole):
             epochs,
             self.context.train.batch_size,
             self.context.torch_generator,
+            self.batch_order,
         )
         return self.last_losses
 

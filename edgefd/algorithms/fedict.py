@@ -20,6 +20,8 @@ kernel (per-class weights in ``class_weight``, rows without a teacher masked by
 ``profile=paper`` (default, the equations as printed):
   client  CE + WKL(s, z^S; omega = beta + lam * softmax(d^k / fpkd_T))            Eq. 2, 8, 10, 11
   server  sim:      CE + (beta + mu * cos(d^S, d^k)) * KL(s, z^k)                 Eq. 4, 9, 12
+                    (``sim_weighting=scaled``: CE + beta * cos(d^S, d^k) * KL, the authors' code's
+                    reading: the similarity scales the base KL term, mu only switches it on)
           balanced: CE + WKL(s, z^k; omega = beta + mu * softmax((d^S - d^k) / lka_U))  Eq. 13, 14
   KD temperature 1 (§3.8, §9 A3); round 1 distils towards the server's initial zeros, i.e. the
   uniform distribution (Alg. 2 l.9-11, §9 A9); Z^S is generated in eval mode right after each
@@ -82,6 +84,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -126,6 +129,7 @@ FIRST_ROUND = ("uniform", "skip")
 ZS_GENERATION = ("after_client_pass", "two_phase", "train_forward")
 LKA_CLIENT_WEIGHTING = ("sample", "client_uniform")
 SERVER_ORDERS = ("ascending", "shuffled")
+SIM_WEIGHTINGS = ("additive", "scaled")
 DIST_META = ("none", "uniform", "normal", "exponential")
 
 #: the demo adds this to teacher probabilities without renormalising (§3.10)
@@ -153,6 +157,11 @@ class FedICTParams:
     beta: float = param(1.5, "weight of the base KL term on client and server (§5); the demo's alpha in reference")
     lam: float = param(1.5, "FPKD weight lambda (Eq. 8); 0 = FedGKT client")
     mu: float = param(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
+    sim_weighting: str | None = param(
+        None,
+        "server KL weight of lka=sim: additive (beta + mu cos_k, Eq. 9 + 12 as printed) | scaled (beta cos_k: the "
+        "authors' code scales the KL term by the similarity); None: by profile (paper additive, reference scaled)",
+    )
     fpkd_T: float = param(3.0, "FPKD weight temperature T (Eq. 11); never applied to logits")
     lka_U: float = param(7.0, "class-balanced LKA weight temperature U (Eq. 14); never applied to logits")
     kd_temperature: float | None = param(
@@ -195,6 +204,11 @@ class FedICTParams:
         self.zs_generation = _choice("zs_generation", self.zs_generation, ZS_GENERATION)
         self.lka_client_weighting = _choice("lka_client_weighting", self.lka_client_weighting, LKA_CLIENT_WEIGHTING)
         self.server_order = _choice("server_order", self.server_order, SERVER_ORDERS)
+        self.sim_weighting = _choice("sim_weighting", self.sim_weighting, SIM_WEIGHTINGS)
+        if self.sim_weighting is not None and self.lka != "sim":
+            raise ValueError("param sim_weighting: applies to lka=sim only")
+        if self.sim_weighting == "additive" and self.profile == "reference":
+            raise ValueError("param sim_weighting: the reference profile is the code's arithmetic, i.e. scaled")
         self.dist_meta = _choice("dist_meta", self.dist_meta, DIST_META)
         if self.feature_precision is not None:
             self.feature_precision = _choice("feature_precision", self.feature_precision, ("fp32", "fp16", "int8"))
@@ -414,7 +428,11 @@ def server_loss(params: FedICTParams, d_S, d_k, num_classes: int, lka_scale: flo
     T = params.kd_T
     if not params.reference:
         if params.lka == "sim":
-            rho = params.beta + params.mu * lka_scale * cosine_similarity(d_S, d_k)
+            similarity = lka_scale * cosine_similarity(d_S, d_k)
+            if params.sim_weighting == "scaled":
+                rho = params.beta * similarity if params.mu > 0 else params.beta
+            else:
+                rho = params.beta + params.mu * similarity
             omega = np.full(num_classes, rho)
         else:
             omega = params.beta + params.mu * lka_scale * lka_balance_weights(d_S, d_k, params.lka_U, params.weights)
@@ -507,7 +525,7 @@ class FedICTClient(ClientRole):
         super().__init__(context, params)
         if not (callable(getattr(self.model, "extract", None)) and callable(getattr(self.model, "predict", None))):
             raise _not_split_error(f"client {context.client_id}", context.model_name)
-        self.optimizer = _optimizer(self.model.parameters(), context.train, params.nesterov)
+        self.optimizer = self.round_optimizer(build=partial(_optimizer, nesterov=params.nesterov))  # a partial pickles
         self.index = SampleIndex(self.data.train_ids.numpy())
         if len(self.index) != len(self.data.train_y):
             raise ValueError("train_ids and train_y differ in length")
@@ -592,7 +610,13 @@ class FedICTClient(ClientRole):
                 return loss(logits, table[idx], y[idx], None if mask is None else mask[idx].contiguous())
 
         train_epochs(
-            self.model, self.data.train_x, loss_fn, self.optimizer, self.context.train, self.context.torch_generator
+            self.model,
+            self.data.train_x,
+            loss_fn,
+            self.optimizer.for_round(),
+            self.context.train,
+            self.context.torch_generator,
+            fixed_order=self.batch_order,
         )
         features, logits = self.extract()
         # features travel as [N, D_H] (one int8 scale per sample); the server knows their shape from hello

@@ -41,7 +41,7 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
-from edgefd.runtime.training import make_optimizer, predict_logits, train_epochs
+from edgefd.runtime.training import LocalTraining, predict_logits, train_epochs
 
 KIND = "fedmd"
 CONSENSUS = "consensus"
@@ -111,8 +111,11 @@ def alignment_indices(seed: int, pool_size: int, size: int) -> torch.Tensor:
 
 
 class FedMDClient(ClientRole):
+    local_training = LocalTraining(optimizer_lifecycle="fresh")  # a new optimiser for each step (digest, revisit)
+
     def __init__(self, context: ClientContext, params: FedMDParams) -> None:
         super().__init__(context, params)
+        self.optimizer = self.round_optimizer()
         self.public_x, self.public_y, public_classes = public_pool(params)
         own_shape = tuple(context.data.train_x.shape[1:])
         if params.resize_public:
@@ -130,10 +133,17 @@ class FedMDClient(ClientRole):
         self.pretrained = params.pretrain_epochs == 0
         self.last_digest_loss: float | None = None
 
-    def _train(self, x: torch.Tensor, loss_fn, epochs: int) -> float:
-        optimizer = make_optimizer(self.model.parameters(), self.context.train)
+    def _train(self, x: torch.Tensor, loss_fn, epochs: int, fixed_order: torch.Tensor | None = None) -> float:
+        """One step of FedMD (pretrain, digest or revisit), each with the optimiser for this step."""
         return train_epochs(
-            self.model, x, loss_fn, optimizer, self.context.train, self.context.torch_generator, epochs=epochs
+            self.model,
+            x,
+            loss_fn,
+            self.optimizer.for_round(),
+            self.context.train,
+            self.context.torch_generator,
+            epochs=epochs,
+            fixed_order=fixed_order,
         )
 
     def digest(self, indices: torch.Tensor, consensus: torch.Tensor) -> float:
@@ -170,6 +180,7 @@ class FedMDClient(ClientRole):
             self.data.train_x,
             lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
             self.context.train.epochs,
+            self.batch_order,  # a fixed order covers the private data; public subsets are reshuffled
         )
         seed = int(downlink.scalars["alignment_seed"])
         indices = alignment_indices(seed, len(self.public_x), self.params.alignment_size)

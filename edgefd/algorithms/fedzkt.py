@@ -71,7 +71,7 @@ from edgefd import kernels, progress
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.models import build_model
 from edgefd.protocol import Payload
-from edgefd.runtime.training import load_state_arrays, make_optimizer, state_arrays, train_epochs
+from edgefd.runtime.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
 
 KIND = "fedzkt"
 PRESETS = ("cpu", "paper")
@@ -257,8 +257,11 @@ def _schedule(optimizer: torch.optim.Optimizer, iterations: int, decay: float):
 class FedZKTClient(ClientRole):
     """DeviceUpdate (Alg. 2 + Eq. 9): CE plus the proximal term towards the last received weights."""
 
+    local_training = LocalTraining(optimizer_lifecycle="fresh")  # the weights are replaced every round
+
     def __init__(self, context: ClientContext, params: FedZKTParams) -> None:
         super().__init__(context, params)
+        self.optimizer = self.round_optimizer()
         self.reference: list[torch.Tensor] | None = None
         """The trainable parameters last received from the server (None: never received)."""
         self.last_prox: float = 0.0
@@ -277,9 +280,14 @@ class FedZKTClient(ClientRole):
                 loss = loss + lam * prox_term(self.model, reference).to(loss.device)
             return loss
 
-        optimizer = make_optimizer(self.model.parameters(), self.context.train)  # fresh: weights were replaced
         train_epochs(
-            self.model, self.data.train_x, loss_fn, optimizer, self.context.train, self.context.torch_generator
+            self.model,
+            self.data.train_x,
+            loss_fn,
+            self.optimizer.for_round(),
+            self.context.train,
+            self.context.torch_generator,
+            fixed_order=self.batch_order,
         )
         if reference is not None:
             with torch.no_grad():

@@ -8,7 +8,7 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import make_optimizer, train_epochs
+from edgefd.runtime.training import train_epochs
 
 
 @dataclass
@@ -19,7 +19,7 @@ class LocalParams:
 class LocalClient(ClientRole):
     def __init__(self, context: ClientContext, params: LocalParams) -> None:
         super().__init__(context, params)
-        self.optimizer = make_optimizer(self.model.parameters(), context.train)
+        self.optimizer = self.round_optimizer()
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
         y = self.data.train_y
@@ -27,9 +27,10 @@ class LocalClient(ClientRole):
             self.model,
             self.data.train_x,
             lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-            self.optimizer,
+            self.optimizer.for_round(),
             self.context.train,
             self.context.torch_generator,
+            fixed_order=self.batch_order,
         )
         return None
 

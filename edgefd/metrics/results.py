@@ -68,13 +68,18 @@ def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """Final and best accuracy and byte totals over the round lines."""
     evaluated = [line for line in lines if line.get("accuracy") is not None]
     trained = [line for line in evaluated if line["round"] > 0]
-    return {
+    summary = {
         "final_accuracy": evaluated[-1]["accuracy"] if evaluated else None,
         "final_accuracy_std": evaluated[-1]["accuracy_std"] if evaluated else None,
         "best_accuracy": max(line["accuracy"] for line in trained) if trained else None,
         "bytes_up_total": sum(line["bytes_up"] for line in lines),
         "bytes_down_total": sum(line["bytes_down"] for line in lines),
     }
+    full = [line for line in evaluated if line.get("accuracy_full") is not None]
+    if full:  # the run scored every client on the whole test set too (--score-full-test)
+        summary["final_accuracy_full"] = full[-1]["accuracy_full"]
+        summary["best_accuracy_full"] = max((line["accuracy_full"] for line in full if line["round"] > 0), default=None)
+    return summary
 
 
 def load_run(run_dir: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:

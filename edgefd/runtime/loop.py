@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from edgefd.algorithms.base import ClientRole, ServerRole
 from edgefd.protocol import Payload
@@ -69,6 +70,14 @@ class RoundRecord:
     late: list[str]
     client_accuracy: dict[str, float] = field(default_factory=dict)
     server: dict[str, float] = field(default_factory=dict)
+    accuracy_full: float | None = None
+    """The clients' mean accuracy on the whole test set (None unless the run asks for it)."""
+    client_accuracy_full: dict[str, float] = field(default_factory=dict)
+
+
+def _mean_std(accuracies: dict[str, float]) -> tuple[float, float]:
+    values = np.array([v for v in accuracies.values() if not math.isnan(v)])
+    return (float(values.mean()), float(values.std())) if len(values) else (float("nan"), float("nan"))
 
 
 class Federation:
@@ -81,7 +90,9 @@ class Federation:
         transport: InProcessTransport,
         config: LoopConfig,
         rng: np.random.Generator,
+        full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
+        """``full_test`` (x, y): also score every client on it (the whole test set), besides its own split."""
         config.validate()
         if server.step_exchange and config.straggler_rate > 0:
             raise ValueError(
@@ -94,6 +105,7 @@ class Federation:
         self.config = config
         self.rng = rng
         self.client_ids = sorted(clients)
+        self.full_test = full_test
 
     def hello(self) -> None:
         """The one-time uploads, counted as round 0."""
@@ -161,11 +173,13 @@ class Federation:
 
     def evaluate(self, record: RoundRecord) -> None:
         for cid in self.client_ids:
-            metrics = self.clients[cid].evaluate(self.server.evaluation_state(cid))
-            record.client_accuracy[cid] = float(metrics["accuracy"])
-        values = np.array([v for v in record.client_accuracy.values() if not math.isnan(v)])
-        record.accuracy = float(values.mean()) if len(values) else float("nan")
-        record.accuracy_std = float(values.std()) if len(values) else float("nan")
+            state = self.server.evaluation_state(cid)
+            record.client_accuracy[cid] = float(self.clients[cid].evaluate(state)["accuracy"])
+            if self.full_test is not None:
+                record.client_accuracy_full[cid] = float(self.clients[cid].evaluate(state, self.full_test)["accuracy"])
+        record.accuracy, record.accuracy_std = _mean_std(record.client_accuracy)
+        if self.full_test is not None:
+            record.accuracy_full = _mean_std(record.client_accuracy_full)[0]
 
     def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> list[RoundRecord]:
         self.hello()

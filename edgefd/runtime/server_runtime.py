@@ -134,6 +134,11 @@ class ServerRuntime:
         self.resume = resume
         self.pieces = prepare(config)
         self.role = build_server(config, self.pieces)
+        if config.score_full_test:
+            raise ValueError(
+                "score_full_test: a deployed client holds only its own data, so it cannot be scored on the whole "
+                "test set; this measurement is for `edgefd simulate`"
+            )
         if self.role.step_exchange:
             raise ValueError(
                 f"{config.algo}: these params exchange messages at every training step (fedcache: "

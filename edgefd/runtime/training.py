@@ -13,8 +13,8 @@ moves are no-ops and results are unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -36,6 +36,48 @@ class TrainConfig:
     eval_batch_size: int = 1024
     device: str = "cpu"
     """Where models train: "cpu", "cuda" or "cuda:N" (resolved from ``--device`` by `resolve_device`)."""
+    optimizer_lifecycle: str = "method"
+    """"fresh": a new local optimiser every round; "kept": one for the whole run; "method": what the
+    method's paper code does (`LocalTraining`), resolved by `for_method` before a client is built."""
+    batch_order: str = "method"
+    """"reshuffle": a new batch order every epoch; "fixed": one random permutation per client, drawn once
+    and kept; "method": what the method's paper code does."""
+
+
+OPTIMIZER_LIFECYCLES = ("method", "fresh", "kept")
+BATCH_ORDERS = ("method", "fixed", "reshuffle")
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """What a method's paper code does with the local optimiser and the batch order, declared by the
+    method (`register(..., training=...)`). A run keeps it (``--optimizer-lifecycle method``, the
+    default) or sets one choice for every method, so that compared arms differ only in the method."""
+
+    optimizer_lifecycle: str = "kept"
+    batch_order: str = "reshuffle"
+
+    def __post_init__(self) -> None:
+        check_choice("optimizer_lifecycle", self.optimizer_lifecycle, OPTIMIZER_LIFECYCLES[1:])
+        check_choice("batch_order", self.batch_order, BATCH_ORDERS[1:])
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
+
+
+def for_method(config: TrainConfig, method: LocalTraining) -> TrainConfig:
+    """``config`` with "method" replaced by the method's own choices: what a client trains with."""
+    check_choice("optimizer_lifecycle", config.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
+    check_choice("batch_order", config.batch_order, BATCH_ORDERS)
+    return replace(
+        config,
+        optimizer_lifecycle=method.optimizer_lifecycle
+        if config.optimizer_lifecycle == "method"
+        else config.optimizer_lifecycle,
+        batch_order=method.batch_order if config.batch_order == "method" else config.batch_order,
+    )
 
 
 # loss_fn(logits, batch_indices) -> loss; batch_indices index the client's training arrays so a
@@ -93,6 +135,35 @@ def make_optimizer(params, config: TrainConfig) -> torch.optim.Optimizer:
     if config.optimizer == "adam":
         return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {config.optimizer!r}")
+
+
+class RoundOptimizer:
+    """A client's local optimiser under the run's lifecycle: `for_round` builds a new one each round
+    ("fresh") or the first time only ("kept"). ``build`` makes one from the parameters (default:
+    `make_optimizer` with the run's settings); ``parameters`` is called at each build."""
+
+    def __init__(
+        self,
+        parameters: Callable[[], Iterable[nn.Parameter]],
+        config: TrainConfig,
+        build: Callable[[Iterable[nn.Parameter], TrainConfig], torch.optim.Optimizer] = make_optimizer,
+    ) -> None:
+        check_choice("optimizer_lifecycle", config.optimizer_lifecycle, OPTIMIZER_LIFECYCLES[1:])
+        self.parameters, self.config, self.build = parameters, config, build
+        self.optimizer: torch.optim.Optimizer | None = None
+
+    def for_round(self) -> torch.optim.Optimizer:
+        if self.optimizer is None or self.config.optimizer_lifecycle == "fresh":
+            self.optimizer = self.build(self.parameters(), self.config)
+        return self.optimizer
+
+
+def draw_batch_order(n: int, config: TrainConfig, generator: torch.Generator) -> torch.Tensor | None:
+    """The client's fixed batch order under ``batch_order="fixed"``: one permutation of its n rows,
+    drawn once from its own generator (never the stored order, which may be sorted by label). None
+    under "reshuffle" (a new order every epoch)."""
+    check_choice("batch_order", config.batch_order, BATCH_ORDERS[1:])
+    return torch.randperm(n, generator=generator) if config.batch_order == "fixed" else None
 
 
 def batches(

@@ -127,6 +127,32 @@ def test_paper_server_loss_is_eq4_plus_lka(lka, pinned):
     assert evaluate(server_loss(paper(lka=lka), D_S, D_K, 3)) == pytest.approx(by_hand, rel=1e-5)
 
 
+def test_scaled_sim_weighting_multiplies_the_base_kl_by_the_similarity():
+    """The authors' code's reading of Eq. 9 + 12: CE + beta * cos_k * KL (mu only switches it on)."""
+    local = softmax(TEACH)
+    by_hand = ce() + BETA * cosine_similarity(D_S, D_K) * kl_rows(local, S).mean()
+    scaled = evaluate(server_loss(paper(sim_weighting="scaled"), D_S, D_K, 3))
+    assert scaled == pytest.approx(by_hand, rel=1e-5)
+    additive = evaluate(server_loss(paper(sim_weighting="additive"), D_S, D_K, 3))
+    assert additive == pytest.approx(evaluate(server_loss(paper(), D_S, D_K, 3)), rel=1e-6)  # the default
+    assert additive > scaled  # beta + mu cos > beta cos: the readings differ
+    fedgkt = evaluate(server_loss(paper(sim_weighting="scaled", mu=0.0), D_S, D_K, 3))
+    assert fedgkt == pytest.approx(ce() + BETA * kl_rows(local, S).mean(), rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"sim_weighting": "scaled", "lka": "balanced"}, "applies to lka=sim only"),
+        ({"sim_weighting": "additive", "profile": "reference"}, "reference profile is the code's arithmetic"),
+        ({"sim_weighting": "sometimes"}, "expected one of additive, scaled"),
+    ],
+)
+def test_sim_weighting_is_refused_where_it_has_no_meaning(values, message):
+    with pytest.raises(ValueError, match=message):
+        paper(**values)
+
+
 def test_reference_client_loss_is_the_demo_fpkd():
     T = 3.0
     q = softmax(TEACH, T) + 1e-7  # not renormalised

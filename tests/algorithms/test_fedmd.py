@@ -153,7 +153,7 @@ def test_public_label_pretraining_runs_once_when_asked():
     client = simulation({"pretrain_epochs": 1}).clients["client-0"]
     calls = []
     original = client._train
-    client._train = lambda x, loss_fn, epochs: calls.append(len(x)) or original(x, loss_fn, epochs)
+    client._train = lambda x, loss_fn, epochs, order=None: calls.append(len(x)) or original(x, loss_fn, epochs, order)
     down = Payload(KIND, "server", 1, {}, {"alignment_seed": 3})
     client.train_round(1, down)
     client.train_round(2, down)

@@ -1,0 +1,110 @@
+"""The shared trainer's run-level choices: the local optimiser's lifecycle and the batch order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from edgefd.algorithms.base import list_methods
+from edgefd.runtime.training import (
+    LocalTraining,
+    RoundOptimizer,
+    TrainConfig,
+    batches,
+    draw_batch_order,
+    for_method,
+)
+from edgefd.simulate import SimulationConfig, build, run
+
+
+def test_fresh_builds_a_new_optimiser_every_round_and_kept_one_for_the_run():
+    model = nn.Linear(3, 2)
+    fresh = RoundOptimizer(model.parameters, TrainConfig(optimizer_lifecycle="fresh"))
+    kept = RoundOptimizer(model.parameters, TrainConfig(optimizer_lifecycle="kept"))
+    assert fresh.for_round() is not fresh.for_round()
+    assert kept.for_round() is kept.for_round()
+
+
+def test_a_kept_optimiser_keeps_its_momentum_across_rounds():
+    model = nn.Linear(1, 1, bias=False)
+    for lifecycle, survives in (("kept", True), ("fresh", False)):
+        holder = RoundOptimizer(model.parameters, TrainConfig(optimizer_lifecycle=lifecycle))
+        model.weight.grad = torch.ones_like(model.weight)
+        holder.for_round().step()  # round 1 leaves a momentum buffer
+        assert bool(holder.for_round().state) == survives  # round 2
+
+
+def test_method_resolves_to_the_methods_own_choice_and_an_explicit_choice_wins():
+    paper = LocalTraining(optimizer_lifecycle="fresh", batch_order="fixed")
+    resolved = for_method(TrainConfig(), paper)
+    assert (resolved.optimizer_lifecycle, resolved.batch_order) == ("fresh", "fixed")
+    resolved = for_method(TrainConfig(optimizer_lifecycle="kept", batch_order="reshuffle"), paper)
+    assert (resolved.optimizer_lifecycle, resolved.batch_order) == ("kept", "reshuffle")
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (TrainConfig(optimizer_lifecycle="sometimes"), "optimizer_lifecycle: expected one of method, fresh, kept"),
+        (TrainConfig(batch_order="sorted"), "batch_order: expected one of method, fixed, reshuffle"),
+    ],
+)
+def test_unknown_choices_are_refused_by_name(config, message):
+    with pytest.raises(ValueError, match=message):
+        for_method(config, LocalTraining())
+
+
+def test_every_method_declares_a_valid_local_training():
+    for method in list_methods():
+        training = method.client.local_training
+        assert training.optimizer_lifecycle in ("fresh", "kept"), method.name
+        assert training.batch_order in ("fixed", "reshuffle"), method.name
+
+
+def test_a_fixed_order_is_one_permutation_drawn_once_and_reshuffle_draws_every_epoch():
+    generator = torch.Generator().manual_seed(0)
+    order = draw_batch_order(10, TrainConfig(batch_order="fixed"), generator)
+    assert order is not None and sorted(order.tolist()) == list(range(10))
+    assert order.tolist() != list(range(10))  # never the stored order
+    epochs = [torch.cat(list(batches(10, 4, generator, order))).tolist() for _ in range(2)]
+    assert epochs[0] == epochs[1] == order.tolist()
+    assert draw_batch_order(10, TrainConfig(batch_order="reshuffle"), generator) is None
+    shuffled = [torch.cat(list(batches(10, 4, generator))).tolist() for _ in range(2)]
+    assert shuffled[0] != shuffled[1]
+
+
+def _tiny(algo: str, **overrides) -> SimulationConfig:
+    return SimulationConfig(algo=algo, clients=2, rounds=2, samples_per_client=40, threads=1, **overrides)
+
+
+@pytest.mark.parametrize("algo", ["local", "fedcache"])
+@pytest.mark.parametrize("lifecycle", ["fresh", "kept"])
+def test_the_run_sets_the_lifecycle_of_every_method(algo, lifecycle):
+    sim = build(_tiny(algo, optimizer_lifecycle=lifecycle, params={"knn": "exact"} if algo == "fedcache" else {}))
+    client = next(iter(sim.clients.values()))
+    assert client.context.train.optimizer_lifecycle == lifecycle
+    sim.federation.hello()
+    sim.federation.run_round(1)
+    first = client.optimizer.optimizer
+    sim.federation.run_round(2)
+    assert (client.optimizer.optimizer is first) == (lifecycle == "kept")
+
+
+def test_the_run_sets_the_batch_order_of_every_method():
+    for algo, order in (("fd", "fixed"), ("fedcache", "reshuffle")):
+        sim = build(_tiny(algo, batch_order=order))
+        for client in sim.clients.values():
+            assert (client.batch_order is not None) == (order == "fixed")
+
+
+def test_the_summary_records_the_resolved_choices(tmp_path):
+    summary = run(_tiny("fedcache", out=str(tmp_path / "a"), params={"knn": "exact"}), progress=False)
+    assert summary["local_training"] == {"optimizer_lifecycle": "fresh", "batch_order": "fixed"}
+    summary = run(_tiny("fd", out=str(tmp_path / "b"), optimizer_lifecycle="fresh"), progress=False)
+    assert summary["local_training"] == {"optimizer_lifecycle": "fresh", "batch_order": "reshuffle"}
+
+
+def test_simulate_refuses_an_unknown_lifecycle():
+    with pytest.raises(ValueError, match="optimizer_lifecycle: expected one of"):
+        build(_tiny("fd", optimizer_lifecycle="never"))
