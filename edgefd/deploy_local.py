@@ -18,13 +18,12 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import asdict
 
 from edgefd import simulate
 from edgefd.deploy_args import add_broker_arguments, broker_flags
 from edgefd.deploy_server import add_deployment_arguments
 from edgefd.runtime.broker import KINDS, start_broker
-from edgefd.simulate import SimulationConfig, client_ids_of
+from edgefd.simulate import client_ids_of, config_to_toml
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,23 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: start one, see --broker-kind)",
     )
     add_deployment_arguments(parser)
-
-
-def config_to_toml(config: SimulationConfig) -> str:
-    """The config as `simulate --config` reads it (None values are left out: they are defaults)."""
-
-    def value(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        return json.dumps(str(v))
-
-    values = asdict(config)
-    params = values.pop("params")
-    lines = [f"{k} = {value(v)}" for k, v in values.items() if v is not None]
-    lines += ["", "[params]"] + [f"{k} = {value(v)}" for k, v in params.items() if v is not None]
-    return "\n".join(lines) + "\n"
 
 
 def _command(*args: str) -> list[str]:

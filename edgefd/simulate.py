@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -364,6 +365,23 @@ def build(config: SimulationConfig) -> Simulation:
     )
 
 
+def config_to_toml(config: SimulationConfig) -> str:
+    """The config as `simulate --config` reads it (None values are left out: they are defaults)."""
+
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        return json.dumps(str(v))
+
+    values = asdict(config)
+    params = values.pop("params")
+    lines = [f"{k} = {value(v)}" for k, v in values.items() if v is not None]
+    lines += ["", "[params]"] + [f"{k} = {value(v)}" for k, v in params.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
 def run(
     config: SimulationConfig, progress: bool = True, on_round: Callable[[dict[str, Any]], None] | None = None
 ) -> dict[str, Any]:
@@ -389,14 +407,15 @@ def _run(
     writer = RunWriter(out)
     federation = sim.federation
 
-    federation.hello()
+    hello_started = time.perf_counter()
+    federation.hello()  # the one-time uploads and the server's start (FedCache: hashing and relations)
     initial = RoundRecord(
         HELLO_ROUND,
         None,
         None,
         federation.transport.ledger.total(UP, HELLO_ROUND),
         federation.transport.ledger.total(DOWN, HELLO_ROUND),
-        0.0,
+        time.perf_counter() - hello_started,
         [],
         [],
     )
@@ -428,6 +447,8 @@ def _run(
         **summarise(writer.lines),
         "bytes_hello": initial.bytes_up,
         "wall_seconds": round_seconds(time.perf_counter() - started),
+        "startup_seconds": round_seconds(initial.seconds),
+        "peak_rss_mb": peak_rss_mb(),
         "models": sim.model_names,
         "params": asdict(sim.server.params),  # as the server resolved them (FedZKT's preset)
         "local_training": local_training_of(config),
@@ -447,6 +468,15 @@ def local_training_of(config: SimulationConfig) -> dict[str, str]:
     method = get_method(config.algo).client.local_training
     resolved = for_method(config.train_config(), method)
     return {"optimizer_lifecycle": resolved.optimizer_lifecycle, "batch_order": resolved.batch_order}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (its whole life: run a measured run in a
+    process of its own, as `edgefd reproduce` does for recipes that report memory)."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return round(kib / 1024, 1)
 
 
 def round_seconds(value: float) -> float:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgefd.encoders import build_encoder, mobilenet_trunk
+from edgefd.encoders import MobileNetHash, build_encoder, mobilenet_trunk
 
 
 def test_pixels_encoder_flattens():
@@ -51,6 +51,19 @@ def test_mobilenet_encoder_gives_576_d_and_loads_weights_from_a_file(tmp_path):
         torch.testing.assert_close(a, b)
     with pytest.raises(FileNotFoundError, match="no such file"):
         build_encoder(f"mobilenet:{tmp_path / 'missing.pt'}")
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32)])
+def test_the_mobilenet_encoder_runs_mobilenet_hash_through_onnxruntime(shape):
+    """The same function as the torch module (to float rounding), batch by batch of any size."""
+    x = torch.randn(37, *shape)
+    with torch.no_grad():
+        expected = MobileNetHash()(x).numpy()
+    got = build_encoder("mobilenet")(x)
+    scale = np.abs(expected).max()  # random weights give tiny embeddings (~1e-8): compare relative
+    np.testing.assert_allclose(got / scale, expected / scale, atol=1e-4)
+    cos = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
+    assert cos.min() > 0.9999
 
 
 def test_onnx_encoder_matches_torch(tmp_path):

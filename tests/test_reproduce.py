@@ -1,5 +1,6 @@
 """`edgefd reproduce`: the table is computed from the runs it made."""
 
+import json
 from dataclasses import replace
 
 from edgefd import reproduce
@@ -67,3 +68,15 @@ def test_arms_of_one_recipe_never_share_a_run_folder():
             [Arm("a", "fedict"), Arm("b", "fedict", {"lka": "balanced"})],
             target_from=["a"],
         )
+
+
+def test_an_isolated_recipe_runs_each_arm_in_its_own_process_and_reports_memory_and_rounds(tmp_path):
+    base = SimulationConfig(dataset="digits", clients=2, rounds=2, models="mlp", samples_per_client=30, threads=1)
+    recipe = Recipe("iso", "test", base, [Arm("Local", "local"), Arm("FD", "fd")], ["FD"], seeds=(0,), isolated=True)
+    table = run_recipe(recipe, tmp_path, recipe.seeds)
+    assert "| start-up s | s / round | peak memory MiB |" in table
+    assert (tmp_path / "iso" / "fd-s0" / "run.toml").is_file()  # the config the process ran
+    summary = json.loads((tmp_path / "iso" / "fd-s0" / "summary.json").read_text())
+    assert 50 < summary["peak_rss_mb"] < 4096 and summary["startup_seconds"] >= 0
+    assert "Mean client accuracy (%) after every round" in table
+    assert "| round | Local | FD |" in table and "\n| 2 | " in table

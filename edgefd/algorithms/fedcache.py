@@ -37,14 +37,16 @@ Choices, with the spec's sections:
 - Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2), or
   ``encoder=projection:64`` (the spec's fixed-seed random projection, §11.2); the paper's is
   ``encoder=mobilenet:WEIGHTS`` with ImageNet weights from a file; ``encoder=onnx:PATH`` runs
-  any ONNX encoder with onnxruntime (`edgefd.encoders`).
+  any ONNX encoder with onnxruntime (`edgefd.encoders`). The costly ones keep their hashes on disk
+  by sample content (``hash_cache``, `edgefd.hash_cache`): a sample is hashed once, by whichever
+  run meets it first.
 - Relations: hnswlib with the authors' M = 64, ef_construction = ef = 1000 by default;
   ``knn=exact`` computes the exact top-R instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +56,8 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.cache import KnowledgeCache, RelationConfig
-from edgefd.encoders import build_encoder
+from edgefd.encoders import HashEncoder, build_encoder
+from edgefd.hash_cache import HashCache
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
 from edgefd.runtime.training import LocalTraining, epoch_batches, forward, train_epochs
@@ -76,6 +79,11 @@ class FedCacheParams:
     exclude_same_client: bool = param(False, "relate samples only to other clients' samples (spec §9 A5)")
     mask_unfilled: bool = param(False, "average only neighbours already uploaded, not the zero rows (§9 A6)")
     max_ensemble: int = param(0, "average only the nearest this many of R (0: all; paper-era code: 10, §9 A7)")
+    hash_cache: str = param(
+        "auto",
+        "where hashes are kept by sample content so that no run hashes a sample twice: auto (for the mobilenet "
+        "and onnx encoders, in $EDGEFD_CACHE_DIR/hashes or ~/.cache/edgefd/hashes) | off | a folder",
+    )
     exchange: str = param(
         "batch",
         "batch: teachers per mini-batch from the live cache, clients in sequence "
@@ -96,6 +104,13 @@ def fedcache_loss(
     return nn.functional.cross_entropy(logits, labels) + params.beta * distill
 
 
+def hash_function(encoder: HashEncoder, cache: str) -> Callable[[torch.Tensor], np.ndarray]:
+    """The encoder itself, or the encoder behind a `HashCache` (``hash_cache``)."""
+    if cache == "off" or (cache == "auto" and not encoder.name.startswith(("mobilenet", "onnx:"))):
+        return encoder
+    return HashCache(encoder, None if cache == "auto" else cache)
+
+
 class FedCacheClient(ClientRole):
     local_training = LocalTraining(optimizer_lifecycle="fresh", batch_order="fixed")  # §9 A15, A17
 
@@ -108,7 +123,7 @@ class FedCacheClient(ClientRole):
 
     def hello(self) -> Payload:
         encoder = build_encoder(self.params.encoder)
-        hashes = encoder(self.data.train_x)
+        hashes = hash_function(encoder, self.params.hash_cache)(self.data.train_x)
         label_dtype = np.uint8 if self.data.num_classes <= 256 else np.int32  # spec §2.3: b_y = 1
         return Payload(
             "fedcache.hello",

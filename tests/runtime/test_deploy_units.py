@@ -6,13 +6,12 @@ import numpy as np
 import pytest
 
 from edgefd import deploy_client
-from edgefd.deploy_local import config_to_toml
 from edgefd.runtime import deploy_protocol as wire
 from edgefd.runtime.client_runtime import load_device_data
 from edgefd.runtime.loop import Federation, LoopConfig
 from edgefd.runtime.mqtt_transport import BrokerSettings
 from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
-from edgefd.simulate import SimulationConfig, config_from_args, selection_rng
+from edgefd.simulate import SimulationConfig, config_from_args, config_to_toml, selection_rng
 
 
 def test_server_selects_like_the_simulation():
