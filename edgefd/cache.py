@@ -113,13 +113,27 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.
     return np.take_along_axis(found, order, axis=1)[:, :r]
 
 
+def _rows(parts: list[np.ndarray], offsets: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``rows`` (sorted) of the parts stacked, copying only those rows."""
+    pieces = []
+    for part, start, end in zip(parts, offsets[:-1], offsets[1:]):
+        inside = rows[(rows >= start) & (rows < end)]
+        if len(inside):
+            pieces.append(part[inside - start])
+    return np.concatenate(pieces) if pieces else np.zeros((0, parts[0].shape[1] if parts else 0), np.float32)
+
+
 def build_relations(
-    hashes: np.ndarray, labels: np.ndarray, config: RelationConfig, owners: np.ndarray | None = None
+    hashes: np.ndarray | list[np.ndarray],
+    labels: np.ndarray,
+    config: RelationConfig,
+    owners: np.ndarray | None = None,
 ) -> np.ndarray:
     """Neighbour table [N, R] (int64 row ids, -1 where a class has fewer than R + 1 members).
 
-    ``owners`` (one integer per row: which client holds it) is needed with
-    ``config.exclude_same_owner``."""
+    ``hashes`` is one [N, D] array or its row blocks in order (one per client, as uploaded: the
+    whole matrix is never copied, only one class's rows at a time). ``owners`` (one integer per
+    row: which client holds it) is needed with ``config.exclude_same_owner``."""
     config.validate()
     if config.exclude_same_owner:
         if owners is None or len(owners) != len(labels):
@@ -127,11 +141,12 @@ def build_relations(
         owners = np.asarray(owners, dtype=np.int64)
     else:
         owners = None
-    hashes = np.ascontiguousarray(hashes, dtype=np.float32)
+    parts = [np.asarray(part, dtype=np.float32) for part in (hashes if isinstance(hashes, list) else [hashes])]
     labels = np.asarray(labels, dtype=np.int64)
-    if hashes.ndim != 2 or len(hashes) != len(labels):
-        raise ValueError(f"hashes {hashes.shape} and labels {labels.shape} do not match")
-    if not np.isfinite(hashes).all():
+    offsets = np.cumsum([0] + [len(part) for part in parts])
+    if any(part.ndim != 2 or part.shape[1:] != parts[0].shape[1:] for part in parts) or offsets[-1] != len(labels):
+        raise ValueError(f"hashes {[part.shape for part in parts]} and labels {labels.shape} do not match")
+    if not all(np.isfinite(part).all() for part in parts):
         raise ValueError("hashes contain NaN or Inf")
     table = np.full((len(labels), config.neighbours), -1, dtype=np.int64)
     for label in progress.track(np.unique(labels), f"relations ({config.method} search, per class)", unit="class"):
@@ -139,7 +154,7 @@ def build_relations(
         r = min(config.neighbours, len(members) - 1)  # spec A13: R_eff = n_c - 1 for small classes
         if r <= 0:
             continue
-        vectors = hashes[members]
+        vectors = np.ascontiguousarray(_rows(parts, offsets, members))
         member_owners = None if owners is None else owners[members]
         if config.method == "exact":
             local = _exact_class(vectors, r, member_owners)
@@ -202,7 +217,7 @@ class KnowledgeCache:
 
     def build(self, config: RelationConfig) -> None:
         """Builds the neighbour table from every registered hash; the hashes are then freed."""
-        hashes = np.concatenate(self._hashes) if self._hashes else np.zeros((0, 1), np.float32)
+        hashes = self._hashes  # row blocks: build_relations copies one class at a time
         self.labels = np.concatenate(self._labels) if self._labels else np.zeros(0, np.int64)
         owners = np.zeros(self.size, np.int64)
         for number, part in enumerate(self.slices.values()):

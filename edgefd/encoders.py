@@ -22,6 +22,7 @@ Every client must use the same encoder. Three are available, named by a spec str
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,15 +133,16 @@ def _mobilenet_encoder(weights: str | None) -> HashEncoder:
     """The hash function of `MobileNetHash`, run by onnxruntime: exported once per input shape (a
     few seconds), it hashes about 4x faster than eager torch on a CPU (3 against 13 ms an image on
     one core, 28x28 inputs), and gives the same embeddings (to float rounding)."""
-    network = MobileNetHash(weights)
+    if weights is not None and not Path(weights).is_file():
+        raise FileNotFoundError(f"mobilenet encoder weights: no such file {weights}")
     sessions: dict[tuple[int, ...], Callable[[np.ndarray], np.ndarray]] = {}
 
     def encode(x: torch.Tensor) -> np.ndarray:
         if x.dim() != 4:
             raise ValueError(f"mobilenet encoder: expected images [B, C, H, W], got shape {tuple(x.shape)}")
         shape = tuple(x.shape[1:])
-        if shape not in sessions:
-            sessions[shape] = onnxruntime_function(network, shape)
+        if shape not in sessions:  # built at the first batch: a run whose hashes are all cached never builds it
+            sessions[shape] = onnxruntime_function(MobileNetHash(weights), shape)
         return sessions[shape](x.numpy())
 
     return HashEncoder("mobilenet" if weights is None else f"mobilenet:{weights}", encode, batch_size=32)
@@ -176,6 +178,13 @@ def onnxruntime_function(module: nn.Module, shape: tuple[int, ...]) -> Callable[
     return run
 
 
+@functools.lru_cache(maxsize=1)
+def _shared_mobilenet_encoder(weights: str | None, stamp: int) -> HashEncoder:
+    """One mobilenet encoder per process (``stamp``: the weights file's mtime, so a rewritten file
+    is read again): the simulated clients of a run share its ONNX export and session."""
+    return _mobilenet_encoder(weights)
+
+
 def _onnx_encoder(path: str) -> HashEncoder:
     import onnxruntime as ort
 
@@ -200,7 +209,9 @@ def build_encoder(spec: str) -> HashEncoder:
     if kind == "projection":
         return _projection_encoder(arg)
     if kind == "mobilenet":
-        return _mobilenet_encoder(arg or None)
+        weights = arg or None
+        stamp = Path(weights).stat().st_mtime_ns if weights and Path(weights).is_file() else 0
+        return _shared_mobilenet_encoder(weights, stamp)
     if kind == "onnx" and arg:
         return _onnx_encoder(arg)
     raise ValueError(f"encoder {spec!r}: expected pixels, projection[:D], mobilenet[:WEIGHTS] or onnx:PATH")

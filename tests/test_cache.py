@@ -259,3 +259,14 @@ def test_cross_client_fraction_counts_links_to_other_clients():
     other = (cache.neighbours // 6 != np.arange(12)[:, None] // 6) & named
     assert cache.cross_client_fraction() == pytest.approx(other.sum() / named.sum())
     assert 0 < cache.cross_client_fraction() < 1
+
+
+def test_relations_from_row_blocks_equal_relations_from_the_stacked_matrix():
+    rng = np.random.default_rng(3)
+    hashes = rng.standard_normal((90, 6)).astype(np.float32)
+    labels = rng.integers(0, 3, 90)
+    config = RelationConfig(neighbours=4, method="exact")
+    blocks = [hashes[:25], hashes[25:26], hashes[26:90]]
+    np.testing.assert_array_equal(build_relations(blocks, labels, config), build_relations(hashes, labels, config))
+    with pytest.raises(ValueError, match="do not match"):
+        build_relations([hashes[:10], hashes[10:20, :5]], labels[:20], config)
