@@ -50,8 +50,8 @@ BATCH_ORDERS = ("method", "fixed", "reshuffle")
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """What a method's paper code does with the local optimiser and the batch order, declared by the
-    method (`register(..., training=...)`). A run keeps it (``--optimizer-lifecycle method``, the
+    """What a method's paper code does with the local optimiser and the batch order, declared by its
+    client role (``ClientRole.local_training``). A run keeps it (``--optimizer-lifecycle method``, the
     default) or sets one choice for every method, so that compared arms differ only in the method."""
 
     optimizer_lifecycle: str = "kept"
