@@ -33,7 +33,9 @@ class TrainConfig:
     weight_decay: float = 5e-4
     optimizer: str = "sgd"
     """"sgd" or "adam"."""
-    eval_batch_size: int = 1024
+    eval_batch_size: int = 256
+    """Samples per forward pass when evaluating or extracting: no faster on a CPU when larger, and a
+    1,024-image batch of a ResNet at 28x28 held about 800 MB more memory at its peak than 256."""
     device: str = "cpu"
     """Where models train: "cpu", "cuda" or "cuda:N" (resolved from ``--device`` by `resolve_device`)."""
     optimizer_lifecycle: str = "method"
@@ -231,7 +233,7 @@ def has_batchnorm(model: nn.Module) -> bool:
 
 
 @torch.no_grad()
-def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
     model.eval()
     if len(x) == 0:
         return torch.empty(0)
@@ -239,7 +241,7 @@ def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) ->
 
 
 @torch.no_grad()
-def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> dict[str, float]:
+def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 256) -> dict[str, float]:
     """Accuracy and mean cross-entropy over all of (x, y) (every batch counts, not just the last)."""
     if len(x) == 0:
         return {"accuracy": float("nan"), "loss": float("nan"), "samples": 0}
