@@ -71,6 +71,18 @@ BENCHMARKS = {
             "edgefd bench engine --dataset digits --clients 4 --rounds 3 --threads 1     # quick",
         ),
     ),
+    "step": Subcommand(
+        "step",
+        "edgefd.bench.step",
+        "one training step of the client models, NCHW vs channels-last",
+        description="One local SGD step (forward, backward, update) of each model at a small batch, in PyTorch's "
+        "NCHW layout and in channels-last (NHWC, the runtime's default: --channels-last), steps alternating "
+        "between the two; prints the median milliseconds per step of each and their ratio.",
+        examples=(
+            "edgefd bench step",
+            "edgefd bench step --models resnet20 --threads 1 --steps 100",
+        ),
+    ),
     "onnx": Subcommand(
         "onnx",
         "edgefd.bench.onnx",

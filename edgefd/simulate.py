@@ -52,6 +52,7 @@ from edgefd.runtime.training import (
     TrainConfig,
     check_choice,
     for_method,
+    place_model,
     resolve_device,
 )
 from edgefd.runtime.transport import DOWN, UP, InProcessTransport
@@ -124,6 +125,11 @@ class SimulationConfig:
         "the clients' batch order: reshuffle (a new order every epoch), fixed (one random order per client, "
         "drawn once) or method (what the method's paper code does)",
     )
+    channels_last: bool = setting(
+        True,
+        "convolutional models in the channels-last (NHWC) memory layout, about a tenth faster to train on a CPU; "
+        "false keeps PyTorch's default NCHW (results agree to float rounding)",
+    )
     threads: int = setting(2, "CPU threads for torch and the kernels (use 1 to run several simulations at once)")
     kernels: str | None = setting(None, "kernel backend: cpp or torch (default: $EDGEFD_KERNELS, else cpp)")
     device: str = setting(
@@ -150,6 +156,7 @@ class SimulationConfig:
             device=resolve_device(self.device),
             optimizer_lifecycle=self.optimizer_lifecycle,
             batch_order=self.batch_order,
+            channels_last=self.channels_last,
         )
 
     def loop_config(self) -> LoopConfig:
@@ -304,7 +311,7 @@ def build_client(config: SimulationConfig, pieces: RunPieces, index: int, data: 
     train = config.train_config()
     context = ClientContext(
         pieces.client_ids[index],
-        pieces.make_model(name).to(train.device),  # built on the CPU: the same weights on any device
+        place_model(pieces.make_model(name), train),  # built on the CPU: the same weights on any device
         name,
         data,
         train,
@@ -323,7 +330,7 @@ def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
     train = config.train_config()
 
     def make_model(name: str) -> torch.nn.Module:
-        return pieces.make_model(name).to(train.device)
+        return place_model(pieces.make_model(name), train)
 
     context = ServerContext(
         list(pieces.client_ids),
@@ -538,6 +545,7 @@ METAVARS = {
     "kernels": "BACKEND",
     "lr": "LR",
     "score_full_test": "BOOL",
+    "channels_last": "BOOL",
     "optimizer_lifecycle": "WHEN",
     "batch_order": "ORDER",
 }

@@ -44,6 +44,10 @@ class TrainConfig:
     batch_order: str = "method"
     """"reshuffle": a new batch order every epoch; "fixed": one random permutation per client, drawn once
     and kept; "method": what the method's paper code does."""
+    channels_last: bool = True
+    """Models with 2-D convolutions keep their weights, and so their activations, channels-last (NHWC):
+    oneDNN's convolutions run about 12% faster so on a CPU at batch 8 (`edgefd bench step`). Only
+    the memory layout changes; results agree to float rounding."""
 
 
 OPTIMIZER_LIFECYCLES = ("method", "fresh", "kept")
@@ -119,6 +123,14 @@ def model_device(model: nn.Module) -> torch.device:
 def to_model(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``x`` on ``model``'s device (the same tensor when it is already there)."""
     return x.to(model_device(model))
+
+
+def place_model(model: nn.Module, config: TrainConfig) -> nn.Module:
+    """``model`` on the run's device, in the run's memory layout (``TrainConfig.channels_last``)."""
+    model = model.to(config.device)
+    if config.channels_last and any(isinstance(m, nn.Conv2d) for m in model.modules()):
+        model = model.to(memory_format=torch.channels_last)
+    return model
 
 
 def forward(

@@ -3,12 +3,14 @@ a client SIGKILLed mid-round, the broker restarted mid-run, the server SIGKILLed
 
 import json
 import signal
+from pathlib import Path
 
 import numpy as np
 import pytest
 from mqtt_helpers import client, comparable, finish, lines_of, needs_mosquitto, server, wait_for
 
 from edgefd.runtime.broker import start_broker
+from edgefd.runtime.server_runtime import CHECKPOINT_FILE
 from edgefd.simulate import SimulationConfig, client_data, prepare, run
 
 pytestmark = needs_mosquitto
@@ -109,6 +111,13 @@ def test_broker_restart_mid_run(tmp_path, broker):
     assert frames > summary["deployment"]["wire"]["received_messages"]["up/train"]  # chunked
 
 
+def checkpointed(out: Path) -> bool:
+    """The server's checkpoint is at least as new as its last metrics line (it writes the line, then
+    the checkpoint): a kill now finds the round it has just written checkpointed."""
+    checkpoint, metrics = out / CHECKPOINT_FILE, out / "metrics.jsonl"
+    return checkpoint.exists() and checkpoint.stat().st_mtime_ns >= metrics.stat().st_mtime_ns
+
+
 def test_server_killed_and_resumed(tmp_path, broker):
     """The server is SIGKILLed after round 1; `edgefd server --resume` continues from its checkpoint:
     every round appears once and the results are the simulation's (no round lost or trained twice).
@@ -125,7 +134,7 @@ def test_server_killed_and_resumed(tmp_path, broker):
         own_flags={"client-1": ("--data-dir", tmp_path / "device-1")},
     )
     try:
-        wait_for(lambda: len(lines_of(out)) >= 2, 180, "round 1", processes.values())
+        wait_for(lambda: len(lines_of(out)) >= 2 and checkpointed(out), 180, "round 1", processes.values())
         processes["server"].send_signal(signal.SIGKILL)
         processes["server"].wait()
         processes["server"] = server(

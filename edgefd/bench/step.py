@@ -1,0 +1,111 @@
+"""`edgefd bench step`: one local training step of the clients' models, in each memory layout.
+
+At FedCache's batch of 8 images a ResNet step is a string of small convolutions whose cost is
+oneDNN's, not Python's: the layout of the activations (PyTorch's NCHW, or channels-last NHWC) is
+what the runtime can change (`TrainConfig.channels_last`). Both layouts train copies of the same
+model on the same batches, steps alternating between them so that machine noise hits both alike;
+the table gives the median milliseconds per step and the ratio to NCHW.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from edgefd.models import build_model
+
+LAYOUTS = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+@dataclass
+class StepResult:
+    model: str
+    batch_size: int
+    threads: int
+    milliseconds: dict[str, float]
+    """Median milliseconds per training step (forward, backward, SGD step) by layout."""
+
+
+def measure_model(name: str, batch_size: int, steps: int, input_shape: tuple[int, int, int]) -> dict[str, float]:
+    """Median ms per SGD step (momentum 0.9, weight decay 5e-4) of ``name`` in each layout."""
+    x = torch.randn(1024, *input_shape, generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 10, (1024,), generator=torch.Generator().manual_seed(1))
+    order = torch.Generator().manual_seed(2)
+    runs = {}
+    for layout, memory_format in LAYOUTS.items():
+        torch.manual_seed(0)
+        model = build_model(name, in_channels=input_shape[0], num_classes=10, input_shape=input_shape)
+        model = model.to(memory_format=memory_format).train()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+        runs[layout] = (model, optimizer)
+    times: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
+    warm_up = max(steps // 10, 5)
+    for step in range(warm_up + steps):
+        idx = torch.randint(0, len(x), (batch_size,), generator=order)
+        for layout, (model, optimizer) in runs.items():
+            start = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(x[idx]), y[idx]).backward()
+            optimizer.step()
+            if step >= warm_up:
+                times[layout].append(time.perf_counter() - start)
+    return {layout: round(1000 * statistics.median(t), 3) for layout, t in times.items()}
+
+
+def measure(
+    models: list[str], batch_size: int = 8, steps: int = 300, threads: int = 2, input_shape=(1, 28, 28)
+) -> list[StepResult]:
+    torch.set_num_threads(threads)
+    return [
+        StepResult(name, batch_size, threads, measure_model(name, batch_size, steps, tuple(input_shape)))
+        for name in models
+    ]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--models",
+        metavar="NAMES",
+        default="resnet8,resnet16,resnet20",
+        help="comma-separated registered models (`edgefd models`) (default: %(default)s, FedCache's zoo)",
+    )
+    parser.add_argument("--batch-size", type=int, metavar="N", default=8, help="images per step (default: %(default)s)")
+    parser.add_argument(
+        "--steps", type=int, metavar="N", default=300, help="timed steps per layout (default: %(default)s)"
+    )
+    parser.add_argument("--threads", type=int, metavar="N", default=2, help="torch threads (default: %(default)s)")
+    parser.add_argument(
+        "--input-shape",
+        metavar="C,H,W",
+        default="1,28,28",
+        help="one image's shape (default: %(default)s, Fashion-MNIST)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE (default: print only)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        shape = tuple(int(v) for v in args.input_shape.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 1:
+        raise SystemExit(f"edgefd bench step: --input-shape must be C,H,W (positive sizes), got {args.input_shape!r}")
+    if args.batch_size < 1 or args.steps < 1 or args.threads < 1:
+        raise SystemExit("edgefd bench step: --batch-size, --steps and --threads must be >= 1")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    results = measure(models, args.batch_size, args.steps, args.threads, shape)
+    print(f"one SGD step at batch {args.batch_size}, {args.threads} threads, input {args.input_shape}, median ms:")
+    print(f"{'model':<12} {'NCHW':>8} {'channels-last':>14} {'ratio':>7}")
+    for r in results:
+        nchw, last = r.milliseconds["nchw"], r.milliseconds["channels_last"]
+        print(f"{r.model:<12} {nchw:>8.2f} {last:>14.2f} {last / nchw:>6.3f}x")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump([asdict(r) for r in results], handle, indent=2)
+    return 0
