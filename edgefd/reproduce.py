@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.simulate import SimulationConfig, config_to_toml
 from edgefd.simulate import run as run_simulation
 
@@ -534,7 +535,19 @@ def per_round_table(results: dict[str, list[tuple[dict, list[dict]]]]) -> list[s
     return rows
 
 
-def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | None = None) -> str:
+def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | None:
+    """The summary of a finished run in ``folder`` made from exactly ``config`` (its run.toml), else None."""
+    toml, summary = folder / "run.toml", folder / SUMMARY_FILE
+    if toml.is_file() and summary.is_file() and toml.read_text() == config_to_toml(config):
+        return json.loads(summary.read_text())
+    return None
+
+
+def run_recipe(
+    recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | None = None, rerun: bool = False
+) -> str:
+    """Runs every arm and seed (keeping a finished run of the same config unless ``rerun``), then
+    writes and returns the table."""
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
     for arm in recipe.arms:
         for seed in seeds:
@@ -547,7 +560,15 @@ def run_recipe(recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | 
                 out=str(folder),
                 rounds=rounds or recipe.base.rounds,
             )
-            summary = run_isolated(config) if recipe.isolated else run_simulation(config, progress=True)
+            summary = None if rerun else finished_run(folder, config)
+            if summary is not None:
+                print(f"{arm.label} seed {seed}: kept the finished run in {folder} (same config)", flush=True)
+            elif recipe.isolated:
+                summary = run_isolated(config)
+            else:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / "run.toml").write_text(config_to_toml(config))
+                summary = run_simulation(config, progress=True)
             lines = [json.loads(text) for text in (folder / "metrics.jsonl").read_text().splitlines()]
             results.setdefault(arm.label, []).append((summary, lines))
             print(f"{arm.label} seed {seed}: best {100 * summary['best_accuracy']:.2f}%", flush=True)
@@ -630,10 +651,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="run N rounds instead of the recipe's, for a quick look (the table is then not the recipe's) "
         "(default: the recipe's)",
     )
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run every arm again; by default a run whose folder holds a finished run of the same config "
+        "(its run.toml and summary.json) is kept, so an interrupted recipe goes on where it stopped",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     recipe = RECIPES[args.recipe]
-    table = run_recipe(recipe, Path(args.out), tuple(args.seeds or recipe.seeds), args.rounds)
+    table = run_recipe(recipe, Path(args.out), tuple(args.seeds or recipe.seeds), args.rounds, args.rerun)
     print(table)
     return 0

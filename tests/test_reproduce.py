@@ -80,3 +80,21 @@ def test_an_isolated_recipe_runs_each_arm_in_its_own_process_and_reports_memory_
     assert 50 < summary["peak_rss_mb"] < 4096 and summary["startup_seconds"] >= 0
     assert "Mean client accuracy (%) after every round" in table
     assert "| round | Local | FD |" in table and "\n| 2 | " in table
+
+
+def test_a_finished_run_of_the_same_config_is_kept_and_a_changed_one_is_run_again(tmp_path, capsys):
+    base = SimulationConfig(dataset="digits", clients=2, rounds=1, models="mlp", samples_per_client=30, threads=1)
+    recipe = Recipe("again", "test", base, [Arm("Local", "local")], ["Local"], seeds=(0,))
+    first = run_recipe(recipe, tmp_path, (0,))
+    metrics = tmp_path / "again" / "local-s0" / "metrics.jsonl"
+    written = metrics.stat().st_mtime_ns
+    assert run_recipe(recipe, tmp_path, (0,)) == first  # kept: the same table from the same run
+    assert metrics.stat().st_mtime_ns == written
+    assert "kept the finished run" in capsys.readouterr().out
+
+    run_recipe(recipe, tmp_path, (0,), rerun=True)
+    assert metrics.stat().st_mtime_ns > written
+    rerun = metrics.stat().st_mtime_ns
+    run_recipe(recipe, tmp_path, (0,), rounds=2)  # another config: run again, never the old summary
+    assert metrics.stat().st_mtime_ns > rerun
+    assert len(metrics.read_text().splitlines()) == 3  # rounds 0, 1 and 2

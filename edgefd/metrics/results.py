@@ -43,6 +43,7 @@ class RunWriter:
         self.out.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.out / METRICS_FILE
         self.metrics_path.write_text("")
+        (self.out / SUMMARY_FILE).unlink(missing_ok=True)  # an earlier run's: it would pass for this one's
         self.lines: list[dict[str, Any]] = []
         self._up = 0
         self._down = 0
