@@ -12,7 +12,12 @@ and a round's lookups copy nothing but the answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import os
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -164,6 +169,65 @@ def build_relations(
     return table
 
 
+RELATIONS_FORMAT = "v1"
+"""Bumped when the stored table or `build_relations` changes: old tables are then not read."""
+
+
+class RelationStore:
+    """Neighbour tables on disk, keyed by everything they are computed from (the hashes, labels and
+    owners, the search settings, the hnswlib version), so that a run whose server meets the same
+    hashes again (another arm or seed on the same split, a rerun) loads the table instead of
+    searching: with the authors' hnswlib settings that search is most of FedCache's start-up on
+    Fashion-MNIST. A loaded table is the one the first run built (a multi-threaded hnswlib build is
+    not bit-repeatable, so reruns through a store agree where fresh builds may not)."""
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.folder = Path(root)
+        self.loaded = False
+        """Whether the last `relations` call found its table on disk."""
+
+    @staticmethod
+    def key(hashes: list[np.ndarray], labels: np.ndarray, config: RelationConfig, owners: np.ndarray | None) -> str:
+        digest = hashlib.blake2b(digest_size=16)
+        settings = {k: v for k, v in asdict(config).items() if k != "threads"}  # threads change no result
+        digest.update(json.dumps([RELATIONS_FORMAT, settings, _hnswlib_version()], sort_keys=True).encode())
+        digest.update(np.ascontiguousarray(labels, dtype=np.int64).tobytes())
+        if config.exclude_same_owner and owners is not None:
+            digest.update(np.ascontiguousarray(owners, dtype=np.int64).tobytes())
+        for part in hashes:
+            part = np.ascontiguousarray(part, dtype=np.float32)
+            digest.update(str(part.shape).encode())
+            digest.update(memoryview(part).cast("B"))
+        return digest.hexdigest()
+
+    def relations(
+        self, hashes: list[np.ndarray], labels: np.ndarray, config: RelationConfig, owners: np.ndarray | None
+    ) -> np.ndarray:
+        """`build_relations`' table, read from the store when it holds it, else built and stored."""
+        path = self.folder / f"{self.key(hashes, labels, config, owners)}.npy"
+        self.loaded = path.is_file()
+        if self.loaded:
+            table = np.load(path)
+            if table.shape == (len(labels), config.neighbours):
+                return table.astype(np.int64)
+        table = build_relations(hashes, labels, config, owners)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".{uuid.uuid4().hex}.tmp.npy"
+        np.save(tmp, table.astype(np.int32))  # row ids < 2**31: half the bytes on disk
+        os.replace(tmp, path)
+        self.loaded = False
+        return table
+
+
+def _hnswlib_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hnswlib")
+    except Exception:  # not installed (exact search) or no metadata
+        return "none"
+
+
 class KnowledgeCache:
     """Registered samples, their neighbour table and their latest logits."""
 
@@ -215,15 +279,19 @@ class KnowledgeCache:
         self._labels.append(labels)
         self.size += n
 
-    def build(self, config: RelationConfig) -> None:
-        """Builds the neighbour table from every registered hash; the hashes are then freed."""
+    def build(self, config: RelationConfig, store: RelationStore | None = None) -> None:
+        """Builds the neighbour table from every registered hash (or reads it from ``store``); the
+        hashes are then freed."""
         hashes = self._hashes  # row blocks: build_relations copies one class at a time
         self.labels = np.concatenate(self._labels) if self._labels else np.zeros(0, np.int64)
         owners = np.zeros(self.size, np.int64)
         for number, part in enumerate(self.slices.values()):
             owners[part] = number
         self.owners = owners
-        self.neighbours = build_relations(hashes, self.labels, config, owners)
+        if store is None:
+            self.neighbours = build_relations(hashes, self.labels, config, owners)
+        else:
+            self.neighbours = store.relations(hashes, self.labels, config, owners)
         if self.max_ensemble:
             self.neighbours = np.ascontiguousarray(self.neighbours[:, : self.max_ensemble])
         self.knowledge = torch.zeros((self.size, self.num_classes))

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from edgefd.runtime.mqtt_transport import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_MESSAGE_BYTES, BrokerSettings
+from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_MESSAGE_BYTES, BrokerSettings
 
 PASSWORD_ENV = "EDGEFD_MQTT_PASSWORD"
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import tomllib
 
 from edgefd.data import DatasetNotFoundError
+from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
 from edgefd.deploy_args import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
-from edgefd.runtime.client_runtime import ClientRuntime, ClientSettings
 
 REQUIRED = ("broker", "run", "client_id")
 

@@ -20,9 +20,9 @@ import time
 import uuid
 
 from edgefd import simulate
+from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy_args import add_broker_arguments, broker_flags
 from edgefd.deploy_server import add_deployment_arguments
-from edgefd.runtime.broker import KINDS, start_broker
 from edgefd.simulate import client_ids_of, config_to_toml
 
 

@@ -18,8 +18,8 @@ import sys
 
 from edgefd import simulate
 from edgefd.data import DatasetNotFoundError
+from edgefd.deploy.server_runtime import DeploymentSettings, ServerRuntime
 from edgefd.deploy_args import add_broker_arguments, broker_settings, setup_logging
-from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,10 +29,15 @@ FORMAT = "v1"
 """Bumped when the stored layout or an encoder's function changes: old shards are then not read."""
 
 
+def cache_base() -> Path:
+    """Where edgefd keeps what it computed once: ``$EDGEFD_CACHE_DIR``, else ``~/.cache/edgefd``."""
+    base = os.environ.get("EDGEFD_CACHE_DIR")
+    return Path(base) if base else Path.home() / ".cache" / "edgefd"
+
+
 def default_root() -> Path:
     """``$EDGEFD_CACHE_DIR/hashes``, else ``~/.cache/edgefd/hashes``."""
-    base = os.environ.get("EDGEFD_CACHE_DIR")
-    return (Path(base) if base else Path.home() / ".cache" / "edgefd") / "hashes"
+    return cache_base() / "hashes"
 
 
 def sample_keys(x: torch.Tensor) -> np.ndarray:

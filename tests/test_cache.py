@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgefd.cache import KnowledgeCache, RelationConfig, build_relations
+from edgefd.cache import KnowledgeCache, RelationConfig, RelationStore, build_relations
 
 
 def clustered(n_per_class=300, classes=5, dim=16, seed=0):
@@ -270,3 +270,39 @@ def test_relations_from_row_blocks_equal_relations_from_the_stacked_matrix():
     np.testing.assert_array_equal(build_relations(blocks, labels, config), build_relations(hashes, labels, config))
     with pytest.raises(ValueError, match="do not match"):
         build_relations([hashes[:10], hashes[10:20, :5]], labels[:20], config)
+
+
+def test_a_relation_store_builds_once_and_rebuilds_when_anything_it_depends_on_changes(tmp_path, monkeypatch):
+    hashes, labels = clustered(n_per_class=60, classes=3)
+    parts = [hashes[:100], hashes[100:]]  # two clients' blocks
+    config = RelationConfig(neighbours=4, method="hnsw", m=8, ef_construction=50, ef=50, threads=1)
+    store = RelationStore(tmp_path / "relations")
+    first = store.relations(parts, labels, config, None)
+    assert not store.loaded and np.array_equal(first, build_relations(parts, labels, config))
+    assert len(list((tmp_path / "relations").glob("*.npy"))) == 1
+
+    searches = []
+    import edgefd.cache as cache_module
+
+    original = cache_module.build_relations
+    monkeypatch.setattr(cache_module, "build_relations", lambda *a: searches.append(1) or original(*a))
+    again = store.relations(parts, labels, RelationConfig(**{**config.__dict__, "threads": 2}), None)
+    assert store.loaded and not searches and np.array_equal(again, first) and again.dtype == np.int64
+
+    changed_hash = [parts[0].copy(), parts[1]]
+    changed_hash[0][5, 0] += 1.0
+    store.relations(changed_hash, labels, config, None)
+    store.relations(parts, labels, RelationConfig(**{**config.__dict__, "neighbours": 3}), None)
+    store.relations(parts, labels[::-1].copy(), config, None)
+    assert not store.loaded and len(searches) == 3
+    assert len(list((tmp_path / "relations").glob("*.npy"))) == 4
+
+
+def test_fedcache_keeps_hnsw_tables_by_default_and_never_exact_ones(tmp_path, monkeypatch):
+    from edgefd.algorithms.fedcache import FedCacheParams, relation_store
+
+    monkeypatch.setenv("EDGEFD_CACHE_DIR", str(tmp_path))
+    assert relation_store(FedCacheParams()).folder == tmp_path / "relations"
+    assert relation_store(FedCacheParams(knn="exact")) is None
+    assert relation_store(FedCacheParams(relation_cache="off")) is None
+    assert relation_store(FedCacheParams(knn="exact", relation_cache=str(tmp_path / "x"))).folder == tmp_path / "x"

@@ -1,4 +1,4 @@
-"""The linter, the formatter and the type checker, as CI runs them (configured in pyproject.toml):
+"""The linter, the formatter, the type checker and the layer contracts, as CI runs them (configured in pyproject.toml):
 part of the test suite so that the README's test command is the whole check."""
 
 from __future__ import annotations
@@ -38,4 +38,10 @@ def test_ruff_format_is_clean():
 def test_mypy_is_clean_on_the_package():
     _tool("mypy")
     result = _run(sys.executable, "-m", "mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_imports_follow_the_layers():
+    """The contracts in pyproject.toml ([tool.importlinter]): imports only point down, no cycles."""
+    result = _run(_tool("lint-imports"))
     assert result.returncode == 0, result.stdout + result.stderr

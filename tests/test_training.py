@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from edgefd.algorithms.base import list_methods
-from edgefd.runtime.training import (
+from edgefd.simulate import SimulationConfig, build, run
+from edgefd.training import (
     LocalTraining,
     RoundOptimizer,
     TrainConfig,
@@ -15,7 +16,6 @@ from edgefd.runtime.training import (
     draw_batch_order,
     for_method,
 )
-from edgefd.simulate import SimulationConfig, build, run
 
 
 def test_fresh_builds_a_new_optimiser_every_round_and_kept_one_for_the_run():

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from edgefd.cli import main
-from edgefd.runtime.training import forward, model_device, resolve_device, to_model
 from edgefd.simulate import SimulationConfig, build, run
+from edgefd.training import forward, model_device, resolve_device, to_model
 
 
 def test_auto_is_the_cpu_without_a_gpu_and_cpu_is_cpu():
@@ -53,9 +53,9 @@ def test_forward_moves_the_batch_to_the_model_and_the_output_back():
 def test_models_and_server_models_are_placed_on_the_configured_device(monkeypatch):
     """Without a GPU, the meta device stands in for one: every model the run builds must land on
     the device the config resolves to (building moves nothing else, so meta tensors are enough)."""
-    import edgefd.simulate as simulate
+    import edgefd.runtime.config as run_config
 
-    monkeypatch.setattr(simulate, "resolve_device", lambda spec: "meta")
+    monkeypatch.setattr(run_config, "resolve_device", lambda spec: "meta")
     sim = build(SimulationConfig(algo="fd", clients=2, rounds=1))
     assert all(model_device(client.model).type == "meta" for client in sim.clients.values())
     server = build(SimulationConfig(algo="fedzkt", clients=2, rounds=1)).server

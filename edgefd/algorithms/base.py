@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from edgefd.protocol import Payload
-from edgefd.runtime.training import (
+from edgefd.training import (
     LocalTraining,
     RoundOptimizer,
     TrainConfig,

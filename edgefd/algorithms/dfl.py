@@ -70,7 +70,7 @@ from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.algorithms.fedavg import weighted_average
 from edgefd.protocol import Payload
-from edgefd.runtime.training import (
+from edgefd.training import (
     LocalTraining,
     load_state_arrays,
     predict_logits,

@@ -24,7 +24,7 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, param, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import predict_logits, train_epochs
+from edgefd.training import predict_logits, train_epochs
 
 
 @dataclass

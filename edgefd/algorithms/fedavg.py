@@ -14,7 +14,7 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
+from edgefd.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
 
 
 @dataclass

@@ -41,7 +41,9 @@ Choices, with the spec's sections:
   by sample content (``hash_cache``, `edgefd.hash_cache`): a sample is hashed once, by whichever
   run meets it first.
 - Relations: hnswlib with the authors' M = 64, ef_construction = ef = 1000 by default;
-  ``knn=exact`` computes the exact top-R instead.
+  ``knn=exact`` computes the exact top-R instead. The server keeps each neighbour table on disk by
+  what it was computed from (``relation_cache``, `edgefd.cache.RelationStore`): a run on hashes
+  met before loads it instead of searching again.
 """
 
 from __future__ import annotations
@@ -55,12 +57,12 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
-from edgefd.cache import KnowledgeCache, RelationConfig
+from edgefd.cache import KnowledgeCache, RelationConfig, RelationStore
 from edgefd.encoders import HashEncoder, build_encoder
-from edgefd.hash_cache import HashCache
+from edgefd.hash_cache import HashCache, cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
-from edgefd.runtime.training import LocalTraining, epoch_batches, forward, train_epochs
+from edgefd.training import LocalTraining, epoch_batches, forward, train_epochs
 
 EXCHANGES = ("batch", "round")
 
@@ -84,6 +86,12 @@ class FedCacheParams:
         "where hashes are kept by sample content so that no run hashes a sample twice: auto (for the mobilenet "
         "and onnx encoders, in $EDGEFD_CACHE_DIR/hashes or ~/.cache/edgefd/hashes) | off | a folder",
     )
+    relation_cache: str = param(
+        "auto",
+        "where the server keeps neighbour tables by the hashes and settings they came from, so that a run on "
+        "hashes met before skips the search: auto (for knn=hnsw, in $EDGEFD_CACHE_DIR/relations or "
+        "~/.cache/edgefd/relations) | off | a folder",
+    )
     exchange: str = param(
         "batch",
         "batch: teachers per mini-batch from the live cache, clients in sequence "
@@ -102,6 +110,13 @@ def fedcache_loss(
     teacher = torch.softmax(teacher_logits / params.temperature, dim=1) + params.eps
     distill = kernels.weighted_kl(logits, teacher.contiguous(), temperature=params.temperature, teacher_is_prob=True)
     return nn.functional.cross_entropy(logits, labels) + params.beta * distill
+
+
+def relation_store(params: FedCacheParams) -> RelationStore | None:
+    """Where the server's neighbour table is kept (``relation_cache``), or None to always search."""
+    if params.relation_cache == "off" or (params.relation_cache == "auto" and params.knn != "hnsw"):
+        return None
+    return RelationStore(cache_base() / "relations" if params.relation_cache == "auto" else params.relation_cache)
 
 
 def hash_function(encoder: HashEncoder, cache: str) -> Callable[[torch.Tensor], np.ndarray]:
@@ -237,7 +252,7 @@ class FedCacheServer(ServerRole):
         for client in sorted(hellos):
             arrays = hellos[client].arrays
             self.cache.register(client, arrays["ids"], arrays["labels"], arrays["hashes"])
-        self.cache.build(self.relations)
+        self.cache.build(self.relations, relation_store(self.params))
         self.cross_client = self.cache.cross_client_fraction()
 
     def downlink(self, round: int, client_id: str) -> Payload:

@@ -96,7 +96,7 @@ from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
-from edgefd.runtime.training import (
+from edgefd.training import (
     LocalTraining,
     TrainConfig,
     batches,

@@ -94,7 +94,7 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import (
+from edgefd.training import (
     TrainConfig,
     batches,
     forward,

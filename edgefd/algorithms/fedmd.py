@@ -41,7 +41,7 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
-from edgefd.runtime.training import LocalTraining, predict_logits, train_epochs
+from edgefd.training import LocalTraining, predict_logits, train_epochs
 
 KIND = "fedmd"
 CONSENSUS = "consensus"

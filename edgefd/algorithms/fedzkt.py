@@ -71,7 +71,7 @@ from edgefd import kernels, progress
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
 from edgefd.models import build_model
 from edgefd.protocol import Payload
-from edgefd.runtime.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
+from edgefd.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
 
 KIND = "fedzkt"
 PRESETS = ("cpu", "paper")

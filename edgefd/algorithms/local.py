@@ -8,7 +8,7 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
 from edgefd.protocol import Payload
-from edgefd.runtime.training import train_epochs
+from edgefd.training import train_epochs
 
 
 @dataclass

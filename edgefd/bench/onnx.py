@@ -24,8 +24,7 @@ import torch
 from edgefd.data import load_dataset
 from edgefd.export.onnx_export import export_onnx, onnx_session, sample_shape
 from edgefd.export.quantize import quantize_static_int8
-from edgefd.models import build_model
-from edgefd.simulate import in_channels_of
+from edgefd.models import build_model, in_channels_of
 
 BATCHES = (1, 32)
 

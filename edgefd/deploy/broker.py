@@ -3,7 +3,7 @@
 Used by `edgefd deploy-local` and the integration tests. Mosquitto runs in the foreground from a
 minimal config written to a work folder (listener on one address and port, no pid or log file,
 no persistence), so it never needs a root-owned folder; `extra_config` adds lines (TLS, passwords,
-ACL). amqtt, the fallback, runs as `python -m edgefd.runtime.broker --port N` in its own process,
+ACL). amqtt, the fallback, runs as `python -m edgefd.deploy.broker --port N` in its own process,
 speaks MQTT 3.1.1 only and ignores `extra_config` (anonymous, no TLS).
 """
 
@@ -137,7 +137,7 @@ def start_broker(
     else:
         if extra_config:
             raise ValueError("the embedded amqtt broker takes no extra config (TLS/passwords/ACL need Mosquitto)")
-        command, chosen = [sys.executable, "-m", "edgefd.runtime.broker", "--host", host, "--port", str(port)], "amqtt"
+        command, chosen = [sys.executable, "-m", "edgefd.deploy.broker", "--host", host, "--port", str(port)], "amqtt"
     process = _spawn(command, folder)
     _wait_listening(host, port, process, folder)
     log.info("started %s on %s:%d", chosen, host, port)

@@ -78,4 +78,9 @@ def save(path: str | os.PathLike, state: Any, references: dict[str, Any]) -> Non
 
 
 def load(path: str | os.PathLike, references: dict[str, Any]) -> Any:
-    return loads(Path(path).read_bytes(), references)
+    try:
+        return loads(Path(path).read_bytes(), references)
+    except (ModuleNotFoundError, AttributeError) as error:  # a class this version moved or renamed
+        raise ValueError(
+            f"{path}: written by another version of edgefd ({error}); start the run afresh without --resume"
+        ) from error

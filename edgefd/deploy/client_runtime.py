@@ -30,10 +30,9 @@ import numpy as np
 import torch
 
 from edgefd.algorithms.base import ClientData, ClientRole
-from edgefd.protocol import Payload
-from edgefd.runtime import checkpoint
-from edgefd.runtime import deploy_protocol as wire
-from edgefd.runtime.mqtt_transport import (
+from edgefd.deploy import checkpoint
+from edgefd.deploy import deploy_protocol as wire
+from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,
     BrokerSettings,
@@ -43,8 +42,10 @@ from edgefd.runtime.mqtt_transport import (
     check_name,
     encode_frames,
 )
-from edgefd.runtime.training import resolve_device
-from edgefd.simulate import SimulationConfig, build_client, prepare
+from edgefd.protocol import Payload, encoded_size
+from edgefd.runtime.build import build_client, prepare
+from edgefd.runtime.config import SimulationConfig
+from edgefd.training import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +217,7 @@ class ClientRuntime:
             self.replies[key] = payload
             if verb != "eval":
                 self._save()
-            log.info("%s: %s %d answered (%d bytes)", self.cid, verb, round, payload.nbytes)
+            log.info("%s: %s %d answered (%d bytes)", self.cid, verb, round, encoded_size(payload))
         else:
             log.info("%s: %s %d answered again from cache", self.cid, verb, round)
         self.endpoint.publish(self.topics.up(self.cid, verb), payload)
@@ -294,6 +295,6 @@ class ClientRuntime:
 
 
 def _client_ids(config: SimulationConfig) -> list[str]:
-    from edgefd.simulate import client_ids_of
+    from edgefd.runtime.build import client_ids_of
 
     return client_ids_of(config.clients)

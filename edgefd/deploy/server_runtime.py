@@ -30,11 +30,9 @@ from typing import Any
 import numpy as np
 
 from edgefd import kernels
-from edgefd.metrics.results import RunWriter, summarise
-from edgefd.runtime import checkpoint
-from edgefd.runtime import deploy_protocol as wire
-from edgefd.runtime.loop import HELLO_ROUND, RoundRecord
-from edgefd.runtime.mqtt_transport import (
+from edgefd.deploy import checkpoint
+from edgefd.deploy import deploy_protocol as wire
+from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,
     BrokerSettings,
@@ -42,7 +40,11 @@ from edgefd.runtime.mqtt_transport import (
     MqttEndpoint,
     Topics,
 )
-from edgefd.simulate import SimulationConfig, build_server, prepare, round_seconds, selection_rng
+from edgefd.metrics.results import RunWriter, summarise
+from edgefd.protocol import encoded_size
+from edgefd.runtime.build import build_server, prepare, round_seconds, selection_rng
+from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.loop import HELLO_ROUND, RoundRecord
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +204,7 @@ class ServerRuntime:
         )
         hellos = {cid: msg.payload for cid, msg in got.items() if msg.payload.kind != wire.EMPTY}
         self.role.start(hellos)
-        record = DeployedRoundRecord(HELLO_ROUND, None, None, sum(got[c].nbytes for c in hellos), 0, 0.0, [], [])
+        record = DeployedRoundRecord(HELLO_ROUND, None, None, sum(encoded_size(got[c]) for c in hellos), 0, 0.0, [], [])
         self._evaluate(record)
         record.wire = self._wire_delta(wire0)
         record.seconds = time.perf_counter() - t0
@@ -224,7 +226,7 @@ class ServerRuntime:
         selected = self.select()
         self.rng.random(len(selected))  # simulate's straggler draw: drawn so later selections match
         downlinks = {cid: self.role.downlink(r, cid) for cid in selected}
-        bytes_down = sum(p.nbytes for p in downlinks.values() if p is not None)
+        bytes_down = sum(encoded_size(p) for p in downlinks.values() if p is not None)
         requests = {cid: (self.topics.down(cid, "train"), wire.request(downlinks[cid], r)) for cid in selected}
         for cid in selected:
             self.stats[cid].selected += 1
@@ -238,7 +240,7 @@ class ServerRuntime:
             r,
             None,
             None,
-            sum(got[c].nbytes for c in uplinks),
+            sum(encoded_size(got[c]) for c in uplinks),
             bytes_down,
             0.0,
             selected,

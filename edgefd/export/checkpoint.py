@@ -118,7 +118,7 @@ def list_checkpoints(run_dir: str | Path) -> dict[str, Path]:
 
 def deliverable_model(client: Any, server: Any) -> nn.Module:
     """The model a run measures for this client: its own, or the server-side state loaded into a copy."""
-    from edgefd.runtime.training import load_state_arrays
+    from edgefd.training import load_state_arrays
 
     state = server.evaluation_state(client.client_id)
     if state is None:
@@ -130,7 +130,7 @@ def deliverable_model(client: Any, server: Any) -> nn.Module:
 
 def save_run_models(sim: Any, final_accuracy: dict[str, float], out_dir: str | Path) -> list[Path]:
     """Writes ``out_dir/models/<client>.pt`` for every client of a finished simulation."""
-    from edgefd.simulate import in_channels_of
+    from edgefd.models import in_channels_of
 
     config, dataset = sim.config, sim.dataset
     paths = []

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from edgefd.export.onnx_export import INPUT_NAME
-
 
 @dataclass
 class QuantizeConfig:
@@ -31,14 +29,22 @@ class QuantizeConfig:
 
 
 class _Batches:
-    """onnxruntime's CalibrationDataReader over an in-memory array."""
+    """onnxruntime's CalibrationDataReader over an in-memory array, fed to the model's input ``name``."""
 
-    def __init__(self, x: np.ndarray, batch_size: int) -> None:
+    def __init__(self, x: np.ndarray, batch_size: int, name: str) -> None:
         self._batches = iter([x[i : i + batch_size] for i in range(0, len(x), batch_size)])
+        self._name = name
 
     def get_next(self):
         batch = next(self._batches, None)
-        return None if batch is None else {INPUT_NAME: np.ascontiguousarray(batch, dtype=np.float32)}
+        return None if batch is None else {self._name: np.ascontiguousarray(batch, dtype=np.float32)}
+
+
+def _input_name(model_path: str | Path) -> str:
+    """The model's (first) graph input: what its calibration batches are fed to."""
+    import onnx
+
+    return onnx.load(str(model_path), load_external_data=False).graph.input[0].name
 
 
 def quantize_static_int8(
@@ -64,7 +70,7 @@ def quantize_static_int8(
         quantize_static(
             str(prepared),
             str(out_path),
-            _Batches(calibration, config.batch_size),
+            _Batches(calibration, config.batch_size, _input_name(prepared)),
             quant_format=QuantFormat.QDQ,
             per_channel=config.per_channel,
             activation_type=QuantType.QUInt8,

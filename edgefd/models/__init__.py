@@ -21,6 +21,7 @@ from .registry import (
     count_parameters,
     default_model,
     describe_models,
+    in_channels_of,
     list_models,
     model_entry,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "count_parameters",
     "default_model",
     "describe_models",
+    "in_channels_of",
     "list_models",
     "model_entry",
 ]

@@ -499,3 +499,8 @@ def assign_models(
         if n not in _REGISTRY:
             raise _unknown(n)
     return [names[k % len(names)] for k in range(int(num_clients))]
+
+
+def in_channels_of(input_shape: tuple[int, ...]) -> int:
+    """Images are (C, H, W), sensor windows (T, F): channels are C, or F."""
+    return int(input_shape[0]) if len(input_shape) == 3 else int(input_shape[-1])

@@ -266,13 +266,6 @@ class Payload:
         """Bytes of the arrays in memory (their own dtypes), not on the wire."""
         return sum(int(a.nbytes) for a in self.arrays.values())
 
-    @property
-    def nbytes(self) -> int:
-        """Exact length of ``encode(self)``, computed without encoding."""
-        from .codec import encoded_size
-
-        return encoded_size(self)
-
     def same_as(self, other: Payload, *, rtol: float = 0.0, atol: float = 0.0) -> bool:
         """Field-by-field comparison (arrays: same names, dtypes, shapes; values within tolerance,
         NaNs equal). ``precision`` is not compared."""

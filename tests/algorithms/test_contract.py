@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 from label_order import label_ordered
 
+import edgefd.runtime.build as run_build
 import edgefd.simulate as simulate
 from edgefd.algorithms.base import get_method, list_methods
 from edgefd.data import load_dataset
@@ -37,13 +38,13 @@ def _final_accuracy(setting: str, algo: str, models: str, out) -> float:
     config = SimulationConfig(
         algo=algo, clients=CLIENTS, rounds=ROUNDS, partition=SETTINGS[setting], models=models, out=str(out)
     )
-    original = simulate.load_dataset
+    original = run_build.load_dataset
     try:
         if setting == "label-ordered":
-            simulate.load_dataset = lambda name, root=None: label_ordered(original(name, root=root))
+            run_build.load_dataset = lambda name, root=None: label_ordered(original(name, root=root))
         return float(simulate.run(config, progress=False)["final_accuracy"])
     finally:
-        simulate.load_dataset = original
+        run_build.load_dataset = original
 
 
 _BASELINES: dict[tuple[str, str, str], float] = {}

@@ -169,7 +169,7 @@ def test_per_batch_teachers_come_from_the_live_cache(tmp_path):
 
 
 def test_per_batch_run_learns_and_is_refused_by_the_mqtt_runtime(tmp_path):
-    from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
+    from edgefd.deploy.server_runtime import DeploymentSettings, ServerRuntime
 
     summary = run(SimulationConfig(**{**PER_BATCH, "rounds": 3}, out=str(tmp_path)), progress=False)
     lines = [__import__("json").loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -184,10 +184,10 @@ def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypat
     ended at a third of Local's accuracy. The authors' fixed order is a fixed random order."""
     from label_order import label_ordered
 
-    import edgefd.simulate as simulate
+    import edgefd.runtime.build as run_build
 
-    original = simulate.load_dataset
-    monkeypatch.setattr(simulate, "load_dataset", lambda name, root=None: label_ordered(original(name, root=root)))
+    original = run_build.load_dataset
+    monkeypatch.setattr(run_build, "load_dataset", lambda name, root=None: label_ordered(original(name, root=root)))
     sim = build(SimulationConfig(**{**PER_BATCH, "clients": 2, "partition": "iid"}))
     client = sim.clients["client-0"]
     labels_of = dict(zip(client.ids.tolist(), client.data.train_y.tolist()))

@@ -24,9 +24,9 @@ from edgefd.algorithms.fedd2s import (
 )
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
-from edgefd.runtime.training import batches, state_arrays
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
+from edgefd.training import batches, state_arrays
 
 # digits with the spec's "M1-mini" (§11): 1x8x8 inputs, d_1 = 128, d_2 = 64, C = 10, P_total = 7,642.
 # K = 143 training samples per client is the spec's own worked example (§11 "Expected outcome").

@@ -25,9 +25,9 @@ from edgefd.algorithms.fedict import (
 from edgefd.metrics.results import load_run
 from edgefd.models import build_model
 from edgefd.protocol import HEADER_SIZE, Payload, encode
-from edgefd.runtime.training import TrainConfig
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
+from edgefd.training import TrainConfig
 
 # ------------------------------------------------------------------------------------------------
 # The O(C) quantities (spec §3.2, §3.4-3.6, §11.7 items 1-4)

@@ -16,9 +16,9 @@ from edgefd.algorithms.fedzkt import KIND, FedZKTParams, disagreement, prox_term
 from edgefd.models import count_bn_buffers, count_parameters
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
-from edgefd.runtime.training import state_arrays
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
+from edgefd.training import state_arrays
 
 TINY_MODELS = "zkt_tiny_a,zkt_tiny_d,zkt_tiny_e"
 TINY_SERVER = dict(
@@ -115,7 +115,7 @@ def server_with_teachers(**params):
     server = sim.server
     for cid, payload in uplinks.items():
         model = server.device_models[cid] = server.context.build_model(server.context.client_models[cid])
-        from edgefd.runtime.training import load_state_arrays
+        from edgefd.training import load_state_arrays
 
         load_state_arrays(model, payload.arrays)
     teachers = [server.device_models[cid] for cid in sorted(uplinks)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from edgefd.runtime.broker import mosquitto_path
+from edgefd.deploy.broker import mosquitto_path
 
 needs_mosquitto = pytest.mark.skipif(mosquitto_path() is None, reason="mosquitto not installed (scripts/install.sh)")
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from edgefd.algorithms.base import list_methods
-from edgefd.runtime import checkpoint
+from edgefd.deploy import checkpoint
 from edgefd.runtime.transport import InProcessTransport
 from edgefd.simulate import SimulationConfig, build_client, build_server, prepare
 
@@ -83,3 +83,23 @@ def test_a_missing_reference_is_a_clear_error(tmp_path):
     checkpoint.save(tmp_path / "x.ckpt", {"m": marker}, {"marker": marker})
     with pytest.raises(Exception, match="marker"):
         checkpoint.load(tmp_path / "x.ckpt", {})
+
+
+def test_a_checkpoint_of_another_version_is_a_clear_error(tmp_path, monkeypatch):
+    """A class the checkpoint names has moved (here: its module is gone): --resume says why."""
+    import sys
+    import types
+
+    module = types.ModuleType("edgefd_moved_away")
+
+    class Moved:
+        pass
+
+    Moved.__module__ = module.__name__
+    Moved.__qualname__ = "Moved"
+    module.Moved = Moved
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    checkpoint.save(tmp_path / "old.ckpt", {"x": Moved()}, {})
+    monkeypatch.delitem(sys.modules, module.__name__)
+    with pytest.raises(ValueError, match="another version of edgefd.*edgefd_moved_away.*without --resume"):
+        checkpoint.load(tmp_path / "old.ckpt", {})

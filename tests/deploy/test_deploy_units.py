@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from edgefd import deploy_client
-from edgefd.runtime import deploy_protocol as wire
-from edgefd.runtime.client_runtime import load_device_data
+from edgefd.deploy import deploy_protocol as wire
+from edgefd.deploy.client_runtime import load_device_data
+from edgefd.deploy.mqtt_transport import BrokerSettings
+from edgefd.deploy.server_runtime import DeploymentSettings, ServerRuntime
 from edgefd.runtime.loop import Federation, LoopConfig
-from edgefd.runtime.mqtt_transport import BrokerSettings
-from edgefd.runtime.server_runtime import DeploymentSettings, ServerRuntime
 from edgefd.simulate import SimulationConfig, config_from_args, config_to_toml, selection_rng
 
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for
 
+from edgefd.deploy.broker import start_broker
+from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.protocol import Payload, encode, split
-from edgefd.runtime.broker import start_broker
-from edgefd.runtime.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.simulate import SimulationConfig, run
 
 pytestmark = needs_mosquitto

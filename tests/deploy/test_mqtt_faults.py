@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from mqtt_helpers import client, comparable, finish, lines_of, needs_mosquitto, server, wait_for
 
-from edgefd.runtime.broker import start_broker
-from edgefd.runtime.server_runtime import CHECKPOINT_FILE
+from edgefd.deploy.broker import start_broker
+from edgefd.deploy.server_runtime import CHECKPOINT_FILE
 from edgefd.simulate import SimulationConfig, client_data, prepare, run
 
 pytestmark = needs_mosquitto

@@ -16,9 +16,9 @@ import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 
+from edgefd.deploy.broker import mosquitto_path, start_broker
+from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.protocol import Payload
-from edgefd.runtime.broker import mosquitto_path, start_broker
-from edgefd.runtime.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 
 pytestmark = pytest.mark.skipif(
     mosquitto_path() is None or shutil.which("mosquitto_passwd") is None,
@@ -171,7 +171,7 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
     try:
         time.sleep(0.3)
         forged = Payload("knowledge", "client-1", 1, {"z": np.ones((3, 10), np.float32)})
-        from edgefd.runtime.mqtt_transport import encode_frames
+        from edgefd.deploy.mqtt_transport import encode_frames
 
         frame = encode_frames(forged, 4096)[0]
         _, sub_other = attacker.subscribe(topics.down("client-1", "train"), qos=1)

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from edgefd.protocol import Payload, encode, split
-from edgefd.runtime.broker import start_broker
-from edgefd.runtime.mqtt_transport import BrokerSettings, MqttEndpoint, Topics, encode_frames
+from edgefd.deploy.broker import start_broker
+from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics, encode_frames
+from edgefd.protocol import Payload, encode, encoded_size, split
 
 RUN = "t"
 
@@ -54,7 +54,7 @@ def test_large_payload_is_chunked_and_counted(broker):
         sent = client.publish(Topics(RUN).up("client-0", "train"), big)
         got = receive(server)
         assert got.payload.same_as(big) and (got.client_id, got.verb) == ("client-0", "train")
-        assert got.nbytes == len(encode(big))
+        assert encoded_size(got) == len(encode(big))
         frames = encode_frames(big, 1024)
         assert len(frames) > 10 and sent == sum(map(len, frames))
         deadline = time.monotonic() + 2
@@ -160,7 +160,7 @@ def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
 def test_a_repeated_status_frame_is_taken_every_time(broker):
     """A client's last will is one fixed frame: each death must reach the server, not be dropped
     as a duplicate of the previous one."""
-    from edgefd.runtime import deploy_protocol as wire
+    from edgefd.deploy import deploy_protocol as wire
 
     server, stranger = endpoint(broker, "server"), endpoint(broker, "stranger")
     server.subscribe(Topics(RUN).status("+"))

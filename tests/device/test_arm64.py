@@ -265,7 +265,7 @@ def test_onnx_model_gives_the_host_outputs_on_arm64(device: Device, name: str, s
 def test_device_client_joins_a_run_served_on_the_host(device: Device, tmp_path: Path):
     """`edgefd client` on the arm64 device and one on the host, `edgefd server` and Mosquitto on the
     host's 127.0.0.1 (the device shares the host's network), FD on digits for two rounds."""
-    from edgefd.runtime.broker import start_broker
+    from edgefd.deploy.broker import start_broker
 
     run_name, rounds = "arm64", 2
     out = tmp_path / "run"

@@ -166,10 +166,10 @@ def test_dicts_are_copied():
     assert list(p.arrays) == ["x"]
 
 
-def test_nbytes_and_array_bytes():
+def test_array_bytes_and_encoded_size():
     p = make(arrays={"x": X, "y": np.zeros(5, np.int64)})
     assert p.array_bytes == 24 + 40
-    assert p.nbytes == len(encode(p))
+    assert encoded_size(p) == len(encode(p))
 
 
 def test_same_as():

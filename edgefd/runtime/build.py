@@ -1,0 +1,253 @@
+"""Building a run from its config: the data and its split, every client's model and role, the
+server, the in-process federation. Every process of a run (the simulation, the deployed server, each
+deployed client) derives its part from the config and seed alone, so they build identical pieces."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgefd import kernels
+from edgefd.algorithms.base import (
+    ClientContext,
+    ClientData,
+    ClientRole,
+    MethodSpec,
+    ServerContext,
+    ServerRole,
+    get_method,
+    make_params,
+)
+from edgefd.data import load_dataset, partition
+from edgefd.data.registry import clear_cache as clear_dataset_cache
+from edgefd.models import assign_models, build_model, in_channels_of
+from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.loop import Federation
+from edgefd.runtime.transport import InProcessTransport
+from edgefd.training import for_method, place_model
+
+
+@dataclass
+class Simulation:
+    """The built pieces of a run, before it runs (tests poke at them)."""
+
+    config: SimulationConfig
+    federation: Federation
+    clients: dict[str, ClientRole]
+    server: ServerRole
+    model_names: dict[str, str]
+    params: Any
+    dataset: Any = None
+    splits: dict[str, Any] = field(default_factory=dict)
+    """Each client's ClientSplit (its train and test indices into `dataset`)."""
+    model_note: str | None = None
+    """What `--models auto` picked (None when the models were given)."""
+
+
+def _seed_stream(seed: int, *key: int) -> np.random.SeedSequence:
+    return np.random.SeedSequence([seed, *key])
+
+
+def _torch_seed(sequence: np.random.SeedSequence) -> int:
+    return int(sequence.generate_state(1, dtype=np.uint64)[0] % (2**63))
+
+
+@dataclass
+class RunPieces:
+    """What every process of a run derives from its config alone (data, split, model names): the
+    server and each deployed client build identical pieces from the same config and seed."""
+
+    method: Any
+    params: Any
+    dataset: Any
+    splits: list
+    model_names: list[str]
+    client_ids: list[str]
+
+    def make_model(self, name: str) -> torch.nn.Module:
+        return build_model(
+            name,
+            in_channels=in_channels_of(tuple(self.dataset.input_shape)),
+            num_classes=self.dataset.num_classes,
+            input_shape=self.dataset.input_shape,
+        )
+
+
+def client_ids_of(clients: int) -> list[str]:
+    """`client-0`, ... or `client-00`, ...: zero-padded so that sorting keeps their order."""
+    width = len(str(clients - 1))
+    return [f"client-{i:0{width}d}" for i in range(clients)]
+
+
+def prepare(config: SimulationConfig, dataset: Any = None) -> RunPieces:
+    """Validates the config, sets the kernel backend, loads and splits the data. A device that
+    brings its own data passes `dataset` (anything with `input_shape` and `num_classes`): then
+    nothing is loaded or split."""
+    config.validate()
+    if config.kernels:
+        kernels.set_backend(config.kernels)
+    kernels.set_num_threads(config.threads)
+    method = get_method(config.algo)
+    params = make_params(method.params, config.params)
+    splits = []
+    if dataset is None:
+        dataset = load_dataset(config.dataset, root=config.data_root)
+        splits = partition(
+            dataset,
+            config.clients,
+            config.partition,
+            seed=config.seed,
+            samples_per_client=config.samples_per_client,
+            test_fraction=config.test_fraction,
+        )
+    models = resolve_models(config.models, method, tuple(dataset.input_shape))
+    names = assign_models(models, config.clients, input_shape=dataset.input_shape)
+    return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients))
+
+
+def resolve_models(models: str, method: MethodSpec, input_shape: tuple[int, ...]) -> str:
+    """``--models auto`` is the family the method declares for this data shape; anything else
+    stands as given."""
+    if models.strip().lower() == "auto":
+        return method.models(input_shape)
+    return models
+
+
+def model_choice_note(config: SimulationConfig, pieces: RunPieces) -> str | None:
+    """What ``--models auto`` picked, to tell the user (None when the models were given)."""
+    if config.models.strip().lower() != "auto":
+        return None
+    names = list(dict.fromkeys(pieces.model_names))
+    return (
+        f"--models auto: {', '.join(names)} for {config.algo} on {config.dataset} "
+        f"(samples of shape {tuple(pieces.dataset.input_shape)}); pass --models to choose others"
+    )
+
+
+def client_data(pieces: RunPieces, index: int) -> ClientData:
+    """Client `index`'s share of the dataset."""
+    dataset, split = pieces.dataset, pieces.splits[index]
+    train_idx = torch.from_numpy(np.asarray(split.train_indices, dtype=np.int64))
+    test_idx = torch.from_numpy(np.asarray(split.test_indices, dtype=np.int64))
+    return ClientData(
+        dataset.train_x[train_idx],
+        dataset.train_y[train_idx],
+        dataset.test_x[test_idx],
+        dataset.test_y[test_idx],
+        train_idx,
+        dataset.num_classes,
+    )
+
+
+def build_client(config: SimulationConfig, pieces: RunPieces, index: int, data: ClientData | None = None) -> ClientRole:
+    """Client `index`'s role, seeded from (seed, 1, index) alone: the same in any process.
+    `data` replaces its dataset share (a device's own data)."""
+    stream = _seed_stream(config.seed, 1, index)
+    torch.manual_seed(_torch_seed(stream))
+    if data is None:
+        data = client_data(pieces, index)
+    name = pieces.model_names[index]
+    train = config.train_config()
+    context = ClientContext(
+        pieces.client_ids[index],
+        place_model(pieces.make_model(name), train),  # built on the CPU: the same weights on any device
+        name,
+        data,
+        train,
+        np.random.default_rng(stream),
+        torch.Generator().manual_seed(_torch_seed(stream.spawn(1)[0])),
+        config.precision,
+        config.rounds,
+    )
+    return pieces.method.client(context, pieces.params)
+
+
+def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
+    """The server role, seeded from (seed, 2)."""
+    torch.manual_seed(_torch_seed(_seed_stream(config.seed, 2)))
+    model_names = dict(zip(pieces.client_ids, pieces.model_names))
+    train = config.train_config()
+
+    def make_model(name: str) -> torch.nn.Module:
+        return place_model(pieces.make_model(name), train)
+
+    context = ServerContext(
+        list(pieces.client_ids),
+        pieces.dataset.num_classes,
+        tuple(pieces.dataset.input_shape),
+        model_names,
+        make_model,
+        train,
+        config.seed,
+        config.precision,
+        config.rounds,
+    )
+    return pieces.method.server(context, pieces.params)
+
+
+def selection_rng(config: SimulationConfig) -> np.random.Generator:
+    """The run's RNG for client selection and simulated stragglers."""
+    return np.random.default_rng(_seed_stream(config.seed, 3))
+
+
+KEEP_TRAINING_ARRAYS_BELOW = 64 * 2**20
+"""A training set larger than this (bytes) is not kept once every client holds its share (the
+clients' copies are the only ones; the loader forgets it too): Fashion-MNIST's 188 MB is then in
+memory once, not twice. Smaller ones stay cached for the next run in this process."""
+
+
+def without_training_arrays(dataset: Any) -> Any:
+    """``dataset`` without its training samples (shapes, classes, statistics and test set kept), and
+    the loader's cache cleared, so that the training arrays can be freed."""
+    clear_dataset_cache()
+    empty_x = torch.empty((0, *dataset.train_x.shape[1:]), dtype=dataset.train_x.dtype)
+    return dataclasses.replace(dataset, train_x=empty_x, train_y=torch.empty(0, dtype=torch.int64), train_groups=None)
+
+
+def build(config: SimulationConfig) -> Simulation:
+    """Loads the data, splits it, builds every client's model and role, and the server."""
+    pieces = prepare(config)
+    clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
+    if pieces.dataset.train_x.nbytes > KEEP_TRAINING_ARRAYS_BELOW:
+        pieces.dataset = without_training_arrays(pieces.dataset)
+    server = build_server(config, pieces)
+    full_test = (pieces.dataset.test_x, pieces.dataset.test_y) if config.score_full_test else None
+    federation = Federation(
+        server, clients, InProcessTransport(), config.loop_config(), selection_rng(config), full_test
+    )
+    return Simulation(
+        config,
+        federation,
+        clients,
+        server,
+        dict(zip(pieces.client_ids, pieces.model_names)),
+        pieces.params,
+        pieces.dataset,
+        dict(zip(pieces.client_ids, pieces.splits)),
+        model_note=model_choice_note(config, pieces),
+    )
+
+
+def local_training_of(config: SimulationConfig) -> dict[str, str]:
+    """The clients' optimiser lifecycle and batch order as this run resolved them (``method`` made
+    concrete): the settings a comparison's arms must share."""
+    method = get_method(config.algo).client.local_training
+    resolved = for_method(config.train_config(), method)
+    return {"optimizer_lifecycle": resolved.optimizer_lifecycle, "batch_order": resolved.batch_order}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (its whole life: run a measured run in a
+    process of its own, as `edgefd reproduce` does for recipes that report memory)."""
+    import resource  # Unix only
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return round(kib / 1024, 1)
+
+
+def round_seconds(value: float) -> float:
+    return round(value, 3)

@@ -1,0 +1,161 @@
+"""A run's settings: `SimulationConfig`, the one dataclass behind `edgefd simulate`'s flags, the TOML
+files of `--config` and the deployed server's and clients' config (they must agree on it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgefd.data import dataset_label
+from edgefd.runtime.loop import LoopConfig
+from edgefd.training import (
+    BATCH_ORDERS,
+    OPTIMIZER_LIFECYCLES,
+    TrainConfig,
+    check_choice,
+    resolve_device,
+)
+
+
+def setting(default: Any, help: str) -> Any:
+    """A config field with its `--flag` help (what it does, what values it takes)."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class SimulationConfig:
+    """One simulated run. Every field is also a `--flag` and a TOML key."""
+
+    algo: str = setting("fd", "the method to run (see `edgefd methods`), e.g. fedcache, fedict, fedavg")
+    dataset: str = setting(
+        "digits",
+        "the data: digits, mnist5k, watch and fmnist are here offline; mnist, kmnist, emnist, cifar10, cifar100, "
+        "svhn are read from --data-root; npz:PATH is a file of your own (docs/ADDING_A_DATASET.md)",
+    )
+    data_root: str | None = setting(None, "folder holding datasets that are read from disk (e.g. ~/data)")
+    clients: int = setting(10, "number of clients (devices) in the federation")
+    rounds: int = setting(10, "communication rounds")
+    partition: str = setting(
+        "dirichlet:0.5",
+        "how the training set is split over clients: iid, dirichlet:ALPHA (label skew, smaller = more skewed), "
+        "shards:K (K classes each), quantity:ALPHA (size skew), natural (one client per subject, watch), "
+        "dominant:FRAC (FRAC of each client's data from one class)",
+    )
+    samples_per_client: int | None = setting(
+        None,
+        "iid / dominant: each client gets exactly this many training samples; dirichlet / shards: at most this "
+        "many, a random subset of its share (default: split the whole set)",
+    )
+    test_fraction: float | None = setting(
+        None,
+        "each client's local test split is this fraction of its training size, drawn with the same label mix, "
+        "e.g. 0.25 (default: the whole test set, spread in proportion to the clients' sizes)",
+    )
+    models: str = setting(
+        "auto",
+        "client models: auto (the family the method needs or its paper uses; the run says which), homo (one "
+        "default model: cnn2 for images), hetero (resnet8,resnet16,resnet20 for images), or NAME,NAME,... "
+        "given round-robin, e.g. fedict_c1,fedict_c2 (names: python -c 'import edgefd.models as m; "
+        "print(m.list_models())')",
+    )
+    seed: int = setting(0, "seed of everything random: split, models, batch order, selection")
+    out: str | None = setting(None, "results folder (default: runs/ALGO-DATASET-sSEED)")
+    participation: float = setting(1.0, "fraction of the clients selected each round, e.g. 0.5")
+    straggler_rate: float = setting(
+        0.0, "probability that a selected client misses the deadline (its uplink is sent but discarded), e.g. 0.1"
+    )
+    eval_every: int = setting(1, "evaluate the clients every N rounds (and always after the last)")
+    precision: str = setting(
+        "fp32", "wire precision of knowledge arrays (logits, features): fp32, fp16 (half the bytes) or int8"
+    )
+    epochs: int = setting(1, "local epochs per round")
+    batch_size: int = setting(32, "local mini-batch size")
+    lr: float = setting(0.01, "local learning rate")
+    momentum: float = setting(0.9, "SGD momentum (ignored by adam)")
+    weight_decay: float = setting(5e-4, "L2 weight decay of the local optimiser")
+    optimizer: str = setting("sgd", "local optimiser: sgd or adam")
+    optimizer_lifecycle: str = setting(
+        "method",
+        "the clients' local optimiser: fresh (a new one every round), kept (one for the whole run) or method "
+        "(what the method's paper code does: `edgefd methods NAME` says); set it to compare methods fairly",
+    )
+    batch_order: str = setting(
+        "method",
+        "the clients' batch order: reshuffle (a new order every epoch), fixed (one random order per client, "
+        "drawn once) or method (what the method's paper code does)",
+    )
+    channels_last: bool = setting(
+        True,
+        "convolutional models in the channels-last (NHWC) memory layout, about a tenth faster to train on a CPU; "
+        "false keeps PyTorch's default NCHW (results agree to float rounding)",
+    )
+    threads: int = setting(2, "CPU threads for torch and the kernels (use 1 to run several simulations at once)")
+    kernels: str | None = setting(None, "kernel backend: cpp or torch (default: $EDGEFD_KERNELS, else cpp)")
+    device: str = setting(
+        "auto",
+        "where models train: auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N; "
+        "deployed clients choose their own with `edgefd client --device`",
+    )
+    score_full_test: bool = setting(
+        False,
+        "also score every client on the whole test set (every class), beside its own local split: FedZKT's "
+        "paper metric; adds accuracy_full to each round and the summary (true or false)",
+    )
+    params: dict[str, Any] = field(default_factory=dict)
+    """The method's own hyperparameters (`--param NAME=VALUE`)."""
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            momentum=self.momentum,
+            weight_decay=self.weight_decay,
+            optimizer=self.optimizer,
+            device=resolve_device(self.device),
+            optimizer_lifecycle=self.optimizer_lifecycle,
+            batch_order=self.batch_order,
+            channels_last=self.channels_last,
+        )
+
+    def loop_config(self) -> LoopConfig:
+        return LoopConfig(
+            rounds=self.rounds,
+            participation=self.participation,
+            straggler_rate=self.straggler_rate,
+            eval_every=self.eval_every,
+        )
+
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("runs") / f"{self.algo}-{dataset_label(self.dataset)}-s{self.seed}"
+
+    def validate(self) -> None:
+        if self.clients < 1:
+            raise ValueError(f"clients: must be >= 1, got {self.clients}")
+        if self.precision not in ("fp32", "fp16", "int8"):
+            raise ValueError(f"precision: expected fp32, fp16 or int8, got {self.precision!r}")
+        if self.threads < 1:
+            raise ValueError(f"threads: must be >= 1, got {self.threads}")
+        resolve_device(self.device)
+        check_choice("optimizer_lifecycle", self.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
+        check_choice("batch_order", self.batch_order, BATCH_ORDERS)
+        self.loop_config().validate()
+
+
+def config_to_toml(config: SimulationConfig) -> str:
+    """The config as `simulate --config` reads it (None values are left out: they are defaults)."""
+
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        return json.dumps(str(v))
+
+    values = asdict(config)
+    params = values.pop("params")
+    lines = [f"{k} = {value(v)}" for k, v in values.items() if v is not None]
+    lines += ["", "[params]"] + [f"{k} = {value(v)}" for k, v in params.items() if v is not None]
+    return "\n".join(lines) + "\n"
