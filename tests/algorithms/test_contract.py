@@ -19,6 +19,7 @@ import edgefd.runtime.build as run_build
 import edgefd.simulate as simulate
 from edgefd.algorithms.base import get_method, list_methods
 from edgefd.data import load_dataset
+from edgefd.models import assign_models
 from edgefd.simulate import SimulationConfig
 
 ROUNDS = 3
@@ -85,7 +86,7 @@ def test_default_path_is_sane(algo, setting, tmp_path_factory):
     method = get_method(algo)
     models = ",".join(dict.fromkeys(simulate.resolve_models("auto", method, (1, 8, 8)).split(",")))
     if models in ("homo", "hetero"):
-        models = ",".join(dict.fromkeys(simulate.assign_models(models, 3, input_shape=(1, 8, 8))))
+        models = ",".join(dict.fromkeys(assign_models(models, 3, input_shape=(1, 8, 8))))
     accuracy = _final_accuracy(setting, algo, "auto", tmp_path_factory.mktemp(f"{algo}-{setting}"))
     reference = "fedavg" if method.global_model else "local"
     baseline = _baseline(setting, reference, models, tmp_path_factory)
