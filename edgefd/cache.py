@@ -197,7 +197,7 @@ class RelationStore:
         for part in hashes:
             part = np.ascontiguousarray(part, dtype=np.float32)
             digest.update(str(part.shape).encode())
-            digest.update(memoryview(part).cast("B"))
+            digest.update(part.data.cast("B"))
         return digest.hexdigest()
 
     def relations(

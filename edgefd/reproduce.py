@@ -14,7 +14,7 @@ import json
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -471,7 +471,10 @@ def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
     """What a run trained with, besides its method: every config field that shapes the result, the
     models it got and its local optimiser lifecycle and batch order as resolved (never "method")."""
     config = summary["config"]
-    settings = {name: str(value) for name, value in config.items() if name not in NOT_SHARED}
+    in_field_order = [
+        f.name for f in fields(SimulationConfig) if f.name in config
+    ]  # a summary.json read back is sorted
+    settings = {name: str(config[name]) for name in in_field_order if name not in NOT_SHARED}
     settings["models"] = ", ".join(dict.fromkeys(summary["models"].values()))
     settings.update(summary["local_training"])
     return settings

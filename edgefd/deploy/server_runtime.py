@@ -204,7 +204,7 @@ class ServerRuntime:
         )
         hellos = {cid: msg.payload for cid, msg in got.items() if msg.payload.kind != wire.EMPTY}
         self.role.start(hellos)
-        record = DeployedRoundRecord(HELLO_ROUND, None, None, sum(encoded_size(got[c]) for c in hellos), 0, 0.0, [], [])
+        record = DeployedRoundRecord(HELLO_ROUND, None, None, sum(got[c].nbytes for c in hellos), 0, 0.0, [], [])
         self._evaluate(record)
         record.wire = self._wire_delta(wire0)
         record.seconds = time.perf_counter() - t0
@@ -240,7 +240,7 @@ class ServerRuntime:
             r,
             None,
             None,
-            sum(encoded_size(got[c]) for c in uplinks),
+            sum(got[c].nbytes for c in uplinks),
             bytes_down,
             0.0,
             selected,
