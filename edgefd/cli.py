@@ -205,7 +205,7 @@ SUBCOMMANDS = [
     ),
     Subcommand(
         "server",
-        "edgefd.deploy_server",
+        "edgefd.deploy.server",
         "orchestrate a run's rounds over MQTT",
         description="Orchestrate a deployed run over MQTT (on the workstation). Takes every `edgefd simulate` "
         "setting (flags or --config run.toml), sends the resolved config to the clients, runs the rounds, "
@@ -221,7 +221,7 @@ SUBCOMMANDS = [
     ),
     Subcommand(
         "client",
-        "edgefd.deploy_client",
+        "edgefd.deploy.client",
         "the device runtime: take part in a run over MQTT",
         description="The device runtime of a deployed run: connect to the broker, wait for the run's config "
         "from `edgefd server`, build this client's role and data, and answer the server's requests. It "
@@ -237,7 +237,7 @@ SUBCOMMANDS = [
     ),
     Subcommand(
         "deploy-local",
-        "edgefd.deploy_local",
+        "edgefd.deploy.local",
         "broker, server and clients as processes on this machine",
         description="A whole MQTT deployment on this machine, as real processes: a broker (unless --broker is "
         "given), one `edgefd server` and one `edgefd client` per client. Waits for the server to finish "

@@ -1,4 +1,4 @@
-"""Federated methods: one module per method, each holding its client role and its server role.
+"""Federated methods: one module (or package) per method, each holding its client role and its server role.
 
 Every module of this package that calls :func:`edgefd.algorithms.base.register` is imported
 here, so adding a method is adding a file. Look methods up with :func:`get_method`.
@@ -18,7 +18,7 @@ from edgefd.algorithms.base import (
     list_methods,
 )
 
-_NOT_METHODS = {"base", "describe"}
+_NOT_METHODS = {"base", "describe", "toolkit"}
 
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _NOT_METHODS and not _module.name.startswith("_"):

@@ -42,7 +42,7 @@ Where this module departs from the letter of the spec, and why:
 - The uplink carries the client's updated model ``w_k`` instead of ``delta = w_k - w`` (§2.2).
   Same number of floats, same bytes; the server computes Eq. 1 as ``sum_k n_k w_k / sum_k n_k``,
   which equals ``w + sum_k n_k delta_k / sum_k n_k`` with the global step of 1 (E1, §9.11). This is
-  FedAvg's own arithmetic (``fedavg.weighted_average``), and it is what makes ``threshold=1``
+  FedAvg's own arithmetic (``toolkit.average_states``), and it is what makes ``threshold=1``
   bit-identical to ``--algo fedavg`` (§11 hard check 1): a float32 delta loses low bits to
   cancellation, and ``w + mean(delta)`` rounds differently from ``mean(w_k)``.
 - Integer buffers (BatchNorm's ``num_batches_tracked``) are averaged and rounded as FedAvg does,
@@ -68,7 +68,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
-from edgefd.algorithms.fedavg import weighted_average
+from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
 from edgefd.training import (
     LocalTraining,
@@ -299,7 +299,7 @@ class DFLServer(ServerRole):
         ordered = [uplinks[c] for c in sorted(uplinks)]
         samples = [float(p.scalars["samples"]) for p in ordered]
         models = [{k: v for k, v in p.arrays.items() if k not in _RESERVED} for p in ordered]
-        self.global_state = weighted_average(models, samples)  # Eq. 1, FedAvg's arithmetic
+        self.global_state = average_states(models, samples)  # Eq. 1, FedAvg's arithmetic
         counts = [p.arrays[CLASS_COUNTS] for p in ordered]
         table = aggregate_soft_targets(
             [p.arrays[SOFT_TARGETS] for p in ordered], counts, samples, self.soft_targets, self.params.aggregation

@@ -7,12 +7,11 @@ that client's local test split (personalised test sets, global model).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
-import numpy as np
 from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
+from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
 
@@ -20,20 +19,6 @@ from edgefd.training import LocalTraining, load_state_arrays, state_arrays, trai
 @dataclass
 class FedAvgParams:
     """FedAvg has no hyperparameters beyond the shared training settings."""
-
-
-def weighted_average(states: list[dict[str, np.ndarray]], weights: list[float]) -> dict[str, np.ndarray]:
-    """Per-entry weighted mean; integer buffers (BatchNorm's batch counter) are rounded back."""
-    total = float(sum(weights))
-    if total <= 0:
-        raise ValueError("weighted_average: weights sum to zero")
-    out = {}
-    for name in states[0]:
-        terms = (np.asarray(s[name], dtype=np.float64) * (w / total) for s, w in zip(states, weights))
-        acc = cast(np.ndarray, sum(terms))  # states is not empty: never sum's start value 0
-        dtype = states[0][name].dtype
-        out[name] = np.rint(acc).astype(dtype) if np.issubdtype(dtype, np.integer) else acc.astype(dtype)
-    return out
 
 
 class FedAvgClient(ClientRole):
@@ -73,7 +58,7 @@ class FedAvgServer(ServerRole):
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if uplinks:
             ordered = [uplinks[c] for c in sorted(uplinks)]
-            self.global_state = weighted_average(
+            self.global_state = average_states(
                 [p.arrays for p in ordered], [float(p.scalars["samples"]) for p in ordered]
             )
         return {}

@@ -94,6 +94,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.algorithms.toolkit import average_states
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
 from edgefd.training import (
@@ -114,7 +115,6 @@ __all__ = [
     "distillation_layer",
     "kd_loss",
     "distil_global_copy",
-    "average_states",
     "INIT_KIND",
     "UP_KIND",
     "DOWN_KIND",
@@ -306,20 +306,6 @@ def distil_global_copy(
         return nn.functional.cross_entropy(forward(lambda h: model.head(h, 1), h1[idx], on=model), labels[idx])
 
     return _distil(forward_kd, forward_ce, len(h1), optimizer, params, epochs, train.batch_size, generator)
-
-
-def average_states(states: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Eq. 11: the element-wise, unweighted mean of the copies (float64 accumulator, one buffer per
-    tensor), cast back to each tensor's dtype. Identical inputs give bit-identical outputs."""
-    if not states:
-        raise ValueError("average_states: no states to average")
-    out = {}
-    for name, first in states[0].items():
-        acc = np.zeros(first.shape, dtype=np.float64)
-        for state in states:
-            acc += state[name]
-        out[name] = (acc / len(states)).astype(first.dtype)
-    return out
 
 
 def _check_layered(model: nn.Module, who: str, name: str) -> LayeredCNN:

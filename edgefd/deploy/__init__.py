@@ -1,2 +1,6 @@
-"""edgefd.deploy: a run over MQTT, the server on a workstation and the clients on devices (the
-broker, the wire's topics and messages, the transport, checkpoints, the server and client runtimes)."""
+"""edgefd.deploy: a run over MQTT, the server on a workstation and the clients on devices.
+
+From the top (pyproject.toml's import-linter contracts keep it so): the commands ``local``
+(`edgefd deploy-local`), ``server`` and ``client``; their shared broker ``flags``; the
+``server_runtime`` and ``client_runtime``; the wire below them: ``mqtt_transport``, the
+``messages`` on it, ``checkpoint`` and the ``broker``."""

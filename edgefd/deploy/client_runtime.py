@@ -31,7 +31,7 @@ import torch
 
 from edgefd.algorithms.base import ClientData, ClientRole
 from edgefd.deploy import checkpoint
-from edgefd.deploy import deploy_protocol as wire
+from edgefd.deploy import messages as wire
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,

@@ -31,7 +31,7 @@ import numpy as np
 
 from edgefd import kernels
 from edgefd.deploy import checkpoint
-from edgefd.deploy import deploy_protocol as wire
+from edgefd.deploy import messages as wire
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,

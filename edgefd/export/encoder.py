@@ -4,7 +4,7 @@
     edgefd simulate --algo fedcache --param encoder=onnx:encoder.onnx ...
 
 The file holds the whole hash function of ``encoder=mobilenet[:WEIGHTS]``
-(:class:`edgefd.encoders.MobileNetHash`): the channel expansion, the resize to 224, the
+(:class:`edgefd.algorithms.fedcache.encoders.MobileNetHash`): the channel expansion, the resize to 224, the
 per-image scaling, the ImageNet normalisation and the trunk. Its input is a batch of the
 dataset's normalised samples (the input shape is fixed by ``--dataset`` or ``--input-shape``, the
 batch is dynamic), its output the 576-d embeddings, so ``encoder=onnx:FILE`` gives a device the
@@ -26,7 +26,7 @@ def export_encoder(
     out: str | Path, input_shape: Sequence[int], weights: str | None = None, exporter: str = "auto", opset: int = OPSET
 ) -> Path:
     """Writes the mobilenet hash encoder for inputs of ``input_shape`` (C, H, W); returns the path."""
-    from edgefd.encoders import MobileNetHash
+    from edgefd.algorithms.fedcache.encoders import MobileNetHash
 
     shape = tuple(int(s) for s in input_shape)
     if len(shape) != 3 or shape[0] not in (1, 3) or min(shape) < 1:

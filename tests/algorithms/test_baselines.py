@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from edgefd.algorithms.fd import FDParams, FDServer
-from edgefd.algorithms.fedavg import weighted_average
+from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
 from edgefd.simulate import SimulationConfig, run
 
@@ -44,15 +44,15 @@ def test_fd_learns_and_sends_far_fewer_bytes_than_fedavg(tmp_path):
     assert fd["bytes_up_total"] * 10 < fedavg["bytes_up_total"]
 
 
-def test_weighted_average_weights_by_samples_and_keeps_integer_buffers():
+def test_average_states_weights_by_samples_and_keeps_integer_buffers():
     a = {"w": np.array([0.0, 2.0], np.float32), "n": np.array(10, np.int64)}
     b = {"w": np.array([4.0, 6.0], np.float32), "n": np.array(13, np.int64)}
-    out = weighted_average([a, b], [1.0, 3.0])
+    out = average_states([a, b], [1.0, 3.0])
     np.testing.assert_allclose(out["w"], [3.0, 5.0])
     assert out["w"].dtype == np.float32
     assert out["n"].dtype == np.int64 and int(out["n"]) == 12  # 10/4 + 39/4 = 12.25 -> 12
     with pytest.raises(ValueError, match="weights sum to zero"):
-        weighted_average([a], [0.0])
+        average_states([a], [0.0])
 
 
 def test_fd_server_averages_per_label_without_dilution_by_absent_labels():

@@ -17,11 +17,11 @@ from edgefd.algorithms.fedd2s import (
     INIT_KIND,
     UP_KIND,
     FedD2SParams,
-    average_states,
     distil_global_copy,
     distillation_layer,
     kd_loss,
 )
+from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
 from edgefd.runtime.transport import DOWN, UP

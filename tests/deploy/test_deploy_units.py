@@ -5,13 +5,15 @@ import argparse
 import numpy as np
 import pytest
 
-from edgefd import deploy_client
-from edgefd.deploy import deploy_protocol as wire
+from edgefd.deploy import client as deploy_client
+from edgefd.deploy import messages as wire
 from edgefd.deploy.client_runtime import load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings
 from edgefd.deploy.server_runtime import DeploymentSettings, ServerRuntime
+from edgefd.runtime.build import selection_rng
+from edgefd.runtime.config import SimulationConfig, config_to_toml
+from edgefd.runtime.flags import config_from_args
 from edgefd.runtime.loop import Federation, LoopConfig
-from edgefd.simulate import SimulationConfig, config_from_args, config_to_toml, selection_rng
 
 
 def test_server_selects_like_the_simulation():

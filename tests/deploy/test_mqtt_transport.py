@@ -160,7 +160,7 @@ def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
 def test_a_repeated_status_frame_is_taken_every_time(broker):
     """A client's last will is one fixed frame: each death must reach the server, not be dropped
     as a duplicate of the previous one."""
-    from edgefd.deploy import deploy_protocol as wire
+    from edgefd.deploy import messages as wire
 
     server, stranger = endpoint(broker, "server"), endpoint(broker, "stranger")
     server.subscribe(Topics(RUN).status("+"))

@@ -8,7 +8,7 @@ from torch import nn
 from torchvision.models import mobilenet_v3_small
 
 from edgefd import cli
-from edgefd.encoders import build_encoder
+from edgefd.algorithms.fedcache.encoders import build_encoder
 
 
 def _weights_with_live_activations(path):

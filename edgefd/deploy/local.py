@@ -19,15 +19,16 @@ import sys
 import time
 import uuid
 
-from edgefd import simulate
 from edgefd.deploy.broker import KINDS, start_broker
-from edgefd.deploy_args import add_broker_arguments, broker_flags
-from edgefd.deploy_server import add_deployment_arguments
-from edgefd.simulate import client_ids_of, config_to_toml
+from edgefd.deploy.flags import add_broker_arguments, broker_flags
+from edgefd.deploy.server import add_deployment_arguments
+from edgefd.runtime.build import client_ids_of
+from edgefd.runtime.config import config_to_toml
+from edgefd.runtime.flags import add_config_arguments, config_from_args
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    simulate.add_config_arguments(parser)
+    add_config_arguments(parser)
     parser.add_argument(
         "--run",
         metavar="NAME",
@@ -55,7 +56,7 @@ def _command(*args: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        config = simulate.config_from_args(args)
+        config = config_from_args(args)
         config.validate()
     except ValueError as error:
         print(f"edgefd deploy-local: {error}", file=sys.stderr)

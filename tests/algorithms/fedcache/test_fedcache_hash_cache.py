@@ -4,8 +4,8 @@ import numpy as np
 import torch
 
 from edgefd.algorithms.fedcache import hash_function
-from edgefd.encoders import HashEncoder, build_encoder
-from edgefd.hash_cache import HashCache, encoder_key, sample_keys
+from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
+from edgefd.algorithms.fedcache.hash_cache import HashCache, encoder_key, sample_keys
 
 
 def counting(encoder: HashEncoder) -> tuple[HashEncoder, list[int]]:

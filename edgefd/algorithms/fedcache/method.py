@@ -1,8 +1,8 @@
-"""FedCache (Wu et al., IEEE TMC 2024): a server-side cache of per-sample knowledge.
+"""FedCache's client and server roles, its params and its registration.
 
 Follows `shared/specs/fedcache.md`. Once, each client uploads a hash (embedding from a frozen,
 shared encoder), the label and the stable id of every training sample; the server relates each
-sample to its R most similar same-label samples (`edgefd.cache`). Every round the server sends
+sample to its R most similar same-label samples (`cache`). Every round the server sends
 each client the mean of its samples' neighbours' cached logits, the client trains with
 ``CE + beta * T^2 KL(softmax(teacher/T) + eps || softmax(student/T))`` (the `weighted_kl` kernel),
 and uploads the logits its training forward passes produced, which overwrite its cache rows.
@@ -37,12 +37,12 @@ Choices, with the spec's sections:
 - Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2), or
   ``encoder=projection:64`` (the spec's fixed-seed random projection, §11.2); the paper's is
   ``encoder=mobilenet:WEIGHTS`` with ImageNet weights from a file; ``encoder=onnx:PATH`` runs
-  any ONNX encoder with onnxruntime (`edgefd.encoders`). The costly ones keep their hashes on disk
-  by sample content (``hash_cache``, `edgefd.hash_cache`): a sample is hashed once, by whichever
+  any ONNX encoder with onnxruntime (`encoders`). The costly ones keep their hashes on disk
+  by sample content (``hash_cache``, `hash_cache`): a sample is hashed once, by whichever
   run meets it first.
 - Relations: hnswlib with the authors' M = 64, ef_construction = ef = 1000 by default;
   ``knn=exact`` computes the exact top-R instead. The server keeps each neighbour table on disk by
-  what it was computed from (``relation_cache``, `edgefd.cache.RelationStore`): a run on hashes
+  what it was computed from (``relation_cache``, `cache.RelationStore`): a run on hashes
   met before loads it instead of searching again.
 """
 
@@ -57,9 +57,10 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
-from edgefd.cache import KnowledgeCache, RelationConfig, RelationStore
-from edgefd.encoders import HashEncoder, build_encoder
-from edgefd.hash_cache import HashCache, cache_base
+from edgefd.algorithms.fedcache.cache import KnowledgeCache, RelationConfig, RelationStore
+from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
+from edgefd.algorithms.fedcache.hash_cache import HashCache, cache_base
+from edgefd.algorithms.toolkit import SampleIndex
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
 from edgefd.training import LocalTraining, epoch_batches, forward, train_epochs
@@ -133,8 +134,7 @@ class FedCacheClient(ClientRole):
         super().__init__(context, params)
         self.optimizer = self.round_optimizer()
         self.ids = self.data.train_ids.numpy()
-        self._order = np.argsort(self.ids, kind="stable")
-        self._sorted_ids = self.ids[self._order]
+        self.index = SampleIndex(self.ids)
 
     def hello(self) -> Payload:
         encoder = build_encoder(self.params.encoder)
@@ -156,11 +156,12 @@ class FedCacheClient(ClientRole):
         """Teacher logits in this client's own sample order, matched by id (never by position)."""
         ids = downlink.arrays["ids"]
         teachers = downlink.arrays["knowledge"]
-        at = np.minimum(np.searchsorted(self._sorted_ids, ids), len(self.ids) - 1)
-        if len(ids) != len(self.ids) or not np.array_equal(np.sort(ids), self._sorted_ids):
-            raise ValueError(f"{self.client_id}: the server's teachers are not for this client's samples")
+        try:
+            rows = self.index.permutation(ids)
+        except ValueError:
+            raise ValueError(f"{self.client_id}: the server's teachers are not for this client's samples") from None
         out = np.empty((len(self.ids), teachers.shape[1]), np.float32)
-        out[self._order[at]] = teachers
+        out[rows] = teachers
         return torch.from_numpy(out)
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgefd.encoders import HashEncoder
+from edgefd.algorithms.fedcache.encoders import HashEncoder
 
 FORMAT = "v1"
 """Bumped when the stored layout or an encoder's function changes: old shards are then not read."""

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgefd.cache import KnowledgeCache, RelationConfig, RelationStore, build_relations
+from edgefd.algorithms.fedcache.cache import KnowledgeCache, RelationConfig, RelationStore, build_relations
 
 
 def clustered(n_per_class=300, classes=5, dim=16, seed=0):
@@ -97,7 +97,7 @@ def test_rows_map_sample_ids_in_any_order_and_reject_strangers():
     cache = make_cache()
     assert cache.rows("b", np.array([1, 7, 5])).tolist() == [7, 4, 6]
     assert cache.sample_ids("b").tolist() == [7, 3, 5, 1]
-    with pytest.raises(ValueError, match=r"sample ids \[99\] were never registered"):
+    with pytest.raises(ValueError, match=r"client .*: 1 unknown sample id\(s\), e.g. \[99\]"):
         cache.rows("b", np.array([7, 99]))
     with pytest.raises(ValueError, match="unknown client"):
         cache.rows("zz", np.array([1]))
@@ -282,7 +282,7 @@ def test_a_relation_store_builds_once_and_rebuilds_when_anything_it_depends_on_c
     assert len(list((tmp_path / "relations").glob("*.npy"))) == 1
 
     searches = []
-    import edgefd.cache as cache_module
+    import edgefd.algorithms.fedcache.cache as cache_module
 
     original = cache_module.build_relations
     monkeypatch.setattr(cache_module, "build_relations", lambda *a: searches.append(1) or original(*a))

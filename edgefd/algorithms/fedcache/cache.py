@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from edgefd import kernels, progress
+from edgefd.algorithms.toolkit import SampleIndex
 
 
 @dataclass
@@ -245,7 +246,7 @@ class KnowledgeCache:
         self._labels: list[np.ndarray] = []
         self.slices: dict[str, slice] = {}
         self._ids: dict[str, np.ndarray] = {}
-        self._sorted_ids: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._index: dict[str, SampleIndex] = {}
         self.labels = np.zeros(0, np.int64)
         self.neighbours = np.zeros((0, 0), np.int64)
         self.owners = np.zeros(0, np.int64)
@@ -273,8 +274,7 @@ class KnowledgeCache:
             )
         self.slices[client_id] = slice(self.size, self.size + n)
         self._ids[client_id] = sample_ids
-        order = np.argsort(sample_ids, kind="stable")
-        self._sorted_ids[client_id] = (sample_ids[order], order)
+        self._index[client_id] = SampleIndex(sample_ids)
         self._hashes.append(np.asarray(hashes, dtype=np.float32))
         self._labels.append(labels)
         self.size += n
@@ -316,14 +316,11 @@ class KnowledgeCache:
         """Cache rows of this client's samples, by stable sample id (any order)."""
         if client_id not in self.slices:
             raise ValueError(f"unknown client {client_id!r}")
-        known, order = self._sorted_ids[client_id]
-        sample_ids = np.asarray(sample_ids, dtype=np.int64)
-        at = np.searchsorted(known, sample_ids)
-        at = np.minimum(at, max(len(known) - 1, 0))
-        if len(sample_ids) and (len(known) == 0 or not np.array_equal(known[at], sample_ids)):
-            bad = sample_ids[known[at] != sample_ids][:5] if len(known) else sample_ids[:5]
-            raise ValueError(f"client {client_id!r}: sample ids {bad.tolist()} were never registered")
-        return self.slices[client_id].start + order[at]
+        try:
+            rows = self._index[client_id].rows(sample_ids)
+        except ValueError as error:
+            raise ValueError(f"client {client_id!r}: {error}") from None
+        return self.slices[client_id].start + rows
 
     def fetch(self, client_id: str) -> torch.Tensor:
         """Mean of the cached neighbours' logits for each of the client's samples, in

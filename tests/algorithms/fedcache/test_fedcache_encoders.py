@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgefd.encoders import MobileNetHash, build_encoder, mobilenet_trunk
+from edgefd.algorithms.fedcache.encoders import MobileNetHash, build_encoder, mobilenet_trunk
 
 
 def test_pixels_encoder_flattens():

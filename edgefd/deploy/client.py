@@ -22,7 +22,7 @@ import tomllib
 
 from edgefd.data import DatasetNotFoundError
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
-from edgefd.deploy_args import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
+from edgefd.deploy.flags import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
 
 REQUIRED = ("broker", "run", "client_id")
 

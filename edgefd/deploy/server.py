@@ -16,10 +16,10 @@ import argparse
 import logging
 import sys
 
-from edgefd import simulate
 from edgefd.data import DatasetNotFoundError
+from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
 from edgefd.deploy.server_runtime import DeploymentSettings, ServerRuntime
-from edgefd.deploy_args import add_broker_arguments, broker_settings, setup_logging
+from edgefd.runtime.flags import add_config_arguments, config_from_args
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +82,7 @@ def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    simulate.add_config_arguments(parser)
+    add_config_arguments(parser)
     parser.add_argument(
         "--run",
         required=True,
@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
-        config = simulate.config_from_args(args)
+        config = config_from_args(args)
         runtime = ServerRuntime(config, deployment_settings(args), resume=args.resume)
         summary = runtime.run()
     except (ValueError, DatasetNotFoundError, ConnectionError) as error:

@@ -1,0 +1,97 @@
+"""The run's settings as command-line flags, shared by `edgefd simulate`, `edgefd server` and
+`edgefd deploy-local`: one flag per `SimulationConfig` field, `--config run.toml` with the same
+keys, and `--param NAME=VALUE` for the method's hyperparameters (flags win over the file)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from edgefd.algorithms.base import parse_param_assignments
+from edgefd.runtime.config import SimulationConfig
+
+
+def config_fields() -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(SimulationConfig) if f.name != "params"}
+
+
+METAVAR_OF_KIND: dict[Any, str] = {int: "N", float: "X"}
+METAVARS = {
+    "data_root": "DIR",
+    "out": "DIR",
+    "partition": "SCHEME",
+    "kernels": "BACKEND",
+    "lr": "LR",
+    "score_full_test": "BOOL",
+    "channels_last": "BOOL",
+    "optimizer_lifecycle": "WHEN",
+    "batch_order": "ORDER",
+}
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The run's settings as flags, shared by `simulate`, `server` and `deploy-local`."""
+    parser.add_argument(
+        "--config", metavar="FILE", help="TOML file with the same keys as these flags and a [params] table; flags win"
+    )
+    defaults = SimulationConfig()
+    for name, f in config_fields().items():
+        flag = "--" + name.replace("_", "-")
+        kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": parse_bool}
+        kind = kinds.get(str(f.type).split(" ")[0], str)
+        default = getattr(defaults, name)
+        shown = "" if default is None else f" (default: {default})"
+        parser.add_argument(
+            flag,
+            dest=name,
+            type=kind,
+            default=argparse.SUPPRESS,
+            metavar=METAVARS.get(name) or METAVAR_OF_KIND.get(kind, name.upper()),
+            help=f.metadata["help"] + shown,
+        )
+    parser.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a hyperparameter of the method, repeatable, e.g. --param beta=1.5 (edgefd methods NAME lists them)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars, only the final line")
+
+
+def parse_bool(text: str) -> bool:
+    """A true/false flag value (true, false, yes, no, on, off, 1, 0)."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def config_from_args(args: argparse.Namespace) -> SimulationConfig:
+    values: dict[str, Any] = {}
+    params: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        if not path.is_file():
+            raise ValueError(f"--config {path}: no such file")
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"--config {path}: not valid TOML ({error})") from None
+        params.update(data.pop("params", {}))
+        unknown = sorted(set(data) - set(config_fields()))
+        if unknown:
+            raise ValueError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
+        values.update(data)
+    for name in config_fields():
+        if name in vars(args):
+            values[name] = getattr(args, name)
+    params.update(parse_param_assignments(getattr(args, "param", [])))
+    return SimulationConfig(**values, params=params)
