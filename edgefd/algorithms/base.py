@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import types
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable
@@ -272,7 +273,7 @@ def _convert(value: Any, annotation: Any, name: str) -> Any:
     if isinstance(annotation, str):
         annotation = eval_annotation(annotation)
     origin = typing.get_origin(annotation)
-    if origin is typing.Union or str(origin) == "types.UnionType":
+    if origin is typing.Union or origin is types.UnionType:  # Optional[X] or X | None
         options = [a for a in typing.get_args(annotation) if a is not type(None)]
         if value is None or (isinstance(value, str) and value.lower() == "none"):
             return None
@@ -316,7 +317,9 @@ def make_params(params_type: type, values: dict[str, Any]) -> Any:
             f"unknown param(s) {', '.join(unknown)} for {params_type.__name__}; known: {', '.join(fields) or '(none)'}"
         )
     converted = {name: _convert(value, fields[name].type, name) for name, value in values.items()}
-    return params_type(**converted)
+    params = params_type(**converted)
+    check_choices(params)
+    return params
 
 
 def parse_param_assignments(items: list[str]) -> dict[str, str]:
@@ -343,6 +346,29 @@ def describe_params(params_type: type) -> list[tuple[str, Any, str]]:
     return out
 
 
-def param(default: Any, doc: str) -> Any:
-    """A params dataclass field with a one-line description (shown by `edgefd methods`)."""
-    return field(default=default, metadata={"doc": doc})
+def param(default: Any, doc: str, choices: tuple[str, ...] | None = None, aliases: dict[str, str] | None = None) -> Any:
+    """A params dataclass field with a one-line description (shown by `edgefd methods`); ``choices``
+    lists the values a text param allows (``aliases`` maps other spellings to them), checked by
+    :func:`check_choices`."""
+    metadata: dict[str, Any] = {"doc": doc}
+    if choices is not None:
+        metadata["choices"] = tuple(choices)
+        metadata["aliases"] = dict(aliases or {})
+    return field(default=default, metadata=metadata)
+
+
+def check_choices(params: Any) -> None:
+    """Normalise and check every field declared with ``choices`` (case and surrounding spaces do not
+    matter; None passes where the field allows it): the one place where a method's allowed values
+    are enforced. A params dataclass calls it first in ``__post_init__``; :func:`make_params` calls
+    it for any params type."""
+    for f in dataclasses.fields(params):
+        choices = f.metadata.get("choices")
+        value = getattr(params, f.name)
+        if choices is None or value is None:
+            continue
+        text = str(value).strip().lower()
+        text = f.metadata["aliases"].get(text, text)
+        if text not in choices:
+            raise ValueError(f"param {f.name}: expected one of {', '.join(choices)}, got {value!r}")
+        setattr(params, f.name, text)

@@ -67,7 +67,7 @@ import torch
 from torch import nn
 
 from edgefd import kernels
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
 from edgefd.training import (
@@ -104,38 +104,38 @@ class DFLParams:
     soft_targets: str = param(
         "logits",
         "what the table averages: 'logits' (teacher = softmax(row/tau)) or 'probs' (softmax outputs) (spec §9.2)",
+        choices=SOFT_TARGET_SPACES,
     )
     aggregation: str = param(
         "masked",
         "soft-target row weights: 'masked' (n_k if the client has the class), "
         "'paper' (n_k, Eq. 2), 'class_count' (n_kc) (spec E2b, §9.8-9)",
+        choices=AGGREGATIONS,
     )
     kl_reduction: str = param(
-        "batchmean", "'batchmean' (KL per sample) or 'torch_mean' (also / C, the KLDivLoss() default) (spec §9.4)"
+        "batchmean",
+        "'batchmean' (KL per sample) or 'torch_mean' (also / C, the KLDivLoss() default) (spec §9.4)",
+        choices=KL_REDUCTIONS,
     )
     schedule: str = param(
-        "dynamic", "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the DFL-FR ablation, spec §6.4, §9.22)"
+        "dynamic",
+        "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the DFL-FR ablation, spec §6.4, §9.22)",
+        choices=SCHEDULES,
     )
     soft_target_dtype: str = param(
-        "float32", "wire dtype of the table: 'float32' (edgefd) or 'float64' (the paper's 8 B/element, spec §2.2)"
+        "float32",
+        "wire dtype of the table: 'float32' (edgefd) or 'float64' (the paper's 8 B/element, spec §2.2)",
+        choices=tuple(SOFT_TARGET_DTYPES),
     )
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"param threshold: must be in [0, 1], got {self.threshold}")
         if not (self.temperature > 0 and np.isfinite(self.temperature)):
             raise ValueError(f"param temperature: must be a finite number > 0, got {self.temperature}")
         if self.kappa is not None and not (self.kappa >= 0 and np.isfinite(self.kappa)):
             raise ValueError(f"param kappa: must be a finite number >= 0, got {self.kappa}")
-        for name, allowed in (
-            ("soft_targets", SOFT_TARGET_SPACES),
-            ("aggregation", AGGREGATIONS),
-            ("kl_reduction", KL_REDUCTIONS),
-            ("schedule", SCHEDULES),
-            ("soft_target_dtype", tuple(SOFT_TARGET_DTYPES)),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
 
     @property
     def kl_factor(self) -> float:

@@ -93,7 +93,7 @@ import torch
 from torch import nn
 
 from edgefd import kernels
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.algorithms.toolkit import average_states
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
@@ -150,6 +150,7 @@ class FedD2SParams:
         "deep_to_shallow",
         "'deep_to_shallow' (Eq. 6), 'floor' (FedD2S*: l = L - |S| from "
         "round 1, §9-25) or 'none' (no dropping: l = L, §3.9)",
+        choices=SCHEDULES,
     )
     temperature: float = param(
         1.0, "softmax temperature tau of both KL terms (not in the paper: 1, §9-3); CE is always at tau = 1"
@@ -164,19 +165,23 @@ class FedD2SParams:
         "adam",
         "'adam' (PyTorch defaults, no weight decay, the run's --lr, §9-13) or "
         "'run' (the run's --optimizer, --momentum, --weight-decay)",
+        choices=OPTIMIZERS,
     )
     kd_mode: str = param(
         "alternating",
         "'alternating' (one J step then one Q step per batch, Alg. 1, §9-14) "
         "or 'sum' (one step on J + Q; not the paper)",
+        choices=KD_MODES,
     )
     c2s_teacher: str = param(
         "round_start",
         "C2S teacher p from the 'round_start' global head (§9-5) or the 'current' copy being trained (detached)",
+        choices=C2S_TEACHERS,
     )
     send_v: bool = param(False, "also send v = global head logits on H_l (Alg. 1; no equation uses it, §9-7)")
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if isinstance(self.z0, bool) or not isinstance(self.z0, int) or self.z0 < 1:
             raise ValueError(f"param z0: must be an integer >= 1, got {self.z0!r}")
         if isinstance(self.dropping_set, bool) or not isinstance(self.dropping_set, int) or self.dropping_set < 0:
@@ -185,14 +190,6 @@ class FedD2SParams:
             raise ValueError(f"param temperature: must be a finite number > 0, got {self.temperature}")
         if self.phase_epochs is not None and (isinstance(self.phase_epochs, bool) or self.phase_epochs < 1):
             raise ValueError(f"param phase_epochs: must be an integer >= 1 or None, got {self.phase_epochs!r}")
-        for name, allowed in (
-            ("schedule", SCHEDULES),
-            ("optimizer", OPTIMIZERS),
-            ("kd_mode", KD_MODES),
-            ("c2s_teacher", C2S_TEACHERS),
-        ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
@@ -56,7 +56,9 @@ class FedMDParams:
     public_dataset: str = param(
         "mnist5k", "registry name of the public dataset (FedZKT's pairing: mnist5k for fmnist devices)"
     )
-    public_split: str = param("all", "which public samples may be drawn: 'all' (train + test) or 'train'")
+    public_split: str = param(
+        "all", "which public samples may be drawn: 'all' (train + test) or 'train'", choices=PUBLIC_SPLITS
+    )
     alignment_size: int = param(5000, "public samples per round, N_a (FedMD: 5000; capped at the pool size)")
     digest_epochs: int = param(1, "epochs on the alignment set per round (FedMD: 1)")
     pretrain_epochs: int = param(
@@ -70,10 +72,7 @@ class FedMDParams:
     )
 
     def __post_init__(self) -> None:
-        if self.public_split not in PUBLIC_SPLITS:
-            raise ValueError(
-                f"param public_split: expected one of {', '.join(PUBLIC_SPLITS)}, got {self.public_split!r}"
-            )
+        check_choices(self)
         if self.alignment_size < 1:
             raise ValueError(f"param alignment_size: must be >= 1, got {self.alignment_size}")
         for name in ("digest_epochs", "pretrain_epochs"):

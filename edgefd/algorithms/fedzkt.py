@@ -68,7 +68,7 @@ import torch
 from torch import nn
 
 from edgefd import kernels, progress
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.models import build_model
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
@@ -89,11 +89,13 @@ class FedZKTParams:
         "sl",
         "adversarial disagreement loss: 'sl' (paper Eq. 5), 'kl' (Eq. 3) or 'l1' (logits, "
         "Eq. 4), the Table II ablation",
+        choices=LOSSES,
     )
     kl_direction: str = param(
         "reverse",
         "KL ablation only: 'reverse' = KL(student || ensemble) as Eq. 3 "
         "writes it, 'forward' = KL(ensemble || student) (spec §9.10)",
+        choices=KL_DIRECTIONS,
     )
     prox: float = param(
         1.0,
@@ -107,6 +109,7 @@ class FedZKTParams:
         "a laptop CPU; spec §11's small models on images under 28x28, the fmnist recipe's LeNet-wide global, "
         "GeneratorA ngf 16, n_D 20 x 32 otherwise) or 'paper' (ResNet-18 global, GeneratorA ngf 64, n_D 200 x "
         "256: hours per round on a CPU, for a GPU)",
+        choices=PRESETS,
     )
     iterations: int | None = param(
         None,
@@ -138,15 +141,13 @@ class FedZKTParams:
         None, "GeneratorA width ngf (spec §6.3: 64); ignored by the MLP generator; default: the preset's"
     )
     server_bn_mode: str = param(
-        "train", "BatchNorm of device copies during transfer back: 'train' (stats adapt) or 'freeze_stats' (spec §6.4)"
+        "train",
+        "BatchNorm of device copies during transfer back: 'train' (stats adapt) or 'freeze_stats' (spec §6.4)",
+        choices=SERVER_BN_MODES,
     )
 
     def __post_init__(self) -> None:
-        for name, allowed in (("loss", LOSSES), ("kl_direction", KL_DIRECTIONS), ("server_bn_mode", SERVER_BN_MODES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"param {name}: expected one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        if self.preset not in PRESETS:
-            raise ValueError(f"param preset: expected one of {', '.join(PRESETS)}, got {self.preset!r}")
+        check_choices(self)
         for name in ("iterations", "server_batch_size", "student_steps_per_iter", "generator_ngf"):
             value = getattr(self, name)
             if value is not None and value < 1:

@@ -25,6 +25,8 @@ import torch
 from edgefd import kernels, progress
 from edgefd.algorithms.toolkit import SampleIndex
 
+KNN_METHODS = ("hnsw", "exact")
+
 
 @dataclass
 class RelationConfig:
@@ -47,8 +49,8 @@ class RelationConfig:
     def validate(self) -> None:
         if self.neighbours < 1:
             raise ValueError(f"neighbours: must be >= 1, got {self.neighbours}")
-        if self.method not in ("hnsw", "exact"):
-            raise ValueError(f"knn method: expected 'hnsw' or 'exact', got {self.method!r}")
+        if self.method not in KNN_METHODS:
+            raise ValueError(f"knn method: expected one of {', '.join(KNN_METHODS)}, got {self.method!r}")
         if self.m < 2 or self.ef_construction < 1 or self.ef < 1:
             raise ValueError("hnsw parameters: M >= 2, ef_construction >= 1 and ef >= 1 are required")
 

@@ -56,8 +56,8 @@ import torch
 from torch import nn
 
 from edgefd import kernels
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, param, register
-from edgefd.algorithms.fedcache.cache import KnowledgeCache, RelationConfig, RelationStore
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache, cache_base
 from edgefd.algorithms.toolkit import SampleIndex
@@ -75,7 +75,7 @@ class FedCacheParams:
     eps: float = param(1e-7, "added to the teacher probabilities, not renormalised")
     neighbours: int = param(16, "R: related same-label samples per sample")
     encoder: str = param("pixels", "hash encoder: pixels | projection[:D] | mobilenet[:WEIGHTS] | onnx:PATH")
-    knn: str = param("hnsw", "relation search: hnsw | exact")
+    knn: str = param("hnsw", "relation search: hnsw | exact", choices=KNN_METHODS)
     hnsw_m: int = param(64, "hnswlib M")
     hnsw_ef_construction: int = param(1000, "hnswlib ef_construction")
     hnsw_ef: int = param(1000, "hnswlib ef at query time")
@@ -97,11 +97,11 @@ class FedCacheParams:
         "batch",
         "batch: teachers per mini-batch from the live cache, clients in sequence "
         "(the paper, §9 A9-A10) | round: one exchange per round from a snapshot (§4.3, MQTT)",
+        choices=EXCHANGES,
     )
 
     def __post_init__(self) -> None:
-        if self.exchange not in EXCHANGES:
-            raise ValueError(f"exchange: expected one of {', '.join(EXCHANGES)}, got {self.exchange!r}")
+        check_choices(self)
 
 
 def fedcache_loss(

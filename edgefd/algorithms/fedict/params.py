@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgefd.algorithms.base import param
+from edgefd.algorithms.base import check_choices, param
 
 PROFILES = ("paper", "reference")
 LKA_VARIANTS = ("sim", "balanced")
@@ -16,6 +16,7 @@ LKA_CLIENT_WEIGHTING = ("sample", "client_uniform")
 SERVER_ORDERS = ("ascending", "shuffled")
 SIM_WEIGHTINGS = ("additive", "scaled")
 DIST_META = ("none", "uniform", "normal", "exponential")
+FEATURE_PRECISIONS = ("fp32", "fp16", "int8")
 
 #: the demo adds this to teacher probabilities without renormalising (§3.10)
 REFERENCE_TEACHER_EPS = 1e-7
@@ -25,20 +26,17 @@ REFERENCE_EXTRA_TEMPERATURE = 3.0
 DIST_META_SCALE = 3.0
 
 
-def _choice(name: str, value, options: tuple[str, ...], aliases: dict[str, str] | None = None):
-    if value is None:
-        return None
-    value = str(value).strip().lower()
-    value = (aliases or {}).get(value, value)
-    if value not in options:
-        raise ValueError(f"param {name}: expected one of {', '.join(options)}, got {value!r}")
-    return value
-
-
 @dataclass
 class FedICTParams:
-    lka: str = param("sim", "LKA variant on the server: sim (Eq. 12) | balanced (Eq. 13-14)")
-    profile: str = param("paper", "paper (the equations as printed) | reference (the authors' demo arithmetic, §3.10)")
+    lka: str = param(
+        "sim",
+        "LKA variant on the server: sim (Eq. 12) | balanced (Eq. 13-14)",
+        choices=LKA_VARIANTS,
+        aliases={"balance": "balanced", "similarity": "sim"},
+    )
+    profile: str = param(
+        "paper", "paper (the equations as printed) | reference (the authors' demo arithmetic, §3.10)", choices=PROFILES
+    )
     beta: float = param(1.5, "weight of the base KL term on client and server (§5); the demo's alpha in reference")
     lam: float = param(1.5, "FPKD weight lambda (Eq. 8); 0 = FedGKT client")
     mu: float = param(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
@@ -46,6 +44,7 @@ class FedICTParams:
         None,
         "server KL weight of lka=sim: additive (beta + mu cos_k, Eq. 9 + 12 as printed) | scaled (beta cos_k: the "
         "authors' code scales the KL term by the similarity); None: by profile (paper additive, reference scaled)",
+        choices=SIM_WEIGHTINGS,
     )
     fpkd_T: float = param(3.0, "FPKD weight temperature T (Eq. 11); never applied to logits")
     lka_U: float = param(7.0, "class-balanced LKA weight temperature U (Eq. 14); never applied to logits")
@@ -53,19 +52,28 @@ class FedICTParams:
         None, "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference)"
     )
     weight_form: str | None = param(
-        None, "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile"
+        None,
+        "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile",
+        choices=WEIGHT_FORMS,
     )
     first_round_kd: str | None = param(
         None,
         "round 1 (no server logits yet): uniform (KD to the zero logits the server sends) | skip; None: by profile",
+        choices=FIRST_ROUND,
     )
     zs_generation: str | None = param(
-        None, "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile"
+        None,
+        "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile",
+        choices=ZS_GENERATION,
     )
     lka_client_weighting: str = param(
-        "sample", "LKA averaging: sample (minibatch mean, §3.9) | client_uniform (x N/(K N^k), Eq. 12-13)"
+        "sample",
+        "LKA averaging: sample (minibatch mean, §3.9) | client_uniform (x N/(K N^k), Eq. 12-13)",
+        choices=LKA_CLIENT_WEIGHTING,
     )
-    server_order: str = param("ascending", "order of the server's client passes: ascending | shuffled (each round)")
+    server_order: str = param(
+        "ascending", "order of the server's client passes: ascending | shuffled (each round)", choices=SERVER_ORDERS
+    )
     server_epochs: int = param(1, "server epochs over each client's features per round")
     server_batch_size: int | None = param(None, "server minibatch size (None: the run's batch size)")
     server_model: str = param(
@@ -73,30 +81,23 @@ class FedICTParams:
     )
     nesterov: bool = param(True, "Nesterov momentum for client and server SGD (the demo's optimiser)")
     feature_precision: str | None = param(
-        None, "wire precision of the uploaded features fp32|fp16|int8 (None: the run's precision)"
+        None,
+        "wire precision of the uploaded features fp32|fp16|int8 (None: the run's precision)",
+        choices=FEATURE_PRECISIONS,
     )
     resend_labels: bool = param(False, "upload labels every round like the demo (the paper sends them once)")
     dist_meta: str = param(
         "none",
         "Tab. VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
+        choices=DIST_META,
     )
 
     def __post_init__(self) -> None:
-        self.lka = _choice("lka", self.lka, LKA_VARIANTS, {"balance": "balanced", "similarity": "sim"})
-        self.profile = _choice("profile", self.profile, PROFILES)
-        self.weight_form = _choice("weight_form", self.weight_form, WEIGHT_FORMS)
-        self.first_round_kd = _choice("first_round_kd", self.first_round_kd, FIRST_ROUND)
-        self.zs_generation = _choice("zs_generation", self.zs_generation, ZS_GENERATION)
-        self.lka_client_weighting = _choice("lka_client_weighting", self.lka_client_weighting, LKA_CLIENT_WEIGHTING)
-        self.server_order = _choice("server_order", self.server_order, SERVER_ORDERS)
-        self.sim_weighting = _choice("sim_weighting", self.sim_weighting, SIM_WEIGHTINGS)
+        check_choices(self)
         if self.sim_weighting is not None and self.lka != "sim":
             raise ValueError("param sim_weighting: applies to lka=sim only")
         if self.sim_weighting == "additive" and self.profile == "reference":
             raise ValueError("param sim_weighting: the reference profile is the code's arithmetic, i.e. scaled")
-        self.dist_meta = _choice("dist_meta", self.dist_meta, DIST_META)
-        if self.feature_precision is not None:
-            self.feature_precision = _choice("feature_precision", self.feature_precision, ("fp32", "fp16", "int8"))
         for name in ("beta", "lam", "mu"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
