@@ -16,15 +16,13 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
-from edgefd import kernels
 from edgefd import progress as progress_bars
 from edgefd.algorithms.base import list_methods
 from edgefd.data import DatasetNotFoundError
 from edgefd.export.checkpoint import save_run_models
-from edgefd.metrics.results import RunWriter, summarise
+from edgefd.metrics.results import RunWriter, run_summary
 from edgefd.models import in_channels_of
 from edgefd.runtime.build import (
     KEEP_TRAINING_ARRAYS_BELOW,
@@ -47,7 +45,6 @@ from edgefd.runtime.build import (
 from edgefd.runtime.config import SimulationConfig, config_to_toml, setting
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.runtime.loop import HELLO_ROUND, RoundRecord
-from edgefd.runtime.transport import DOWN, UP
 
 # What building a run needs lives in edgefd.runtime (config, build): the deployed server and clients
 # use it too. `edgefd.simulate` keeps the names a researcher's script imports from it.
@@ -101,26 +98,12 @@ def _run(
         print(sim.model_note, file=sys.stderr)
     out = config.out_dir()
     writer = RunWriter(out)
-    federation = sim.federation
-
-    hello_started = time.perf_counter()
-    federation.hello()  # the one-time uploads and the server's start (FedCache: hashing and relations)
-    initial = RoundRecord(
-        HELLO_ROUND,
-        None,
-        None,
-        federation.transport.ledger.total(UP, HELLO_ROUND),
-        federation.transport.ledger.total(DOWN, HELLO_ROUND),
-        time.perf_counter() - hello_started,
-        [],
-        [],
-    )
-    federation.evaluate(initial)
-    writer.add(initial)
-
     bar = _progress_bar(config, progress)
-    for round in range(1, config.rounds + 1):
-        line = writer.add(federation.run_round(round))
+
+    def record(round_record: RoundRecord) -> None:
+        line = writer.add(round_record)
+        if round_record.round == HELLO_ROUND:
+            return
         if on_round is not None:
             on_round(line)
         if bar is not None:
@@ -130,26 +113,17 @@ def _run(
                 f"{accuracy}up {_megabytes(line['bytes_up_cumulative'])}  "
                 f"down {_megabytes(line['bytes_down_cumulative'])}"
             )
+
+    sim.federation.run(record)
     if bar is not None:
         bar.close()
     save_run_models(sim, writer.lines[-1]["client_accuracy"], out)
 
     summary = {
-        "algo": config.algo,
-        "dataset": config.dataset,
-        "clients": config.clients,
-        "rounds": config.rounds,
-        "seed": config.seed,
-        **summarise(writer.lines),
-        "bytes_hello": initial.bytes_up,
-        "wall_seconds": round_seconds(time.perf_counter() - started),
-        "startup_seconds": round_seconds(initial.seconds),
+        **run_summary(config, writer.lines, sim.model_names, sim.server.params, time.perf_counter() - started),
+        "startup_seconds": round_seconds(writer.lines[0]["seconds"]),
         "peak_rss_mb": peak_rss_mb(),
-        "models": sim.model_names,
-        "params": asdict(sim.server.params),  # as the server resolved them (FedZKT's preset)
         "local_training": local_training_of(config),
-        "kernels": kernels.get_backend(),
-        "config": asdict(config),
     }
     writer.write_summary(summary)
     from edgefd.metrics.plots import plot_curves  # matplotlib: ~1 s to import, only needed here

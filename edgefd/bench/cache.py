@@ -17,6 +17,7 @@ import resource
 import sys
 import time
 from dataclasses import asdict, dataclass
+from queue import Empty
 
 import numpy as np
 
@@ -118,7 +119,16 @@ def measure(config: CacheBenchConfig) -> CacheBenchResult:
     queue = context.Queue()
     process = context.Process(target=_worker, args=(config, queue))
     process.start()
-    result = queue.get()
+    while True:
+        try:
+            result = queue.get(timeout=1.0)
+            break
+        except Empty:
+            if not process.is_alive():  # died before reporting (out of memory, an import error)
+                raise RuntimeError(
+                    f"edgefd bench cache: the measuring process exited with code {process.exitcode} "
+                    f"before reporting ({config})"
+                ) from None
     process.join()
     return result
 

@@ -134,7 +134,7 @@ def save_run_models(sim: Any, final_accuracy: dict[str, float], out_dir: str | P
 
     config, dataset = sim.config, sim.dataset
     paths = []
-    for cid, client in sim.federation.clients.items():
+    for cid, client in sim.clients.items():
         split = sim.splits[cid]
         model = deliverable_model(client, sim.server)
         accuracy = final_accuracy.get(cid)

@@ -10,7 +10,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from edgefd.runtime.loop import RoundRecord
+from edgefd import kernels
+from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.records import RoundRecord
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -92,3 +94,25 @@ def load_run(run_dir: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str,
     lines = [json.loads(text) for text in metrics_path.read_text().splitlines() if text.strip()]
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {"run": str(run), **summarise(lines)}
     return summary, lines
+
+
+def run_summary(
+    config: SimulationConfig, lines: list[dict[str, Any]], models: dict[str, str], params: Any, seconds: float
+) -> dict[str, Any]:
+    """What summary.json says of any run, simulated or deployed: the run, its accuracies and bytes
+    (round 0 is the one-time uploads), its models, the method's params as the server resolved
+    them (FedZKT's preset), the kernel backend and the whole config."""
+    return {
+        "algo": config.algo,
+        "dataset": config.dataset,
+        "clients": config.clients,
+        "rounds": config.rounds,
+        "seed": config.seed,
+        **summarise(lines),
+        "bytes_hello": lines[0]["bytes_up"] if lines else 0,
+        "wall_seconds": round(seconds, 3),
+        "models": models,
+        "params": asdict(params),
+        "kernels": kernels.get_backend(),
+        "config": asdict(config),
+    }

@@ -25,6 +25,7 @@ from edgefd.algorithms.base import (
 from edgefd.data import load_dataset, partition
 from edgefd.data.registry import clear_cache as clear_dataset_cache
 from edgefd.models import assign_models, build_model, in_channels_of
+from edgefd.runtime.channel import InProcessChannel
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.transport import InProcessTransport
@@ -190,7 +191,8 @@ def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
 
 
 def selection_rng(config: SimulationConfig) -> np.random.Generator:
-    """The run's RNG for client selection and simulated stragglers."""
+    """The run's RNG for client selection and simulated stragglers (the loop's: a simulation's and a
+    deployment's)."""
     return np.random.default_rng(_seed_stream(config.seed, 3))
 
 
@@ -216,9 +218,8 @@ def build(config: SimulationConfig) -> Simulation:
         pieces.dataset = without_training_arrays(pieces.dataset)
     server = build_server(config, pieces)
     full_test = (pieces.dataset.test_x, pieces.dataset.test_y) if config.score_full_test else None
-    federation = Federation(
-        server, clients, InProcessTransport(), config.loop_config(), selection_rng(config), full_test
-    )
+    channel = InProcessChannel(clients, InProcessTransport(), full_test)
+    federation = Federation(server, channel, config.loop_config(), selection_rng(config))
     return Simulation(
         config,
         federation,

@@ -1,16 +1,21 @@
-"""The round loop: sampling, deadlines, evaluation and accounting, for any method.
+"""The round loop: sampling, deadlines, evaluation and accounting, for any method and any channel.
 
-One round r:
-  1. the run's RNG selects a fraction of the clients;
+Round 0: every client's one-time upload (its hello), the server's start, the accuracy before
+training. Then one round r:
+  1. the run's RNG selects a fraction of the clients, then draws which of them straggle
+     (``straggler_rate``: a simulated straggler trains and sends, but its uplink misses the deadline);
   2. the server prepares every selected client's downlink (from its state at the round's start);
-  3. each selected client trains and returns its uplink; a simulated straggler misses the
-     deadline and its uplink is discarded by the server (it was still sent: its bytes count);
-  4. the server aggregates what arrived in time;
-  5. every client is evaluated on its local test split (every `eval_every` rounds and the last).
+  3. the channel carries the downlinks, the clients train, and the uplinks that arrive in time come
+     back (in a simulation all of them; over MQTT, those before the round's deadline);
+  4. the server aggregates what arrived in time, minus the simulated stragglers';
+  5. every client is evaluated (every `eval_every` rounds and the last).
 
 A method that exchanges during training (``ServerRole.step_exchange``) replaces 2-3: the selected
 clients train one after another, and every request a client makes is carried to the server and
 answered at once, so each client sees what the clients before it wrote.
+
+The same loop runs `edgefd simulate` (`InProcessChannel`) and `edgefd server` (the MQTT channel of
+`edgefd.deploy`): selection, straggler draws, averaging and records exist once.
 """
 
 from __future__ import annotations
@@ -18,16 +23,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from edgefd.algorithms.base import ClientRole, ServerRole
+from edgefd.algorithms.base import ServerRole
 from edgefd.protocol import Payload
-from edgefd.runtime.transport import DOWN, UP, InProcessTransport
+from edgefd.runtime.channel import Channel, Scores
+from edgefd.runtime.records import HELLO_ROUND, RoundRecord
 
-HELLO_ROUND = 0
+__all__ = ["HELLO_ROUND", "Federation", "LoopConfig", "RoundRecord"]
 
 
 @dataclass
@@ -56,43 +61,15 @@ class LoopConfig:
             raise ValueError(f"min_clients: must be >= 1, got {self.min_clients}")
 
 
-@dataclass
-class RoundRecord:
-    """What one round did; `accuracy` is None on rounds without evaluation."""
-
-    round: int
-    accuracy: float | None
-    accuracy_std: float | None
-    bytes_up: int
-    bytes_down: int
-    seconds: float
-    selected: list[str]
-    late: list[str]
-    client_accuracy: dict[str, float] = field(default_factory=dict)
-    server: dict[str, float] = field(default_factory=dict)
-    accuracy_full: float | None = None
-    """The clients' mean accuracy on the whole test set (None unless the run asks for it)."""
-    client_accuracy_full: dict[str, float] = field(default_factory=dict)
-
-
 def _mean_std(accuracies: dict[str, float]) -> tuple[float, float]:
     values = np.array([v for v in accuracies.values() if not math.isnan(v)])
     return (float(values.mean()), float(values.std())) if len(values) else (float("nan"), float("nan"))
 
 
 class Federation:
-    """Runs one method's roles over a transport."""
+    """Runs one method's server role against its clients, over a channel."""
 
-    def __init__(
-        self,
-        server: ServerRole,
-        clients: dict[str, ClientRole],
-        transport: InProcessTransport,
-        config: LoopConfig,
-        rng: np.random.Generator,
-        full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> None:
-        """``full_test`` (x, y): also score every client on it (the whole test set), besides its own split."""
+    def __init__(self, server: ServerRole, channel: Channel, config: LoopConfig, rng: np.random.Generator) -> None:
         config.validate()
         if server.step_exchange and config.straggler_rate > 0:
             raise ValueError(
@@ -100,21 +77,26 @@ class Federation:
                 "deadline to miss; use straggler_rate 0 (or the method's round-batched exchange)"
             )
         self.server = server
-        self.clients = clients
-        self.transport = transport
+        self.channel = channel
         self.config = config
         self.rng = rng
-        self.client_ids = sorted(clients)
-        self.full_test = full_test
+        self.client_ids = list(channel.client_ids)
+
+    def start(self) -> RoundRecord:
+        """Round 0: the one-time uploads, the server's start (FedCache: hashing and relations) and the
+        accuracy before training."""
+        started = time.perf_counter()
+        self.channel.begin(HELLO_ROUND)
+        self.hello()
+        bytes_up, bytes_down = self.channel.round_bytes(HELLO_ROUND)
+        record = RoundRecord(HELLO_ROUND, None, None, bytes_up, bytes_down, 0.0, [], [])
+        self.evaluate(record)
+        record.seconds = time.perf_counter() - started
+        return self.channel.finish(record)
 
     def hello(self) -> None:
-        """The one-time uploads, counted as round 0."""
-        hellos = {}
-        for cid in self.client_ids:
-            payload = self.transport.upload(self.clients[cid].hello(), HELLO_ROUND, cid)
-            if payload is not None:
-                hellos[cid] = payload
-        self.server.start(hellos)
+        """The one-time uploads and the server's start."""
+        self.server.start(self.channel.hello())
 
     def select(self) -> list[str]:
         k = max(self.config.min_clients, math.ceil(self.config.participation * len(self.client_ids)))
@@ -125,68 +107,61 @@ class Federation:
 
     def run_round(self, round: int) -> RoundRecord:
         start = time.perf_counter()
-        ledger = self.transport.ledger
+        self.channel.begin(round)
         selected = self.select()
         late_draw = self.rng.random(len(selected))
-        late = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
+        stragglers = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
 
         if self.server.step_exchange:
-            uplinks = {cid: sent for cid in selected if (sent := self.exchange_steps(round, cid)) is not None}
+            answered = {cid: self.exchange_steps(round, cid) for cid in selected}
         else:
-            downlinks = {cid: self.server.downlink(round, cid) for cid in selected}
-            uplinks = {}
-            for cid in selected:
-                received = self.transport.download(downlinks[cid], round, cid)
-                sent = self.transport.upload(self.clients[cid].train_round(round, received), round, cid)
-                if sent is not None and cid not in late:
-                    uplinks[cid] = sent
+            answered = self.channel.train(round, {cid: self.server.downlink(round, cid) for cid in selected})
+        uplinks = {cid: p for cid, p in answered.items() if p is not None and cid not in stragglers}
+        late = [cid for cid in selected if cid in stragglers or cid not in answered]
         server_metrics = self.server.aggregate(round, uplinks)
 
-        record = RoundRecord(
-            round,
-            None,
-            None,
-            ledger.total(UP, round),
-            ledger.total(DOWN, round),
-            0.0,
-            selected,
-            late,
-            server=server_metrics,
-        )
+        bytes_up, bytes_down = self.channel.round_bytes(round)
+        record = RoundRecord(round, None, None, bytes_up, bytes_down, 0.0, selected, late, server=server_metrics)
         if round % self.config.eval_every == 0 or round == self.config.rounds:
             self.evaluate(record)
         record.seconds = time.perf_counter() - start
-        return record
+        return self.channel.finish(record)
 
     def exchange_steps(self, round: int, cid: str) -> Payload | None:
-        """One client's training with a request/answer pair per step; returns its final uplink."""
-        steps = self.clients[cid].train_steps(round)
-        reply: Payload | None = None
-        while True:
-            try:
-                # next() is send(None), the only value a generator can be started with.
-                request = next(steps) if reply is None else steps.send(reply)
-            except StopIteration as finished:
-                return self.transport.upload(finished.value, round, cid)
-            received = self.transport.upload(request, round, cid)
-            reply = self.transport.download(self.server.answer(round, cid, received), round, cid)
+        """One client's training with the server answering each of its steps; returns its final uplink."""
+
+        def answer(request: Payload) -> Payload:
+            return self.server.answer(round, cid, request)
+
+        return self.channel.train_steps(round, cid, answer)
 
     def evaluate(self, record: RoundRecord) -> None:
-        for cid in self.client_ids:
-            state = self.server.evaluation_state(cid)
-            record.client_accuracy[cid] = float(self.clients[cid].evaluate(state)["accuracy"])
-            if self.full_test is not None:
-                record.client_accuracy_full[cid] = float(self.clients[cid].evaluate(state, self.full_test)["accuracy"])
+        """Every client's accuracy of its deliverable model; the record's mean over those that answered."""
+        scores: dict[str, Scores] = self.channel.evaluate(
+            record.round, {cid: self.server.evaluation_state(cid) for cid in self.client_ids}
+        )
+        record.client_accuracy = {cid: s["accuracy"] for cid, s in scores.items()}
         record.accuracy, record.accuracy_std = _mean_std(record.client_accuracy)
-        if self.full_test is not None:
-            record.accuracy_full = _mean_std(record.client_accuracy_full)[0]
+        full = {cid: s["accuracy_full"] for cid, s in scores.items() if "accuracy_full" in s}
+        if full:
+            record.client_accuracy_full = full
+            record.accuracy_full = _mean_std(full)[0]
 
-    def run(self, on_round: Callable[[RoundRecord], None] | None = None) -> list[RoundRecord]:
-        self.hello()
-        records = []
-        for round in range(1, self.config.rounds + 1):
-            record = self.run_round(round)
+    def run(
+        self, on_round: Callable[[RoundRecord], None] | None = None, resume_at: int | None = None
+    ) -> list[RoundRecord]:
+        """Round 0, then every round up to the last; ``resume_at``: start at that round instead (a
+        resumed deployment: the server's state is the checkpoint's). ``on_round`` sees each record
+        as it is made (the results writer, a checkpoint)."""
+        records: list[RoundRecord] = []
+
+        def keep(record: RoundRecord) -> None:
             records.append(record)
             if on_round is not None:
                 on_round(record)
+
+        if resume_at is None:
+            keep(self.start())
+        for round in range(resume_at or 1, self.config.rounds + 1):
+            keep(self.run_round(round))
         return records

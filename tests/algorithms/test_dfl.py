@@ -216,7 +216,7 @@ def test_loss_at_rho_one_is_plain_cross_entropy_bit_for_bit():
 def test_threshold_one_reproduces_fedavg_bit_for_bit(model, settings):
     fedavg = simulation("fedavg", models=model, **settings)
     dfl = simulation("dfl", {"threshold": "1"}, models=model, **settings)
-    fedavg_records, dfl_records = fedavg.federation.run(), dfl.federation.run()
+    fedavg_records, dfl_records = fedavg.federation.run()[1:], dfl.federation.run()[1:]  # rounds 1..R
     assert [r.selected for r in dfl_records] == [r.selected for r in fedavg_records]
     assert len(dfl_records[0].selected) < len(dfl.clients)  # partial participation is exercised
     assert [r.accuracy for r in dfl_records] == [r.accuracy for r in fedavg_records]
@@ -249,7 +249,7 @@ def test_threshold_one_run_writes_the_same_curve_as_fedavg(tmp_path):
 def test_default_threshold_differs_from_fedavg():
     fedavg, dfl = simulation("fedavg", participation=0.6), simulation("dfl", participation=0.6)
     fedavg.federation.run()
-    records = dfl.federation.run()
+    records = dfl.federation.run()[1:]
     assert [r.server["rho"] for r in records] == pytest.approx([2 / 3, 0.6, 0.6])  # R = 3
     assert any(not np.array_equal(dfl.server.global_state[k], v) for k, v in fedavg.server.global_state.items())
 
@@ -293,7 +293,7 @@ def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_
     # (with --precision fp16 only the table shrinks: model weights always travel as float32)
     sim.federation.hello()
     sim.federation.run_round(1)
-    ledger = sim.federation.transport.ledger
+    ledger = sim.federation.channel.ledger
     for cid in sim.clients:
         assert ledger.entries[(1, DOWN, cid)] == down
         assert ledger.entries[(1, UP, cid)] == up_fixed + len(cid)
@@ -312,7 +312,7 @@ def test_soft_targets_cost_cn_squared_plus_counts_over_fedavg():
     soft, counts = np.zeros((10, 10)), np.zeros(10)
     extra_down = 10 * 10 * 4 + table_overhead(SOFT_TARGETS, soft) + len("dfl") - len("weights")
     extra_up = extra_down + 10 * 4 + table_overhead(CLASS_COUNTS, counts)
-    d, f = dfl.federation.transport.ledger, fedavg.federation.transport.ledger
+    d, f = dfl.federation.channel.ledger, fedavg.federation.channel.ledger
     for cid in dfl.clients:
         assert d.entries[(1, DOWN, cid)] - f.entries[(1, DOWN, cid)] == extra_down
         assert d.entries[(1, UP, cid)] - f.entries[(1, UP, cid)] == extra_up
@@ -365,7 +365,7 @@ def test_end_to_end_on_the_papers_80_20_split():
         counts = np.bincount(sim.clients[cid].data.train_y.numpy(), minlength=10)
         assert counts.argmax() == k % 10  # §6.2: client k's dominant label is k mod 10
         assert counts.max() == round(0.8 * counts.sum())
-    records = sim.federation.run()
+    records = sim.federation.run()[1:]
     assert all(len(r.selected) == 5 for r in records)
     assert records[-1].accuracy > 0.25  # 3 short rounds on a hard split: well above chance (0.1)
     assert np.all(np.isfinite(sim.server.soft_targets))

@@ -124,7 +124,7 @@ def test_m1_mini_dimensions_are_the_specs():
 @pytest.mark.parametrize("schedule, layer", [("deep_to_shallow", 6), ("floor", 2)])
 def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precision, s_f):
     sim = simulation({"schedule": schedule}, precision=precision)
-    ledger = sim.federation.transport.ledger
+    ledger = sim.federation.channel.ledger
     sim.federation.hello()
     sim.federation.run_round(1)
     sim.federation.run_round(2)

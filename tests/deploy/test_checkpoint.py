@@ -7,7 +7,7 @@ import torch
 
 from edgefd.algorithms.base import list_methods
 from edgefd.deploy import checkpoint
-from edgefd.runtime.transport import InProcessTransport
+from edgefd.runtime.channel import InProcessChannel
 from edgefd.simulate import SimulationConfig, build_client, build_server, prepare
 
 CONFIG = dict(dataset="digits", clients=2, rounds=3, seed=1, threads=1, samples_per_client=60)
@@ -25,11 +25,9 @@ SETTINGS = {
 }
 
 
-def run_round(server, clients, r, transport):
-    uplinks = {}
-    for cid, role in clients.items():
-        down = transport.download(server.downlink(r, cid), r, cid)
-        uplinks[cid] = transport.upload(role.train_round(r, down), r, cid)
+def run_round(server, clients, r):
+    """Round r with every client, without the loop (the roles are checkpointed in between)."""
+    uplinks = InProcessChannel(clients).train(r, {cid: server.downlink(r, cid) for cid in clients})
     server.aggregate(r, {c: p for c, p in uplinks.items() if p is not None})
     return uplinks
 
@@ -40,10 +38,8 @@ def test_every_method_resumes_from_a_checkpoint(tmp_path, algo):
     pieces = prepare(config)
     clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
     server = build_server(config, pieces)
-    transport = InProcessTransport()
-    hellos = {cid: transport.upload(role.hello(), 0, cid) for cid, role in clients.items()}
-    server.start({c: p for c, p in hellos.items() if p is not None})
-    run_round(server, clients, 1, transport)
+    server.start(InProcessChannel(clients).hello())
+    run_round(server, clients, 1)
 
     for cid, role in clients.items():
         checkpoint.save(tmp_path / f"{cid}.ckpt", role, {"data": role.context.data})
@@ -59,8 +55,8 @@ def test_every_method_resumes_from_a_checkpoint(tmp_path, algo):
     )
     assert restored["client-0"].data is fresh["client-0"].context.data  # the data was not written
 
-    expected = run_round(server, clients, 2, InProcessTransport())
-    got = run_round(restored_server, restored, 2, InProcessTransport())
+    expected = run_round(server, clients, 2)
+    got = run_round(restored_server, restored, 2)
     for cid in expected:
         if expected[cid] is None:
             assert got[cid] is None

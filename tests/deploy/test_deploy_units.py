@@ -9,26 +9,9 @@ from edgefd.deploy import client as deploy_client
 from edgefd.deploy import messages as wire
 from edgefd.deploy.client_runtime import load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings
-from edgefd.deploy.server_runtime import DeploymentSettings, ServerRuntime
-from edgefd.runtime.build import selection_rng
+from edgefd.deploy.server_runtime import DeploymentSettings
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import config_from_args
-from edgefd.runtime.loop import Federation, LoopConfig
-
-
-def test_server_selects_like_the_simulation():
-    config = SimulationConfig(clients=7, participation=0.4, seed=3, threads=1, rounds=6)
-    runtime = ServerRuntime(config, DeploymentSettings(run="units"))
-    no_server = argparse.Namespace(step_exchange=False)  # selection needs no roles
-    federation = Federation(
-        no_server, {f"client-{i}": None for i in range(7)}, None, LoopConfig(participation=0.4), selection_rng(config)
-    )
-    for _ in range(6):
-        expected = federation.select()
-        federation.rng.random(len(expected))  # the straggler draw of run_round
-        got = runtime.select()
-        runtime.rng.random(len(got))
-        assert got == expected and len(got) == 3
 
 
 def test_broker_urls_and_settings_are_checked():

@@ -5,8 +5,8 @@ import pytest
 
 from edgefd.algorithms.base import ClientRole, ServerRole
 from edgefd.protocol import Payload
+from edgefd.runtime.channel import InProcessChannel
 from edgefd.runtime.loop import Federation, LoopConfig
-from edgefd.runtime.transport import InProcessTransport
 
 
 class EchoClient(ClientRole):
@@ -39,12 +39,12 @@ class CollectServer(ServerRole):
 def make(config, seed=0, clients=10):
     roles = {f"c{i}": EchoClient(f"c{i}") for i in range(clients)}
     server = CollectServer()
-    return Federation(server, roles, InProcessTransport(), config, np.random.default_rng(seed)), roles, server
+    return Federation(server, InProcessChannel(roles), config, np.random.default_rng(seed)), roles, server
 
 
 def test_participation_selects_the_fraction_and_uplinks_reach_the_server():
     federation, roles, server = make(LoopConfig(rounds=4, participation=0.3))
-    records = federation.run()
+    records = federation.run()[1:]  # after round 0, the hellos
     assert all(len(r.selected) == 3 for r in records)
     assert server.received[2] == {cid: 3 for cid in records[1].selected}
     assert sum(len(c.rounds_trained) for c in roles.values()) == 12
@@ -53,7 +53,7 @@ def test_participation_selects_the_fraction_and_uplinks_reach_the_server():
 
 def test_stragglers_train_but_their_uplinks_are_discarded():
     federation, _, server = make(LoopConfig(rounds=20, straggler_rate=0.5))
-    records = federation.run()
+    records = federation.run()[1:]  # after round 0, the hellos
     late = sum(len(r.late) for r in records)
     assert 60 < late < 140  # about half of 200
     for r in records:
@@ -63,11 +63,11 @@ def test_stragglers_train_but_their_uplinks_are_discarded():
 def test_evaluation_schedule_and_same_seed_same_selection():
     first, _, _ = make(LoopConfig(rounds=5, participation=0.5, eval_every=2))
     second, _, _ = make(LoopConfig(rounds=5, participation=0.5, eval_every=2))
-    a, b = first.run(), second.run()
+    a, b = first.run()[1:], second.run()[1:]
     assert [r.selected for r in a] == [r.selected for r in b]
     assert [r.accuracy is not None for r in a] == [False, True, False, True, True]
     other, _, _ = make(LoopConfig(rounds=5, participation=0.5), seed=1)
-    assert [r.selected for r in other.run()] != [r.selected for r in a]
+    assert [r.selected for r in other.run()[1:]] != [r.selected for r in a]
 
 
 @pytest.mark.parametrize(
@@ -122,12 +122,12 @@ class LoggingServer(ServerRole):
 def test_step_exchange_runs_clients_one_after_another_and_counts_every_message():
     roles = {f"c{i}": AskingClient(f"c{i}") for i in range(3)}
     server = LoggingServer()
-    federation = Federation(server, roles, InProcessTransport(), LoopConfig(rounds=2), np.random.default_rng(0))
-    records = federation.run()
+    federation = Federation(server, InProcessChannel(roles), LoopConfig(rounds=2), np.random.default_rng(0))
+    records = federation.run()[1:]  # after round 0, the hellos
     # client c0's three requests are answered before c1 asks, and so on, every round
     assert server.log == [0, 1, 2, 10, 11, 12, 20, 21, 22] * 2
     assert roles["c1"].answers == [10, 11, 12] * 2
-    messages = federation.transport.ledger.messages
+    messages = federation.channel.ledger.messages
     assert all(messages[(1, d, cid)] == 3 for d in ("up", "down") for cid in roles)
     assert records[0].bytes_up > 0 and records[0].bytes_down > records[0].bytes_up
 
@@ -136,8 +136,7 @@ def test_step_exchange_refuses_stragglers():
     with pytest.raises(ValueError, match="straggler_rate"):
         Federation(
             LoggingServer(),
-            {"c0": AskingClient("c0")},
-            InProcessTransport(),
+            InProcessChannel({"c0": AskingClient("c0")}),
             LoopConfig(straggler_rate=0.2),
             np.random.default_rng(0),
         )

@@ -132,7 +132,7 @@ def test_per_batch_exchange_sends_the_spec_bytes_in_one_message_per_batch(tmp_pa
     sim = build(config)
     sim.federation.hello()
     record = sim.federation.run_round(1)
-    ledger = sim.federation.transport.ledger
+    ledger = sim.federation.channel.ledger
     for cid, client in sim.clients.items():
         n = len(client.data.train_y)
         steps = -(-n // 8)

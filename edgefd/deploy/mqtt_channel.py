@@ -1,0 +1,414 @@
+"""The clients of a deployed run, behind an MQTT broker: the loop's channel for `edgefd server`.
+
+Each phase of a round sends one request per client (`down/<id>/hello|train|eval`) and collects
+the answers (`up/<id>/...`) until every one arrived or the phase's deadline passed:
+
+- training rounds wait first until at least `min_clients` clients are online (their retained
+  status says so); an uplink that comes after its round closed is counted as late and discarded;
+- a client that comes online while its request is outstanding, or a reconnection of the server
+  itself (a broker restart), gets the outstanding requests again;
+- an evaluation does not wait for clients that are offline;
+- anything else that arrives (a stranger's client id, a payload whose sender differs from its
+  topic, an answer nobody asked for, a future round) is rejected and counted, never raised.
+
+What the loop does with the answers (selection, stragglers, aggregation, the accuracy average,
+the records) is `edgefd.runtime.loop.Federation`'s, as in a simulation.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from edgefd.deploy import messages as wire
+from edgefd.deploy.mqtt_transport import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    BrokerSettings,
+    Incoming,
+    MqttEndpoint,
+    Topics,
+)
+from edgefd.protocol import Payload, encoded_size
+from edgefd.runtime.channel import Scores
+from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DeploymentSettings:
+    """How a deployed run talks and waits (what it learns is the SimulationConfig)."""
+
+    run: str
+    """Run name: the topics are edgefd/<run>/..."""
+    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    round_timeout: float = 60.0
+    """Seconds a round waits for uplinks after sending its downlinks."""
+    eval_timeout: float = 30.0
+    """Seconds an evaluation waits for the clients' accuracies (offline clients are not waited for)."""
+    hello_timeout: float = 600.0
+    """Seconds the start waits for every client's hello (then goes on with those it has)."""
+    min_clients: int = 1
+    """A round starts only when at least this many clients are online; the start waits for at
+    least this many hellos (all of them until `hello_timeout`)."""
+    max_wait: float = 3600.0
+    """Seconds the run waits for `min_clients` before it goes on with fewer (logged as an error)."""
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    connect_timeout: float = 60.0
+
+    def validate(self) -> None:
+        for name in ("round_timeout", "eval_timeout", "hello_timeout", "max_wait", "connect_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.min_clients < 1:
+            raise ValueError(f"min_clients: must be >= 1, got {self.min_clients}")
+
+
+@dataclass
+class ClientStats:
+    """One client's connection and lateness record over the run."""
+
+    online: bool = False
+    connects: int = 0
+    """"online" statuses seen (first connection and every reconnection)."""
+    disconnects: int = 0
+    """"offline" statuses seen (clean stops and last wills)."""
+    selected: int = 0
+    on_time: int = 0
+    late: int = 0
+    """Uplinks that arrived after their round had closed (discarded)."""
+    missed: int = 0
+    """Rounds the client was selected for and sent nothing in time."""
+    latency_seconds: list[float] = field(default_factory=list)
+    """Request-to-uplink seconds of its on-time uplinks."""
+
+    def summary(self) -> dict[str, Any]:
+        values = {k: v for k, v in asdict(self).items() if k not in ("latency_seconds", "online")}
+        lat = self.latency_seconds
+        values["mean_latency_seconds"] = round(float(np.mean(lat)), 4) if lat else None
+        values["max_latency_seconds"] = round(float(np.max(lat)), 4) if lat else None
+        return values
+
+
+@dataclass
+class DeployedRoundRecord(RoundRecord):
+    """A round's record plus what the wire carried: MQTT payload bytes (chunk headers included)
+    of every message of the round, control and evaluation messages too."""
+
+    wire: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Phase:
+    verb: str
+    round: int
+    expected: list[str]
+    requests: dict[str, tuple[str, Any]]
+    sent_at: float
+    got: dict[str, Incoming] = field(default_factory=dict)
+    last_sent: dict[str, float] = field(default_factory=dict)
+
+
+class MqttChannel:
+    """The loop's channel over MQTT (see the module doc); `stats` keeps each client's record."""
+
+    def __init__(
+        self, config: SimulationConfig, settings: DeploymentSettings, client_ids: list[str], topics: Topics
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        self.client_ids = list(client_ids)
+        self.topics = topics
+        self.stats = {cid: ClientStats() for cid in self.client_ids}
+        self.endpoint = MqttEndpoint(
+            settings.broker,
+            topics,
+            f"edgefd-server-{settings.run}",
+            chunk_size=settings.chunk_size,
+            max_message_bytes=settings.max_message_bytes,
+        )
+        self.endpoint.subscribe(f"{topics.root}/up/+/+")
+        self.endpoint.subscribe(f"{topics.root}/status/+")
+        self._reconnected = False
+        self.endpoint.on_connect_hooks.append(self._on_connect)
+        self.phase: _Phase | None = None
+        self._bytes: dict[int, tuple[int, int]] = {}
+        self._wire_at_begin: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ the Channel protocol
+    def hello(self) -> dict[str, Payload]:
+        requests = {
+            cid: (self.topics.down(cid, "hello"), wire.empty(wire.SERVER, HELLO_ROUND)) for cid in self.client_ids
+        }
+        got = self._collect(
+            "hello",
+            HELLO_ROUND,
+            self.client_ids,
+            requests,
+            self.settings.hello_timeout,
+            min_needed=min(self.settings.min_clients, len(self.client_ids)),
+        )
+        hellos = {cid: msg.payload for cid, msg in got.items() if msg.payload.kind != wire.EMPTY}
+        self._bytes[HELLO_ROUND] = (sum(got[cid].nbytes for cid in hellos), 0)
+        return hellos
+
+    def begin(self, round: int) -> None:
+        self._wire_at_begin = self._wire_totals()
+        if round != HELLO_ROUND:
+            self._wait_online(self.settings.min_clients)
+
+    def train(self, round: int, downlinks: dict[str, Payload | None]) -> dict[str, Payload | None]:
+        bytes_down = sum(encoded_size(p) for p in downlinks.values() if p is not None)
+        requests = {cid: (self.topics.down(cid, "train"), wire.request(p, round)) for cid, p in downlinks.items()}
+        for cid in downlinks:
+            self.stats[cid].selected += 1
+        got = self._collect("train", round, list(downlinks), requests, self.settings.round_timeout, min_needed=0)
+        for cid in downlinks:
+            if cid not in got:
+                self.stats[cid].missed += 1
+        answered = {cid: (None if msg.payload.kind == wire.EMPTY else msg.payload) for cid, msg in got.items()}
+        self._bytes[round] = (sum(got[cid].nbytes for cid, p in answered.items() if p is not None), bytes_down)
+        return answered
+
+    def train_steps(self, round: int, client_id: str, answer: Callable[[Payload], Payload]) -> Payload | None:
+        raise ValueError(
+            f"{self.config.algo}: these params exchange messages at every training step (fedcache: "
+            "exchange=batch), which the MQTT runtime does not run; pass --param exchange=round"
+        )
+
+    def evaluate(self, round: int, states: dict[str, Payload | None]) -> dict[str, Scores]:
+        requests = {
+            cid: (self.topics.down(cid, "eval"), wire.request(states.get(cid), round)) for cid in self.client_ids
+        }
+        got = self._collect(
+            "eval",
+            round,
+            self.client_ids,
+            requests,
+            self.settings.eval_timeout,
+            min_needed=0,
+            stop_when_rest_offline=True,
+        )
+        return {cid: {"accuracy": float(msg.payload.scalars.get("accuracy", float("nan")))} for cid, msg in got.items()}
+
+    def round_bytes(self, round: int) -> tuple[int, int]:
+        return self._bytes.get(round, (0, 0))
+
+    def finish(self, record: RoundRecord) -> DeployedRoundRecord:
+        values = {f.name: getattr(record, f.name) for f in fields(record)}
+        deployed = DeployedRoundRecord(**values, wire=self._wire_delta(self._wire_at_begin))
+        self._log_round(deployed)
+        return deployed
+
+    # ------------------------------------------------------------------ the run's start and end
+    def publish_configs(self) -> None:
+        """Every client's config, retained: a client that connects later still gets it."""
+        payload = wire.config_payload(self.config)
+        for cid in self.client_ids:
+            self.endpoint.publish(self.topics.down(cid, "config"), payload, retain=True)
+
+    def stop_clients(self) -> None:
+        for cid in self.client_ids:
+            self.endpoint.publish(self.topics.down(cid, "stop"), wire.empty(wire.SERVER, self.config.rounds))
+            self.endpoint.clear_retained(self.topics.down(cid, "config"))
+        time.sleep(0.2)  # let paho flush the stops before the connection closes
+
+    # ------------------------------------------------------------------ waiting for messages
+    def _collect(
+        self,
+        verb: str,
+        round: int,
+        expected: list[str],
+        requests: dict[str, tuple[str, Any]],
+        timeout: float,
+        min_needed: int,
+        stop_when_rest_offline: bool = False,
+    ) -> dict[str, Incoming]:
+        """Send the requests, then take messages until the phase can close (see the module doc)."""
+        self.phase = phase = _Phase(verb, round, list(expected), requests, time.monotonic())
+        for cid in expected:
+            self._send_request(cid)
+        deadline = phase.sent_at + timeout
+        hard_deadline = deadline + self.settings.max_wait
+        warned = False
+        while len(phase.got) < len(expected):
+            now = time.monotonic()
+            waiting = [cid for cid in expected if cid not in phase.got]
+            if stop_when_rest_offline and now > phase.sent_at + 1.0 and not any(self.stats[c].online for c in waiting):
+                break
+            if now >= deadline and len(phase.got) >= min_needed:
+                break
+            if now >= hard_deadline:
+                log.error(
+                    "%s %d: %d of the %d answers needed after %.0f s more; going on",
+                    verb,
+                    round,
+                    len(phase.got),
+                    min_needed,
+                    self.settings.max_wait,
+                )
+                break
+            if now >= deadline and not warned:
+                log.info(
+                    "%s %d: deadline passed with %d answer(s); waiting for %d (--min-clients)",
+                    verb,
+                    round,
+                    len(phase.got),
+                    min_needed,
+                )
+                warned = True
+            self._pump(min(0.1, max(0.0, deadline - now)) or 0.1)
+        self.phase = None
+        return phase.got
+
+    def _wait_online(self, needed: int) -> None:
+        started = time.monotonic()
+        logged = False
+        while sum(s.online for s in self.stats.values()) < needed:
+            if time.monotonic() - started > self.settings.max_wait:
+                log.error(
+                    "only %d client(s) online after %.0f s; going on",
+                    sum(s.online for s in self.stats.values()),
+                    self.settings.max_wait,
+                )
+                return
+            if not logged:
+                log.info("waiting for %d client(s) online (%d now)", needed, sum(s.online for s in self.stats.values()))
+                logged = True
+            self._pump(0.1)
+
+    def _pump(self, timeout: float) -> None:
+        """Handle one incoming message (or a reconnection), waiting at most `timeout` seconds."""
+        if self._reconnected:
+            self._reconnected = False
+            self.publish_configs()
+            if self.phase is not None:
+                for cid in self.phase.expected:
+                    if cid not in self.phase.got:
+                        self._send_request(cid)
+        try:
+            msg = self.endpoint.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self._handle(msg)
+
+    def _handle(self, msg: Incoming) -> None:
+        cid, payload = msg.client_id, msg.payload
+        topic = self.topics.status(cid) if msg.direction == "status" else self.topics.up(cid, msg.verb)
+        if cid not in self.stats:
+            self.endpoint.reject("unknown-client", topic, f"{cid!r} is not a client of this run")
+            return
+        if payload.sender != cid:
+            self.endpoint.reject("sender-mismatch", topic, f"payload sender {payload.sender!r} on {cid!r}'s topic")
+            return
+        if msg.direction == "status":
+            self._on_status(cid, payload, topic, msg.received_at)
+            return
+        phase = self.phase
+        stats = self.stats[cid]
+        if phase is not None and msg.verb == phase.verb and (phase.verb == "hello" or payload.round == phase.round):
+            if cid not in phase.expected:
+                self.endpoint.reject("unrequested", topic, f"{cid} was not asked for {phase.verb} {phase.round}")
+            elif cid in phase.got:
+                log.debug("repeat of %s %d from %s ignored", phase.verb, phase.round, cid)
+            elif msg.verb == "eval" and payload.kind != wire.METRICS:
+                self.endpoint.reject("wrong-kind", topic, f"eval answer of kind {payload.kind!r}")
+            else:
+                phase.got[cid] = msg
+                if msg.verb == "train":
+                    stats.on_time += 1
+                    stats.latency_seconds.append(msg.received_at - phase.sent_at)
+            return
+        current = phase.round if phase is not None else self.config.rounds + 1
+        if msg.verb == "train" and 1 <= payload.round <= current:
+            stats.late += 1
+            log.info("late uplink of round %d from %s discarded", payload.round, cid)
+        elif payload.round <= current:
+            log.debug("stale %s %d from %s ignored", msg.verb, payload.round, cid)
+        else:
+            self.endpoint.reject("future-round", topic, f"{msg.verb} for round {payload.round}")
+
+    def _on_status(self, cid: str, payload, topic: str, received_at: float) -> None:
+        state = payload.scalars.get("state") if payload.kind == wire.STATUS else None
+        if state not in (wire.ONLINE, wire.OFFLINE):
+            self.endpoint.reject("bad-status", topic, f"kind {payload.kind!r}, state {state!r}")
+            return
+        stats = self.stats[cid]
+        if state == wire.ONLINE:
+            stats.connects += 1
+            if not stats.online:
+                log.info("%s is online", cid)
+            stats.online = True
+            phase = self.phase
+            # a client that (re)connected after its request went out may have missed it
+            if (
+                phase is not None
+                and cid in phase.expected
+                and cid not in phase.got
+                and received_at > phase.last_sent.get(cid, 0.0)
+            ):
+                self._send_request(cid)
+        else:
+            if stats.online:
+                log.info("%s went offline", cid)
+            stats.disconnects += stats.online
+            stats.online = False
+
+    def _send_request(self, cid: str) -> None:
+        assert self.phase is not None  # only called while a phase is open
+        topic, payload = self.phase.requests[cid]
+        self.phase.last_sent[cid] = time.monotonic()
+        self.endpoint.publish(topic, payload)
+
+    def _on_connect(self) -> None:
+        # paho's thread: the run's thread re-sends configs and requests at its next _pump
+        if self.endpoint.stats.connects > 1:
+            self._reconnected = True
+
+    # ------------------------------------------------------------------ accounting and logs
+    def _wire_totals(self) -> dict[str, int]:
+        s = self.endpoint.stats
+        return {
+            "up": sum(s.received_bytes.values()),
+            "down": sum(s.sent_bytes.values()),
+            "up_train": s.received_bytes["up/train"],
+            "down_train": s.sent_bytes["down/train"],
+            "frames_up": sum(s.received_frames.values()),
+            "frames_down": sum(s.sent_frames.values()),
+            "rejected": sum(s.rejected.values()),
+        }
+
+    def _wire_delta(self, before: dict[str, int]) -> dict[str, int]:
+        return {k: v - before[k] for k, v in self._wire_totals().items()}
+
+    def _log_round(self, record: DeployedRoundRecord) -> None:
+        accuracy = "-" if record.accuracy is None else f"{100 * record.accuracy:.2f}%"
+        arrived = len(record.selected) - len(record.late)
+        wire_bytes = record.wire.get("up", 0) + record.wire.get("down", 0)
+        frames = record.wire.get("frames_up", 0) + record.wire.get("frames_down", 0)
+        log.info(
+            "round %d/%d: %d/%d uplinks in time%s, accuracy %s, up %d B (wire %d B), down %d B (wire %d B), "
+            "%d frames, %.0f B/s, %.2f s",
+            record.round,
+            self.config.rounds,
+            arrived,
+            len(record.selected),
+            f" (missing: {', '.join(record.late)})" if record.late else "",
+            accuracy,
+            record.bytes_up,
+            record.wire.get("up", 0),
+            record.bytes_down,
+            record.wire.get("down", 0),
+            frames,
+            wire_bytes / max(record.seconds, 1e-9),
+            record.seconds,
+        )

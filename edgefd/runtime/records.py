@@ -1,0 +1,27 @@
+"""What a round did, as the loop records it and the results files write it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+HELLO_ROUND = 0
+"""The one-time uploads are round 0."""
+
+
+@dataclass
+class RoundRecord:
+    """What one round did; `accuracy` is None on rounds without evaluation."""
+
+    round: int
+    accuracy: float | None
+    accuracy_std: float | None
+    bytes_up: int
+    bytes_down: int
+    seconds: float
+    selected: list[str]
+    late: list[str]
+    client_accuracy: dict[str, float] = field(default_factory=dict)
+    server: dict[str, float] = field(default_factory=dict)
+    accuracy_full: float | None = None
+    """The clients' mean accuracy on the whole test set (None unless the run asks for it)."""
+    client_accuracy_full: dict[str, float] = field(default_factory=dict)
