@@ -6,6 +6,9 @@ own data folder), and then answers the server's requests:
 
     hello       -> the role's hello()                       (answered once, then repeated from cache)
     train r     -> the role's train_round(r, downlink)      (answered once per round, then from cache)
+    steps r     -> the role's train_steps(r): each step's request goes up on `step`, numbered, and
+                   the training waits for the server's answer to that number (a method that
+                   exchanges during training: FedCache's exchange=batch); then the final uplink
     eval r      -> the role's evaluate(state) as "metrics"
     stop        -> announce "offline" and exit 0
 
@@ -23,6 +26,7 @@ import logging
 import queue
 import signal
 import threading
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -50,6 +54,8 @@ from edgefd.training import resolve_device
 log = logging.getLogger(__name__)
 
 DATA_FILE = "data.npz"
+STEP_RESEND_SECONDS = 10.0
+"""A step request without an answer after this long is sent again (the answer may have been lost)."""
 
 
 @dataclass
@@ -194,6 +200,24 @@ class ClientRuntime:
                 )
                 return
             self._answer("train", round, lambda: self.role.train_round(round, wire.unwrap(msg.payload)), round)
+        elif msg.verb == "steps":
+            log.info("%s: steps %d requested", self.cid, round)
+            if ("steps", round) not in self.replies and round <= self.last_round:
+                log.warning(
+                    "%s: steps request for round %d, already past round %d; ignored", self.cid, round, self.last_round
+                )
+                return
+            try:
+                self._answer("steps", round, lambda: self._train_steps(round), round)
+            except _Interrupted:
+                log.info("%s: round %d's steps interrupted by a stop", self.cid, round)
+        elif msg.verb == "step":
+            log.debug(
+                "%s: an answer to step %s of round %d that nobody waits for",
+                self.cid,
+                msg.payload.scalars.get(wire.STEP),
+                round,
+            )
         elif msg.verb == "eval":
             self._answer(
                 "eval",
@@ -211,7 +235,7 @@ class ClientRuntime:
             payload = (
                 wire.or_empty(payload, self.cid, round) if verb == "hello" else wire.stamped(payload, self.cid, round)
             )
-            if verb == "train":
+            if verb in ("train", "steps"):
                 self.replies = {k: v for k, v in self.replies.items() if k[0] == "hello"}
                 self.last_round = round
             self.replies[key] = payload
@@ -221,6 +245,53 @@ class ClientRuntime:
         else:
             log.info("%s: %s %d answered again from cache", self.cid, verb, round)
         self.endpoint.publish(self.topics.up(self.cid, verb), payload)
+
+    def _train_steps(self, round: int) -> Payload | None:
+        """Drive the role's step generator: each request goes to the server, each answer back in."""
+        assert self.role is not None  # built before any request is handled
+        steps = self.role.train_steps(round)
+        reply: Payload | None = None
+        step = 0
+        while True:
+            try:
+                request = next(steps) if step == 0 else steps.send(reply)
+            except StopIteration as finished:
+                return finished.value
+            step += 1
+            reply = self._ask(round, step, request)
+
+    def _ask(self, round: int, step: int, request: Payload) -> Payload:
+        """Send step request ``step`` and wait for its answer, sending it again now and then (the
+        server answers a repeat from its cache). Other messages wait: the server asks nothing else of
+        this client until its steps are done; a stop interrupts."""
+        message = wire.numbered(request, self.cid, round, step)
+        topic = self.topics.up(self.cid, "step")
+        self.endpoint.publish(topic, message)
+        sent = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                msg = self.endpoint.inbox.get(timeout=0.5)
+            except queue.Empty:
+                if time.monotonic() - sent > STEP_RESEND_SECONDS:
+                    log.info("%s: no answer to step %d of round %d yet; asking again", self.cid, step, round)
+                    self.endpoint.publish(topic, message)
+                    sent = time.monotonic()
+                continue
+            if msg.direction != "down" or msg.client_id != self.cid or msg.payload.sender != wire.SERVER:
+                self._handle(msg)  # rejected there, with its reason
+            elif msg.verb == "stop":
+                self._handle(msg)
+            elif msg.verb == "step" and msg.payload.round == round:
+                try:
+                    answered, answer = wire.step_of(msg.payload)
+                except ValueError as error:
+                    self.endpoint.reject("bad-step", self.topics.down(self.cid, "step"), str(error))
+                    continue
+                if answered == step:
+                    return answer
+            else:
+                log.debug("%s: %s %d while waiting for step %d; ignored", self.cid, msg.verb, msg.payload.round, step)
+        raise _Interrupted
 
     def _configure(self, payload: Payload) -> None:
         values = wire.config_from_payload(payload)
@@ -292,6 +363,10 @@ class ClientRuntime:
         self.last_round = state["last_round"]
         self.replies = state["replies"]
         log.info("%s: resumed from its checkpoint after round %d", self.cid, self.last_round)
+
+
+class _Interrupted(Exception):
+    """A stop came while the client was waiting for a step's answer."""
 
 
 def _client_ids(config: SimulationConfig) -> list[str]:

@@ -5,6 +5,11 @@ payload for that client (hello: nothing; train: the downlink; eval: the evaluati
 "empty" payload when the method has none, always stamped with the round. The client answers on
 `up/<client>/<verb>` with the method's payload or "empty", and "metrics" for eval. Requests may be
 repeated (after a reconnection or a restart): both sides handle repeats idempotently.
+
+A method that exchanges during training (FedCache's ``exchange=batch``) gets a ``steps`` request
+instead of ``train``: the client trains, and for each of its training steps sends the method's
+request on `up/<client>/step`, numbered by a ``STEP`` scalar (1, 2, ...), and waits for the
+server's answer to that number on `down/<client>/step`; its final uplink answers ``steps``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ METRICS = "metrics"
 STOP = "stop"
 ONLINE = "online"
 OFFLINE = "offline"
+STEP = "_step"
+"""The scalar that numbers a client's step requests and the server's answers within a round."""
 
 
 def empty(sender: str, round: int) -> Payload:
@@ -48,6 +55,21 @@ def stamped(payload: Payload | None, sender: str, round: int) -> Payload:
 
 def request(payload: Payload | None, round: int) -> Payload:
     return stamped(payload, SERVER, round)
+
+
+def numbered(payload: Payload, sender: str, round: int, step: int) -> Payload:
+    """A step request or answer: the method's payload, stamped, with its step number."""
+    stamp = stamped(payload, sender, round)
+    return Payload(stamp.kind, stamp.sender, round, stamp.arrays, {**stamp.scalars, STEP: step}, stamp.precision)
+
+
+def step_of(payload: Payload) -> tuple[int, Payload]:
+    """The step number of a step message, and the method's payload without it (ValueError if unnumbered)."""
+    step = payload.scalars.get(STEP)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"a step message needs an integer {STEP} >= 1, got {step!r}")
+    scalars = {k: v for k, v in payload.scalars.items() if k != STEP}
+    return step, Payload(payload.kind, payload.sender, payload.round, payload.arrays, scalars, payload.precision)
 
 
 def unwrap(payload: Payload) -> Payload | None:

@@ -116,6 +116,12 @@ class _Phase:
     sent_at: float
     got: dict[str, Incoming] = field(default_factory=dict)
     last_sent: dict[str, float] = field(default_factory=dict)
+    answer: Callable[[Payload], Payload] | None = None
+    """The server's answer to a step request (a ``steps`` phase only)."""
+    last_step: int = 0
+    last_reply: Payload | None = None
+    active_at: float = 0.0
+    """When the phase last heard from its client (a ``steps`` phase waits from there)."""
 
 
 class MqttChannel:
@@ -141,7 +147,7 @@ class MqttChannel:
         self._reconnected = False
         self.endpoint.on_connect_hooks.append(self._on_connect)
         self.phase: _Phase | None = None
-        self._bytes: dict[int, tuple[int, int]] = {}
+        self._bytes: dict[int, list[int]] = {}
         self._wire_at_begin: dict[str, int] = {}
 
     # ------------------------------------------------------------------ the Channel protocol
@@ -156,9 +162,9 @@ class MqttChannel:
             requests,
             self.settings.hello_timeout,
             min_needed=min(self.settings.min_clients, len(self.client_ids)),
-        )
+        ).got
         hellos = {cid: msg.payload for cid, msg in got.items() if msg.payload.kind != wire.EMPTY}
-        self._bytes[HELLO_ROUND] = (sum(got[cid].nbytes for cid in hellos), 0)
+        self._count(HELLO_ROUND, sum(got[cid].nbytes for cid in hellos), 0)
         return hellos
 
     def begin(self, round: int) -> None:
@@ -171,19 +177,29 @@ class MqttChannel:
         requests = {cid: (self.topics.down(cid, "train"), wire.request(p, round)) for cid, p in downlinks.items()}
         for cid in downlinks:
             self.stats[cid].selected += 1
-        got = self._collect("train", round, list(downlinks), requests, self.settings.round_timeout, min_needed=0)
+        got = self._collect("train", round, list(downlinks), requests, self.settings.round_timeout, min_needed=0).got
         for cid in downlinks:
             if cid not in got:
                 self.stats[cid].missed += 1
         answered = {cid: (None if msg.payload.kind == wire.EMPTY else msg.payload) for cid, msg in got.items()}
-        self._bytes[round] = (sum(got[cid].nbytes for cid, p in answered.items() if p is not None), bytes_down)
+        self._count(round, sum(got[cid].nbytes for cid, p in answered.items() if p is not None), bytes_down)
         return answered
 
-    def train_steps(self, round: int, client_id: str, answer: Callable[[Payload], Payload]) -> Payload | None:
-        raise ValueError(
-            f"{self.config.algo}: these params exchange messages at every training step (fedcache: "
-            "exchange=batch), which the MQTT runtime does not run; pass --param exchange=round"
-        )
+    def train_steps(
+        self, round: int, client_id: str, answer: Callable[[Payload], Payload]
+    ) -> dict[str, Payload | None]:
+        """Ask one client to train with ``steps``, answer each numbered step request as it comes
+        (``answer``, in order; a repeated request gets the same answer again), and wait for its
+        final uplink. The client has ``round_timeout`` seconds after each message it sends."""
+        self.stats[client_id].selected += 1
+        requests = {client_id: (self.topics.down(client_id, "steps"), wire.request(None, round))}
+        phase = self._collect("steps", round, [client_id], requests, self.settings.round_timeout, 0, answer=answer)
+        if client_id not in phase.got:
+            self.stats[client_id].missed += 1
+            return {}
+        final = wire.unwrap(phase.got[client_id].payload)
+        self._count(round, 0 if final is None else phase.got[client_id].nbytes, 0)
+        return {client_id: final}
 
     def evaluate(self, round: int, states: dict[str, Payload | None]) -> dict[str, Scores]:
         requests = {
@@ -197,11 +213,18 @@ class MqttChannel:
             self.settings.eval_timeout,
             min_needed=0,
             stop_when_rest_offline=True,
-        )
+        ).got
         return {cid: {"accuracy": float(msg.payload.scalars.get("accuracy", float("nan")))} for cid, msg in got.items()}
 
     def round_bytes(self, round: int) -> tuple[int, int]:
-        return self._bytes.get(round, (0, 0))
+        up, down = self._bytes.get(round, (0, 0))
+        return up, down
+
+    def _count(self, round: int, up: int, down: int) -> None:
+        """Method payload bytes of ``round``, as the codec counts them (what `simulate` counts)."""
+        totals = self._bytes.setdefault(round, [0, 0])
+        totals[0] += up
+        totals[1] += down
 
     def finish(self, record: RoundRecord) -> DeployedRoundRecord:
         values = {f.name: getattr(record, f.name) for f in fields(record)}
@@ -232,16 +255,18 @@ class MqttChannel:
         timeout: float,
         min_needed: int,
         stop_when_rest_offline: bool = False,
-    ) -> dict[str, Incoming]:
+        answer: Callable[[Payload], Payload] | None = None,
+    ) -> _Phase:
         """Send the requests, then take messages until the phase can close (see the module doc)."""
-        self.phase = phase = _Phase(verb, round, list(expected), requests, time.monotonic())
+        now = time.monotonic()
+        self.phase = phase = _Phase(verb, round, list(expected), requests, now, answer=answer, active_at=now)
         for cid in expected:
             self._send_request(cid)
-        deadline = phase.sent_at + timeout
-        hard_deadline = deadline + self.settings.max_wait
         warned = False
         while len(phase.got) < len(expected):
             now = time.monotonic()
+            deadline = phase.active_at + timeout
+            hard_deadline = deadline + self.settings.max_wait
             waiting = [cid for cid in expected if cid not in phase.got]
             if stop_when_rest_offline and now > phase.sent_at + 1.0 and not any(self.stats[c].online for c in waiting):
                 break
@@ -268,7 +293,7 @@ class MqttChannel:
                 warned = True
             self._pump(min(0.1, max(0.0, deadline - now)) or 0.1)
         self.phase = None
-        return phase.got
+        return phase
 
     def _wait_online(self, needed: int) -> None:
         started = time.monotonic()
@@ -313,6 +338,9 @@ class MqttChannel:
         if msg.direction == "status":
             self._on_status(cid, payload, topic, msg.received_at)
             return
+        if msg.verb == "step":
+            self._on_step(msg, topic)
+            return
         phase = self.phase
         stats = self.stats[cid]
         if phase is not None and msg.verb == phase.verb and (phase.verb == "hello" or payload.round == phase.round):
@@ -324,18 +352,52 @@ class MqttChannel:
                 self.endpoint.reject("wrong-kind", topic, f"eval answer of kind {payload.kind!r}")
             else:
                 phase.got[cid] = msg
-                if msg.verb == "train":
+                if msg.verb in ("train", "steps"):
                     stats.on_time += 1
                     stats.latency_seconds.append(msg.received_at - phase.sent_at)
             return
         current = phase.round if phase is not None else self.config.rounds + 1
-        if msg.verb == "train" and 1 <= payload.round <= current:
+        if msg.verb in ("train", "steps") and 1 <= payload.round <= current:
             stats.late += 1
             log.info("late uplink of round %d from %s discarded", payload.round, cid)
         elif payload.round <= current:
             log.debug("stale %s %d from %s ignored", msg.verb, payload.round, cid)
         else:
             self.endpoint.reject("future-round", topic, f"{msg.verb} for round {payload.round}")
+
+    def _on_step(self, msg: Incoming, topic: str) -> None:
+        """A client's step request: answered once, in order; a repeat gets the same answer again."""
+        cid, phase = msg.client_id, self.phase
+        if phase is None or phase.verb != "steps" or msg.payload.round != phase.round or cid not in phase.expected:
+            current = phase.round if phase is not None else self.config.rounds + 1
+            if msg.payload.round > current:
+                self.endpoint.reject("future-round", topic, f"step for round {msg.payload.round}")
+            else:
+                self.endpoint.reject("unrequested", topic, f"a step of round {msg.payload.round} from {cid}")
+            return
+        assert phase.answer is not None  # a steps phase is opened with the server's answer
+        try:
+            step, request = wire.step_of(msg.payload)
+        except ValueError as error:
+            self.endpoint.reject("bad-step", topic, str(error))
+            return
+        if step == phase.last_step and phase.last_reply is not None:
+            self.endpoint.publish(self.topics.down(cid, "step"), phase.last_reply)  # its answer was lost
+            return
+        if step != phase.last_step + 1:
+            if step != 1:
+                self.endpoint.reject("step-out-of-order", topic, f"step {step} after step {phase.last_step}")
+                return
+            log.warning("%s restarted its round-%d steps after step %d", cid, phase.round, phase.last_step)
+        try:
+            reply = phase.answer(request)
+        except ValueError as error:  # the method refused the request: the run goes on without it
+            self.endpoint.reject("bad-request", topic, str(error))
+            return
+        phase.last_step, phase.last_reply = step, wire.numbered(reply, wire.SERVER, phase.round, step)
+        phase.active_at = time.monotonic()
+        self._count(phase.round, encoded_size(request), encoded_size(reply))
+        self.endpoint.publish(self.topics.down(cid, "step"), phase.last_reply)
 
     def _on_status(self, cid: str, payload, topic: str, received_at: float) -> None:
         state = payload.scalars.get("state") if payload.kind == wire.STATUS else None

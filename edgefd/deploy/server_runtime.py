@@ -48,11 +48,6 @@ class ServerRuntime:
                 "score_full_test: a deployed client holds only its own data, so it cannot be scored on the whole "
                 "test set; this measurement is for `edgefd simulate`"
             )
-        if role.step_exchange:
-            raise ValueError(
-                f"{config.algo}: these params exchange messages at every training step (fedcache: "
-                "exchange=batch), which the MQTT runtime does not run; pass --param exchange=round"
-            )
         self.client_ids = list(self.pieces.client_ids)
         self.channel = MqttChannel(config, settings, self.client_ids, Topics(settings.run))
         self.federation = Federation(role, self.channel, config.loop_config(), selection_rng(config))

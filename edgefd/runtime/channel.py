@@ -51,9 +51,12 @@ class Channel(Protocol):
         answer by the round's deadline."""
         ...
 
-    def train_steps(self, round: int, client_id: str, answer: Callable[[Payload], Payload]) -> Payload | None:
+    def train_steps(
+        self, round: int, client_id: str, answer: Callable[[Payload], Payload]
+    ) -> dict[str, Payload | None]:
         """One client's training with a request and an answer per step (``ServerRole.step_exchange``):
-        ``answer`` is the server's. Returns the client's final uplink."""
+        ``answer`` is the server's. Returns {client: its final uplink} as `train` does (empty: it did
+        not finish by the deadline)."""
         ...
 
     def evaluate(self, round: int, states: dict[str, Payload | None]) -> dict[str, Scores]:
@@ -109,7 +112,9 @@ class InProcessChannel:
             uplinks[cid] = self.transport.upload(self.clients[cid].train_round(round, received), round, cid)
         return uplinks
 
-    def train_steps(self, round: int, client_id: str, answer: Callable[[Payload], Payload]) -> Payload | None:
+    def train_steps(
+        self, round: int, client_id: str, answer: Callable[[Payload], Payload]
+    ) -> dict[str, Payload | None]:
         steps = self.clients[client_id].train_steps(round)
         reply: Payload | None = None
         while True:
@@ -117,7 +122,7 @@ class InProcessChannel:
                 # next() is send(None), the only value a generator can be started with.
                 request = next(steps) if reply is None else steps.send(reply)
             except StopIteration as finished:
-                return self.transport.upload(finished.value, round, client_id)
+                return {client_id: self.transport.upload(finished.value, round, client_id)}
             received = self.transport.upload(request, round, client_id)
             reply = self.transport.download(answer(received), round, client_id)
 

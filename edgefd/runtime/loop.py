@@ -113,7 +113,9 @@ class Federation:
         stragglers = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
 
         if self.server.step_exchange:
-            answered = {cid: self.exchange_steps(round, cid) for cid in selected}
+            answered = {}
+            for cid in selected:  # one after another: each client sees what the ones before it wrote
+                answered.update(self.exchange_steps(round, cid))
         else:
             answered = self.channel.train(round, {cid: self.server.downlink(round, cid) for cid in selected})
         uplinks = {cid: p for cid, p in answered.items() if p is not None and cid not in stragglers}
@@ -127,8 +129,9 @@ class Federation:
         record.seconds = time.perf_counter() - start
         return self.channel.finish(record)
 
-    def exchange_steps(self, round: int, cid: str) -> Payload | None:
-        """One client's training with the server answering each of its steps; returns its final uplink."""
+    def exchange_steps(self, round: int, cid: str) -> dict[str, Payload | None]:
+        """One client's training with the server answering each of its steps: {cid: its final uplink}
+        (empty when it did not finish in time)."""
 
         def answer(request: Payload) -> Payload:
             return self.server.answer(round, cid, request)
@@ -140,9 +143,10 @@ class Federation:
         scores: dict[str, Scores] = self.channel.evaluate(
             record.round, {cid: self.server.evaluation_state(cid) for cid in self.client_ids}
         )
-        record.client_accuracy = {cid: s["accuracy"] for cid, s in scores.items()}
+        answered = [cid for cid in self.client_ids if cid in scores]  # client order, not arrival order
+        record.client_accuracy = {cid: scores[cid]["accuracy"] for cid in answered}
         record.accuracy, record.accuracy_std = _mean_std(record.client_accuracy)
-        full = {cid: s["accuracy_full"] for cid, s in scores.items() if "accuracy_full" in s}
+        full = {cid: scores[cid]["accuracy_full"] for cid in answered if "accuracy_full" in scores[cid]}
         if full:
             record.client_accuracy_full = full
             record.accuracy_full = _mean_std(full)[0]

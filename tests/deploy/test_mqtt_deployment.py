@@ -117,3 +117,38 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
     assert all(line["wire"]["up"] > line["bytes_up"] for line in dep_lines)
     assert (deployed / "curves.png").stat().st_size > 1000
     assert set(summary["deployment"]["clients"]) == {"client-0", "client-1", "client-2"}
+
+
+def test_fedcache_paper_exchange_over_mqtt_matches_simulate(tmp_path, broker):
+    """FedCache's default exchange (a request and an answer per mini-batch, through the broker, the
+    clients one after another) gives simulate's accuracies and codec bytes, round for round."""
+    config = dict(algo="fedcache", dataset="digits", clients=3, rounds=2, seed=4, threads=1, models="mlp")
+    params = {"knn": "exact"}  # exact neighbours: the comparison does not rest on hnswlib's build order
+    simulated = tmp_path / "sim"
+    run(SimulationConfig(**config, params=params, out=str(simulated)), progress=False)
+    deployed = tmp_path / "deploy"
+    process = edgefd(
+        "deploy-local",
+        "--broker",
+        broker.url,
+        "--run",
+        "steps",
+        *flags(config),
+        "--param",
+        "knn=exact",
+        "--out",
+        deployed,
+        "--quiet",
+        "--round-timeout",
+        60,
+        log=tmp_path / "deploy.log",
+    )
+    finish([process], timeout=240)
+    assert process.returncode == 0, (tmp_path / "deploy.log").read_text()[-3000:]
+
+    sim_lines, dep_lines = lines_of(simulated), lines_of(deployed)
+    assert [comparable(line) for line in dep_lines] == [comparable(line) for line in sim_lines]
+    summary = json.loads((deployed / "summary.json").read_text())
+    assert summary["params"]["exchange"] == "batch"
+    steps_up = summary["deployment"]["wire"]["received_messages"]["up/step"]
+    assert steps_up >= 2 * 3 * 2  # several mini-batches per client, 3 clients, 2 rounds
