@@ -83,6 +83,19 @@ BENCHMARKS = {
             "edgefd bench step --models resnet20 --threads 1 --steps 100",
         ),
     ),
+    "exchange": Subcommand(
+        "exchange",
+        "edgefd.bench.exchange",
+        "FedCache's per-mini-batch exchange over MQTT vs simulate and vs exchange=round",
+        description="Runs one small FedCache configuration as `edgefd simulate` and as `edgefd deploy-local` (a "
+        "loopback broker, one process per client) with exchange=batch (a broker round trip per mini-batch, clients "
+        "one after another) and exchange=round; prints the median seconds per round, the ratio to the simulation "
+        "and the cost of one step round trip.",
+        examples=(
+            "edgefd bench exchange",
+            "edgefd bench exchange --clients 5 --samples-per-client 400 --rounds 4",
+        ),
+    ),
     "onnx": Subcommand(
         "onnx",
         "edgefd.bench.onnx",

@@ -44,7 +44,9 @@ def mosquitto_path() -> str | None:
 def mosquitto_config(port: int, host: str = "127.0.0.1", extra: str = "") -> str:
     """A minimal foreground config. `user` is the current user, so Mosquitto started as root does
     not drop to user `mosquitto` and can read files in private (0700) test folders."""
-    lines = [f"listener {port} {host}", f"user {getpass.getuser()}", "persistence false"]
+    # set_tcp_nodelay: answer small messages at once (Nagle's algorithm would hold each until the
+    # previous one is acknowledged: ~40 ms per hop of a request-answer exchange).
+    lines = [f"listener {port} {host}", f"user {getpass.getuser()}", "persistence false", "set_tcp_nodelay true"]
     if "allow_anonymous" not in extra:
         lines.append("allow_anonymous true")
     return "\n".join(lines) + "\n" + extra + ("\n" if extra and not extra.endswith("\n") else "")

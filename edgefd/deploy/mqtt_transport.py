@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import socket
 import ssl
 import threading
 import time
@@ -165,6 +166,14 @@ def encode_frames(payload: Payload, chunk_size: int) -> list[bytes]:
     return split(encode(payload), chunk_size)
 
 
+def _no_delay(sock) -> None:
+    """Send small messages at once: without TCP_NODELAY, Nagle's algorithm holds a message until
+    the previous one is acknowledged, and the peer delays that acknowledgement (40 ms on Linux),
+    so a request-answer round trip costs ~90 ms instead of ~1 ms on loopback."""
+    if sock is not None and getattr(sock, "family", None) in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 class MqttEndpoint:
     """One paho client that sends payloads and queues the decoded payloads it receives.
 
@@ -237,6 +246,7 @@ class MqttEndpoint:
             log.error("broker %s refused the connection: %s", self.settings.url, reason_code)
             return
         self.stats.connects += 1
+        _no_delay(client.socket())
         for topic in self.subscriptions:
             client.subscribe(topic, qos=QOS)
         self.connected.set()
