@@ -210,7 +210,7 @@ class ClientRuntime:
             try:
                 self._answer("steps", round, lambda: self._train_steps(round), round)
             except _Interrupted:
-                log.info("%s: round %d's steps interrupted by a stop", self.cid, round)
+                log.info("%s: round %d's steps abandoned unanswered", self.cid, round)
         elif msg.verb == "step":
             log.debug(
                 "%s: an answer to step %s of round %d that nobody waits for",
@@ -289,6 +289,17 @@ class ClientRuntime:
                     continue
                 if answered == step:
                     return answer
+            elif msg.verb == "eval" or msg.payload.round > round:
+                # the server closed this client's steps (it went silent too long) and went on
+                log.warning(
+                    "%s: the server moved on (%s %d) during round %d's steps",
+                    self.cid,
+                    msg.verb,
+                    msg.payload.round,
+                    round,
+                )
+                self.endpoint.inbox.put(msg)  # handled once this round's training is abandoned
+                break
             else:
                 log.debug("%s: %s %d while waiting for step %d; ignored", self.cid, msg.verb, msg.payload.round, step)
         raise _Interrupted
@@ -366,7 +377,7 @@ class ClientRuntime:
 
 
 class _Interrupted(Exception):
-    """A stop came while the client was waiting for a step's answer."""
+    """A stop came, or the server went on to another request, while the client waited for a step's answer."""
 
 
 def _client_ids(config: SimulationConfig) -> list[str]:

@@ -1,5 +1,6 @@
-"""The MQTT channel's message handling without a broker: the step exchange's numbering, repeats
-and refusals (the end-to-end run over Mosquitto is in test_mqtt_deployment.py)."""
+"""The step exchange's message handling without a broker, on the server's channel and on a device:
+numbering, repeats, refusals, a server that moves on (the end-to-end run over Mosquitto is in
+test_mqtt_deployment.py)."""
 
 import time
 
@@ -7,8 +8,9 @@ import numpy as np
 import pytest
 
 from edgefd.deploy import messages as wire
+from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, _Interrupted
 from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel, _Phase
-from edgefd.deploy.mqtt_transport import Incoming, Topics
+from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming, Topics
 from edgefd.protocol import Payload, encoded_size
 from edgefd.runtime.config import SimulationConfig
 
@@ -70,3 +72,48 @@ def test_steps_nobody_asked_for_and_bad_ones_are_refused_without_a_crash(channel
     channel._handle(step(1, 1.0))  # no steps phase open
     assert channel.rejected == ["unrequested", "future-round", "bad-step", "bad-request", "unrequested"]
     assert channel.published == []
+
+
+class StepsRole:
+    """A client role that asks the server twice during its training and uploads the answers' sum."""
+
+    def train_steps(self, round):
+        first = yield Payload("ask", "client-0", round, {"x": np.array([1.0], np.float32)})
+        second = yield Payload("ask", "client-0", round, {"x": np.array([2.0], np.float32)})
+        return Payload("done", "client-0", round, {"sum": first.arrays["y"] + second.arrays["y"]})
+
+
+@pytest.fixture
+def device():
+    runtime = ClientRuntime(ClientSettings("u", "client-0", BrokerSettings("mqtt://127.0.0.1:1")))
+    runtime.role = StepsRole()
+    runtime.sent = []
+    runtime.endpoint.publish = lambda topic, payload, retain=False: runtime.sent.append((topic, payload))
+    return runtime
+
+
+def answer(k, y, round=1):
+    payload = wire.numbered(
+        Payload("teachers", wire.SERVER, round, {"y": np.array([y], np.float32)}), wire.SERVER, round, k
+    )
+    return Incoming("down", "client-0", "step", payload, nbytes=0)
+
+
+def test_a_device_waits_for_each_numbered_answer_and_skips_stale_ones(device):
+    for message in (answer(1, 10.0), answer(1, 10.0), answer(2, 20.0)):  # a repeated answer to step 1
+        device.endpoint.inbox.put(message)
+    final = device._train_steps(1)
+    assert float(final.arrays["sum"][0]) == 30.0
+    assert [(topic, wire.step_of(p)[0]) for topic, p in device.sent] == [
+        ("edgefd/u/up/client-0/step", 1),
+        ("edgefd/u/up/client-0/step", 2),
+    ]
+
+
+def test_a_device_abandons_its_steps_when_the_server_has_moved_on(device):
+    evaluation = Incoming("down", "client-0", "eval", wire.request(None, 1), nbytes=0)
+    device.endpoint.inbox.put(answer(1, 10.0))
+    device.endpoint.inbox.put(evaluation)  # the server gave up on this client's round 1
+    with pytest.raises(_Interrupted):
+        device._train_steps(1)
+    assert device.endpoint.inbox.get_nowait() is evaluation  # left for the main loop to answer
