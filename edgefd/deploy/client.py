@@ -18,11 +18,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import tomllib
-
 from edgefd.data import DatasetNotFoundError
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
 from edgefd.deploy.flags import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
+from edgefd.runtime.flags import read_config_file
 
 REQUIRED = ("broker", "run", "client_id")
 
@@ -78,12 +77,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     """Merge `--config`: a file value fills every setting left at its default on the command line."""
     if args.config:
         path = Path(args.config)
-        if not path.is_file():
-            raise ValueError(f"--config {path}: no such file")
-        try:
-            values = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as error:
-            raise ValueError(f"--config {path}: not valid TOML ({error})") from None
+        values = read_config_file(path)
         defaults = _defaults()
         unknown = sorted(set(values) - set(defaults) - {"config"})
         if unknown:

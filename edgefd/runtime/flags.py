@@ -74,17 +74,22 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A `--config` file's table (ValueError naming the file if it is missing or not TOML)."""
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"--config {path}: not valid TOML ({error})") from None
+
+
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:
     values: dict[str, Any] = {}
     params: dict[str, Any] = {}
     if getattr(args, "config", None):
         path = Path(args.config)
-        if not path.is_file():
-            raise ValueError(f"--config {path}: no such file")
-        try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as error:
-            raise ValueError(f"--config {path}: not valid TOML ({error})") from None
+        data = read_config_file(path)
         params.update(data.pop("params", {}))
         unknown = sorted(set(data) - set(config_fields()))
         if unknown:
