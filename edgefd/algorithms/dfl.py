@@ -68,7 +68,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
-from edgefd.algorithms.toolkit import average_states
+from edgefd.algorithms.toolkit import at_precision, average_states
 from edgefd.protocol import Payload
 from edgefd.training import (
     LocalTraining,
@@ -255,7 +255,7 @@ class DFLClient(ClientRole):
         arrays[SOFT_TARGETS] = means.astype(SOFT_TARGET_DTYPES[self.params.soft_target_dtype])
         arrays[CLASS_COUNTS] = counts.astype(np.int32)
         payload = Payload(KIND, self.client_id, round, arrays, {"samples": len(y)})
-        return _with_knowledge_precision(payload, self.context.precision)
+        return at_precision(payload, self.context.precision, [SOFT_TARGETS])  # weights stay lossless
 
     def label_wise_outputs(self) -> tuple[np.ndarray, np.ndarray]:
         """E7: per-class mean output of the updated model over all local training samples (eval
@@ -268,11 +268,6 @@ class DFLClient(ClientRole):
             logits = torch.softmax(logits / self.params.temperature, dim=1)
         means, counts = kernels.labelwise_mean(logits.contiguous(), self.data.train_y, classes)
         return means.numpy(), counts.numpy()
-
-
-def _with_knowledge_precision(payload: Payload, precision: str) -> Payload:
-    """The soft-target table travels at the run's knowledge precision; weights stay lossless."""
-    return payload if precision == "fp32" else payload.with_precision(precision, [SOFT_TARGETS])
 
 
 class DFLServer(ServerRole):
@@ -290,7 +285,7 @@ class DFLServer(ServerRole):
 
     def downlink(self, round: int, client_id: str) -> Payload:
         arrays = {**self.global_state, SOFT_TARGETS: self.soft_targets}
-        return _with_knowledge_precision(Payload(KIND, "server", round, arrays), self.context.precision)
+        return at_precision(Payload(KIND, "server", round, arrays), self.context.precision, [SOFT_TARGETS])
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         metrics = {"rho": rho(round, self.context.total_rounds, self.params.threshold, self.params.schedule)}

@@ -23,6 +23,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, param, register
+from edgefd.algorithms.toolkit import at_precision
 from edgefd.protocol import Payload
 from edgefd.training import predict_logits, train_epochs
 
@@ -83,7 +84,7 @@ class FDClient(ClientRole):
         means, counts = kernels.labelwise_mean(logits, y, self.data.num_classes)
         self.last_means, self.last_counts = means.numpy().astype(np.float64), counts.numpy()
         payload = Payload("knowledge", self.client_id, round, {"logits": means.numpy(), "counts": counts.numpy()})
-        return payload.with_precision(self.context.precision) if self.context.precision != "fp32" else payload
+        return at_precision(payload, self.context.precision)
 
 
 class FDServer(ServerRole):
@@ -96,8 +97,7 @@ class FDServer(ServerRole):
         if self.global_logits is None or self.global_counts is None:  # set together in aggregate
             return None
         payload = Payload("knowledge", "server", round, {"logits": self.global_logits, "counts": self.global_counts})
-        precision = self.context.precision
-        return payload.with_precision(precision) if precision != "fp32" else payload
+        return at_precision(payload, self.context.precision)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if not uplinks:

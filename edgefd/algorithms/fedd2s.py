@@ -94,7 +94,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
-from edgefd.algorithms.toolkit import average_states
+from edgefd.algorithms.toolkit import at_precision, average_states
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
 from edgefd.training import (
@@ -318,12 +318,6 @@ def _head_arrays(model: LayeredCNN, layer: int) -> dict[str, np.ndarray]:
     return {HEAD_PREFIX + k: v.detach().cpu().numpy().copy() for k, v in model.head_state_dict(layer).items()}
 
 
-def _with_knowledge_precision(payload: Payload, precision: str, names: list[str]) -> Payload:
-    """Knowledge arrays travel at the run's precision; weights and labels stay lossless."""
-    names = [n for n in names if n in payload.arrays]
-    return payload if precision == "fp32" or not names else payload.with_precision(precision, names)
-
-
 def _label_dtype(num_classes: int) -> type:
     return np.uint8 if num_classes <= 256 else np.int32
 
@@ -379,7 +373,7 @@ class FedD2SClient(ClientRole):
             arrays["hl"] = _concat(hls, dims[layer - 1])
         arrays["labels"] = self.data.train_y.numpy().astype(_label_dtype(self.data.num_classes))
         payload = Payload(UP_KIND, self.client_id, round, arrays, {"layer": layer, "samples": len(x)})
-        return _with_knowledge_precision(payload, self.context.precision, ["h1", "hl"])
+        return at_precision(payload, self.context.precision, ["h1", "hl"])
 
     def _frozen_head(self, downlink: Payload, layer: int) -> LayeredCNN:
         if self._global_head is None:
@@ -486,7 +480,7 @@ class FedD2SServer(ServerRole):
             return None
         arrays, layer = reply
         payload = Payload(DOWN_KIND, "server", round, arrays, {"layer": layer})
-        return _with_knowledge_precision(payload, self.context.precision, ["t", "v"])
+        return at_precision(payload, self.context.precision, ["t", "v"])
 
     def _unpack(self, cid: str, payload: Payload) -> _Upload:
         model = self.global_model

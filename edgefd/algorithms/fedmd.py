@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.toolkit import at_precision
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
@@ -185,7 +186,7 @@ class FedMDClient(ClientRole):
         indices = alignment_indices(seed, len(self.public_x), self.params.alignment_size)
         logits = predict_logits(self.model, self.public_x[indices], self.context.train.eval_batch_size)
         payload = Payload(KIND, self.client_id, round, {LOGITS: logits.numpy().astype(np.float32)})
-        return payload if self.context.precision == "fp32" else payload.with_precision(self.context.precision)
+        return at_precision(payload, self.context.precision)
 
 
 class FedMDServer(ServerRole):
@@ -206,11 +207,7 @@ class FedMDServer(ServerRole):
             arrays[CONSENSUS] = self.consensus
             scalars["consensus_seed"] = self.consensus_seed
         payload = Payload(KIND, "server", round, arrays, scalars)
-        return (
-            payload
-            if self.context.precision == "fp32" or not arrays
-            else payload.with_precision(self.context.precision)
-        )
+        return at_precision(payload, self.context.precision)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         """Consensus = plain mean of the received logits (FedMD); nothing received keeps the last."""

@@ -1,9 +1,25 @@
-"""Chores every method shares, written once: matching knowledge to samples by stable id, and
-averaging model states."""
+"""Chores every method shares, written once: the wire precision of knowledge, matching knowledge
+to samples by stable id, and averaging model states."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
+
+from edgefd.protocol import Payload
+
+
+def at_precision(payload: Payload, precision: str, names: Iterable[str] | None = None) -> Payload:
+    """``payload`` with the run's wire precision (``--precision``: fp32, fp16 or int8) on its
+    knowledge: the float arrays in ``names`` (those absent from the payload are skipped), or every
+    float array. fp32 leaves the payload as it is, so what is not knowledge (model weights, a
+    float64 table, labels and ids) always travels losslessly."""
+    if precision == "fp32":
+        return payload
+    if names is not None:
+        names = [name for name in names if name in payload.arrays]
+    return payload.with_precision(precision, names)
 
 
 class SampleIndex:
@@ -52,26 +68,30 @@ class SampleIndex:
 
 
 def average_states(states: list[dict[str, np.ndarray]], weights: list[float] | None = None) -> dict[str, np.ndarray]:
-    """Per-entry mean of model states, weighted by ``weights`` (sample counts in FedAvg and DFL),
-    unweighted without them (FedD2S's Eq. 11).
+    """Per-entry mean of model states in float64, cast back to each entry's dtype (integer buffers,
+    BatchNorm's batch counter, are rounded).
 
-    A float64 sum of ``w * state``, divided by the total weight at the end: identical inputs
-    give bit-identical outputs (float32 entries times integer weights add up exactly). Integer
-    buffers (BatchNorm's batch counter) are rounded back to integers."""
+    With ``weights`` (sample counts: FedAvg, DFL) the sum of ``state * (w / total)``, FedAvg's
+    arithmetic; without, the plain sum divided by the count (FedD2S's Eq. 11), which gives identical
+    inputs back bit for bit. The two orders of rounding are kept as the methods always had them, so
+    that their results do not move by a last bit."""
     if not states:
         raise ValueError("average_states: no states to average")
-    weights = [1.0] * len(states) if weights is None else [float(w) for w in weights]
-    if len(weights) != len(states):
+    if weights is not None and len(weights) != len(states):
         raise ValueError(f"average_states: {len(weights)} weights for {len(states)} states")
-    total = sum(weights)
+    total = float(sum(weights)) if weights is not None else float(len(states))
     if total <= 0:
         raise ValueError("average_states: weights sum to zero")
     out = {}
     for name, first in states[0].items():
         acc = np.zeros(np.shape(first), dtype=np.float64)
-        for state, weight in zip(states, weights):
-            acc += np.asarray(state[name], dtype=np.float64) * weight
-        acc /= total
+        if weights is None:
+            for state in states:
+                acc += np.asarray(state[name], dtype=np.float64)
+            acc /= total
+        else:
+            for state, weight in zip(states, weights):
+                acc += np.asarray(state[name], dtype=np.float64) * (float(weight) / total)
         dtype = np.asarray(first).dtype
         out[name] = np.rint(acc).astype(dtype) if np.issubdtype(dtype, np.integer) else acc.astype(dtype)
     return out

@@ -60,7 +60,7 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache, cache_base
-from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.algorithms.toolkit import SampleIndex, at_precision
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
 from edgefd.training import LocalTraining, epoch_batches, forward, train_epochs
@@ -193,7 +193,7 @@ class FedCacheClient(ClientRole):
         payload = Payload(
             "fedcache.logits", self.client_id, round, {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()}
         )
-        return payload.with_precision(self.context.precision, ["logits"])
+        return at_precision(payload, self.context.precision, ["logits"])
 
     def train_steps(self, round: int) -> Generator[Payload, Payload, None]:
         """``exchange=batch`` (Alg. 1 l.9-12): per batch, the train-mode logits go up, the
@@ -212,7 +212,7 @@ class FedCacheClient(ClientRole):
                     round,
                     {"ids": ids.astype(np.int32), "logits": logits.detach().numpy()},
                 )
-                reply = yield request.with_precision(self.context.precision, ["logits"])
+                reply = yield at_precision(request, self.context.precision, ["logits"])
                 if not np.array_equal(reply.arrays["ids"], ids):
                     raise ValueError(f"{self.client_id}: the server's teachers are not for the samples it was sent")
                 teachers = torch.from_numpy(np.asarray(reply.arrays["knowledge"], np.float32))
@@ -264,7 +264,7 @@ class FedCacheServer(ServerRole):
             round,
             {"ids": ids.astype(np.int32), "knowledge": self.cache.fetch(client_id).numpy()},
         )
-        return payload.with_precision(self.context.precision, ["knowledge"])
+        return at_precision(payload, self.context.precision, ["knowledge"])
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
         """``exchange=batch``: the teachers of the request's samples, then their logits written in."""
@@ -274,7 +274,7 @@ class FedCacheServer(ServerRole):
         payload = Payload(
             "fedcache.knowledge", "server", round, {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()}
         )
-        return payload.with_precision(self.context.precision, ["knowledge"])
+        return at_precision(payload, self.context.precision, ["knowledge"])
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         for client in sorted(uplinks):

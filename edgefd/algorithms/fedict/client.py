@@ -14,7 +14,7 @@ from edgefd.algorithms.base import ClientContext, ClientRole
 from edgefd.algorithms.fedict.losses import class_distribution, client_loss, softmax
 from edgefd.algorithms.fedict.params import DIST_META_SCALE, FedICTParams
 from edgefd.algorithms.fedict.split_models import SplitLike, not_split_error, optimizer
-from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.algorithms.toolkit import SampleIndex, at_precision
 from edgefd.protocol import Payload
 from edgefd.training import (
     forward,
@@ -137,11 +137,9 @@ class FedICTClient(ClientRole):
         if self.params.resend_labels:
             arrays["labels"] = y.numpy().astype(np.int64)
         payload = Payload("features", self.client_id, round, arrays)
-        if self.feature_precision != "fp32":
-            payload = payload.with_precision(self.feature_precision, ["features"])
-        if self.context.precision != "fp32":
-            payload = payload.with_precision(self.context.precision, ["logits"])
-        return payload
+        return at_precision(
+            at_precision(payload, self.feature_precision, ["features"]), self.context.precision, ["logits"]
+        )
 
     @torch.no_grad()
     def extract(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,7 +13,7 @@ from edgefd.algorithms.base import ServerContext, ServerRole
 from edgefd.algorithms.fedict.losses import KDLoss, global_distribution, server_loss
 from edgefd.algorithms.fedict.params import FedICTParams
 from edgefd.algorithms.fedict.split_models import is_split, not_split_error, optimizer
-from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.algorithms.toolkit import SampleIndex, at_precision
 from edgefd.protocol import Payload
 from edgefd.training import (
     batches,
@@ -120,8 +120,7 @@ class FedICTServer(ServerRole):
         if not state.has_logits and self.params.first_round == "skip":
             return None
         payload = Payload("knowledge", "server", round, {"ids": state.index.ids, "logits": state.server_logits})
-        precision = self.context.precision
-        return payload.with_precision(precision, ["logits"]) if precision != "fp32" else payload
+        return at_precision(payload, self.context.precision, ["logits"])
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         arrived = [cid for cid in sorted(uplinks) if cid in self.clients]
