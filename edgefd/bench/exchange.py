@@ -66,11 +66,31 @@ def _run(arm: str, exchange: str | None, args: argparse.Namespace, folder: Path)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dataset", default="digits", help="dataset (default: %(default)s)")
-    parser.add_argument("--clients", type=int, default=3, metavar="K", help="clients (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=5, metavar="R", help="rounds (default: %(default)s)")
-    parser.add_argument("--models", default="mlp", help="client models (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=8, metavar="B", help="mini-batch (default: FedCache's 8)")
+    parser.add_argument(
+        "--dataset", default="digits", help="registered dataset the three runs train on (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=3,
+        metavar="K",
+        help="clients; over MQTT each is a process of its own (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        metavar="R",
+        help="rounds of each run; the median skips round 1, which pays for warm-up (default: %(default)s)",
+    )
+    parser.add_argument("--models", default="mlp", help="client models, a zoo name or a list (default: %(default)s)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        metavar="B",
+        help="mini-batch size, so one step round trip per B samples with exchange=batch (default: FedCache's 8)",
+    )
     parser.add_argument(
         "--samples-per-client", type=int, default=200, metavar="N", help="training samples per client (default: 200)"
     )

@@ -183,6 +183,9 @@ class ClientRuntime:
             self._backlog.clear()
             return
         if msg.verb == "stop":
+            if self.config is None:  # retained by an earlier run of this name; this run has not begun
+                log.info("%s: a stop left by an earlier run; waiting for this run's config", self.cid)
+                return
             log.info("%s: the server ended the run", self.cid)
             self.stopping.set()
             return
@@ -254,7 +257,7 @@ class ClientRuntime:
         step = 0
         while True:
             try:
-                request = next(steps) if step == 0 else steps.send(reply)
+                request = next(steps) if reply is None else steps.send(reply)
             except StopIteration as finished:
                 return finished.value
             step += 1

@@ -42,6 +42,10 @@ from edgefd.runtime.records import HELLO_ROUND, RoundRecord
 
 log = logging.getLogger(__name__)
 
+STOP_FLUSH_SECONDS = 30.0
+"""How long the server waits at the end for the broker to take the clients' stops (it may be
+restarting)."""
+
 
 @dataclass
 class DeploymentSettings:
@@ -239,11 +243,23 @@ class MqttChannel:
         for cid in self.client_ids:
             self.endpoint.publish(self.topics.down(cid, "config"), payload, retain=True)
 
-    def stop_clients(self) -> None:
+    def clear_stops(self) -> None:
+        """A run starts: forget the retained stops an earlier run of this name left behind."""
         for cid in self.client_ids:
-            self.endpoint.publish(self.topics.down(cid, "stop"), wire.empty(wire.SERVER, self.config.rounds))
+            self.endpoint.clear_retained(self.topics.down(cid, "stop"))
+
+    def stop_clients(self) -> None:
+        """The run is over: every client gets a stop, retained, so that one that is reconnecting now
+        still gets it; the server waits (a while) until the broker has them all."""
+        for cid in self.client_ids:
+            self.endpoint.publish(
+                self.topics.down(cid, "stop"), wire.empty(wire.SERVER, self.config.rounds), retain=True
+            )
             self.endpoint.clear_retained(self.topics.down(cid, "config"))
-        time.sleep(0.2)  # let paho flush the stops before the connection closes
+        if not self.endpoint.flush(timeout=STOP_FLUSH_SECONDS):
+            log.warning(
+                "the broker has not acknowledged every stop after %.0f s; some clients may not stop", STOP_FLUSH_SECONDS
+            )
 
     # ------------------------------------------------------------------ waiting for messages
     def _collect(

@@ -205,6 +205,10 @@ class MqttEndpoint:
         self.on_connect_hooks: list = []
         self._reassemblers: dict[str, Reassembler] = {}
         self._lock = threading.Lock()
+        self._unacked: set[int] = set()
+        """Message ids published and not yet acknowledged by the broker (QoS 1)."""
+        self._acked_early: set[int] = set()
+        """Acknowledgements that came before `publish` returned their id."""
         self._client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True, protocol=mqtt.MQTTv311
         )
@@ -226,6 +230,7 @@ class MqttEndpoint:
         self._client.on_connect = self._on_connect
         self._client.on_disconnect = self._on_disconnect
         self._client.on_message = self._on_message
+        self._client.on_publish = self._on_publish
 
     # ------------------------------------------------------------------ connection
     def start(self, wait: float | None = None) -> None:
@@ -270,7 +275,7 @@ class MqttEndpoint:
         if retain and len(frames) > 1:
             raise ValueError(f"a retained message must be one frame; {topic} needs {len(frames)}")
         for frame in frames:
-            self._client.publish(topic, frame, qos=QOS, retain=retain)
+            self._track(self._client.publish(topic, frame, qos=QOS, retain=retain).mid)
         key = self._key(topic)
         nbytes = sum(len(f) for f in frames)
         with self._lock:
@@ -281,7 +286,32 @@ class MqttEndpoint:
         return nbytes
 
     def clear_retained(self, topic: str) -> None:
-        self._client.publish(topic, b"", qos=QOS, retain=True)
+        self._track(self._client.publish(topic, b"", qos=QOS, retain=True).mid)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until the broker has acknowledged everything published so far (paho resends what
+        was published while disconnected once it reconnects); False if `timeout` seconds passed."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._unacked:
+                    return True
+            time.sleep(0.05)
+        return False
+
+    def _track(self, mid: int) -> None:
+        with self._lock:
+            if mid in self._acked_early:
+                self._acked_early.discard(mid)
+            else:
+                self._unacked.add(mid)
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        with self._lock:
+            if mid in self._unacked:
+                self._unacked.discard(mid)
+            else:
+                self._acked_early.add(mid)
 
     def _key(self, topic: str) -> str:
         try:

@@ -69,6 +69,7 @@ class ServerRuntime:
         started = time.perf_counter()
         self.channel.endpoint.start(wait=self.settings.connect_timeout)
         try:
+            self.channel.clear_stops()
             self.channel.publish_configs()
             resume_at = self._restore() if self.resume else None
             if resume_at is None:

@@ -7,8 +7,8 @@ import pytest
 
 from edgefd.deploy import client as deploy_client
 from edgefd.deploy import messages as wire
-from edgefd.deploy.client_runtime import load_device_data
-from edgefd.deploy.mqtt_transport import BrokerSettings
+from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, load_device_data
+from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
 from edgefd.deploy.server_runtime import DeploymentSettings
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import config_from_args
@@ -89,3 +89,11 @@ def test_device_data_folder(tmp_path):
         load_device_data(tmp_path)
     with pytest.raises(ValueError, match="no data.npz"):
         load_device_data(tmp_path / "nowhere")
+
+
+def test_a_stop_left_retained_by_an_earlier_run_does_not_stop_a_new_client():
+    """The server leaves its stops retained (a client reconnecting at the end still gets one); a
+    client of the next run with the same name meets it before its config, and must not exit."""
+    device = ClientRuntime(ClientSettings("u", "client-0", BrokerSettings("mqtt://127.0.0.1:1")))
+    device._handle(Incoming("down", "client-0", "stop", wire.empty(wire.SERVER, 3), nbytes=0))
+    assert not device.stopping.is_set()
