@@ -42,7 +42,7 @@ def simulation(params=None, **settings):
 
 
 # ----------------------------------------------------------------------------------------------
-# The spec's worked vector (§3.5): C = 3, B = 1, K = 2. tests/test_kernels.py checks the SL kernel
+# The spec's worked vector (§3.5): C = 3, B = 1, K = 2. tests/kernels/test_kernels.py checks the SL kernel
 # against its torch reference and on other hand values; this is the spec's own vector, through the
 # loss the server calls, for all three losses and both kernel backends.
 

@@ -1,4 +1,4 @@
-"""The CUDA path of :mod:`edgefd.kernels`: autograd functions over ``edgefd._kernels_cuda``.
+"""The CUDA backend of :mod:`edgefd.kernels`: ``edgefd._kernels_cuda``, called with raw device pointers.
 
 The extension is built only on request (``EDGEFD_CUDA=ON pip install .``, or CMake
 ``-DEDGEFD_CUDA=ON``); it takes raw device pointers (``tensor.data_ptr()``) and the current CUDA
@@ -6,14 +6,14 @@ stream handle, so it never links libtorch. :mod:`edgefd.kernels` validates the i
 CUDA tensors here when the extension is importable and a GPU is visible; otherwise CUDA tensors
 go to the pure-torch reference, which runs on the GPU too.
 
-Status: the CUDA sources compile for sm_75 and sm_87 (tests/test_kernels_cuda_build.py builds them
+Status: the CUDA sources compile for sm_75 and sm_87 (tests/kernels/test_cuda_build.py builds them
 with nvcc), and their code gives the torch references' values, gradients and errors when run under
-a CPU emulation of CUDA's execution model (tests/test_kernels_cuda_emulated.py), but they have
-never been run on a GPU: the machine they were written on has none. This module's autograd
-functions have run on top of the emulated kernels (the same test, through the public
-``edgefd.kernels`` API); only its device and stream lines (``torch.cuda.device``,
+a CPU emulation of CUDA's execution model (tests/kernels/test_cuda_emulated.py), but they have
+never been run on a GPU: the machine they were written on has none. This backend has run on top
+of the emulated kernels (the same test, through the public ``edgefd.kernels`` API); only its
+device and stream lines (``torch.cuda.device``,
 ``current_stream``) have never run. Treat both as unverified on hardware until
-``tests/test_kernels.py``-style comparisons have been run on a CUDA device.
+``tests/kernels/test_kernels.py``-style comparisons have been run on a CUDA device.
 """
 
 from __future__ import annotations
@@ -47,14 +47,13 @@ def _stream(t: torch.Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
-def _scaled(grad: torch.Tensor | None, grad_output: torch.Tensor) -> torch.Tensor | None:
-    return None if grad is None else grad * grad_output
+class CudaBackend:
+    """Each call runs on the tensors' device and its current stream; losses accumulate in a float64
+    device scalar (no host round trip) and are returned in the input's dtype."""
 
+    name = "cuda"
 
-class WeightedKL(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, student, teacher, temperature, sample_weight, class_weight, teacher_is_prob):
-        grad = torch.empty_like(student) if ctx.needs_input_grad[0] else None
+    def weighted_kl(self, student, teacher, temperature, sample_weight, class_weight, teacher_is_prob, grad):
         loss = torch.zeros((), dtype=torch.float64, device=student.device)
         with torch.cuda.device(student.device):
             _cu.weighted_kl(
@@ -70,38 +69,26 @@ class WeightedKL(torch.autograd.Function):
                 _ptr(loss),
                 _stream(student),
             )
-        ctx.grad = grad
         return loss.to(student.dtype)
 
-    @staticmethod
-    def backward(ctx, grad_output):
-        grad, ctx.grad = ctx.grad, None
-        return _scaled(grad, grad_output), None, None, None, None, None
-
-
-class SLLoss(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, student, teacher):
-        grad_s = torch.empty_like(student) if ctx.needs_input_grad[0] else None
-        grad_t = torch.empty_like(teacher) if ctx.needs_input_grad[1] else None
+    def sl_loss(self, student, teacher, grad_student, grad_teacher):
         loss = torch.zeros((), dtype=torch.float64, device=student.device)
         k, b, c = teacher.shape
         with torch.cuda.device(student.device):
-            _cu.sl_loss(_ptr(student), _ptr(teacher), k, b, c, _ptr(grad_s), _ptr(grad_t), _ptr(loss), _stream(student))
-        ctx.grads = (grad_s, grad_t)
+            _cu.sl_loss(
+                _ptr(student),
+                _ptr(teacher),
+                k,
+                b,
+                c,
+                _ptr(grad_student),
+                _ptr(grad_teacher),
+                _ptr(loss),
+                _stream(student),
+            )
         return loss.to(student.dtype)
 
-    @staticmethod
-    def backward(ctx, grad_output):
-        (grad_s, grad_t), ctx.grads = ctx.grads, None
-        return _scaled(grad_s, grad_output), _scaled(grad_t, grad_output)
-
-
-class LabelwiseMean(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, logits, labels, num_classes, sample_weight):
-        means = logits.new_empty((num_classes, logits.shape[1]))
-        counts = torch.empty(num_classes, dtype=torch.int64, device=logits.device)
+    def labelwise_mean(self, logits, labels, num_classes, sample_weight, means, counts):
         with torch.cuda.device(logits.device):
             _cu.labelwise_mean(
                 _ptr(logits),
@@ -114,34 +101,21 @@ class LabelwiseMean(torch.autograd.Function):
                 _ptr(counts),
                 _stream(logits),
             )
-        ctx.save_for_backward(labels, sample_weight)
-        ctx.num_classes = num_classes
-        ctx.mark_non_differentiable(counts)
-        return means, counts
 
-    @staticmethod
-    def backward(ctx, grad_means, _grad_counts):
-        labels, sample_weight = ctx.saved_tensors
-        grad_means = grad_means.contiguous()
-        grad_x = grad_means.new_empty((labels.shape[0], grad_means.shape[1]))
+    def labelwise_mean_backward(self, grad_means, labels, num_classes, sample_weight, grad_logits):
         with torch.cuda.device(grad_means.device):
             _cu.labelwise_mean_backward(
                 _ptr(grad_means),
                 _ptr(labels),
                 labels.shape[0],
                 grad_means.shape[1],
-                ctx.num_classes,
+                num_classes,
                 _ptr(sample_weight),
-                _ptr(grad_x),
+                _ptr(grad_logits),
                 _stream(grad_means),
             )
-        return grad_x, None, None, None
 
-
-class GatherMean(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, cache, neighbours):
-        out = cache.new_empty((neighbours.shape[0], cache.shape[1]))
+    def gather_mean(self, cache, neighbours, out):
         with torch.cuda.device(cache.device):
             _cu.gather_mean(
                 _ptr(cache),
@@ -153,19 +127,12 @@ class GatherMean(torch.autograd.Function):
                 _ptr(out),
                 _stream(cache),
             )
-        ctx.save_for_backward(neighbours)
-        ctx.cache_rows = cache.shape[0]
-        return out
 
-    @staticmethod
-    def backward(ctx, grad_out):
-        (neighbours,) = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
-        grad_cache = grad_out.new_empty((ctx.cache_rows, grad_out.shape[1]))
+    def gather_mean_backward(self, grad_out, neighbours, grad_cache):
         with torch.cuda.device(grad_out.device):
             _cu.gather_mean_backward(
                 _ptr(grad_out),
-                ctx.cache_rows,
+                grad_cache.shape[0],
                 grad_out.shape[1],
                 _ptr(neighbours),
                 neighbours.shape[0],
@@ -173,4 +140,6 @@ class GatherMean(torch.autograd.Function):
                 _ptr(grad_cache),
                 _stream(grad_out),
             )
-        return grad_cache, None
+
+
+BACKEND = CudaBackend()

@@ -1,10 +1,10 @@
 """The CUDA kernels' code, run on the CPU under an emulation of CUDA's execution model, against the
 torch references: values, gradients and bad-input errors.
 
-No GPU exists on this project's machines. tests/cuda_emulation/cuda_runtime.h stands in for the
+No GPU exists on this project's machines. tests/kernels/cuda_emulation/cuda_runtime.h stands in for the
 CUDA runtime (one OS thread per CUDA thread, real barriers for __syncthreads and warp shuffles,
 blocks one at a time, atomics under a lock, host memory as device memory); g++ compiles
-csrc/*.cu against it, with a small C interface (tests/cuda_emulation/c_api.cpp) in place of the
+csrc/*.cu against it, with a small C interface (tests/kernels/cuda_emulation/c_api.cpp) in place of the
 pybind11 bindings (those are compiled by nvcc in test_kernels_cuda_build.py). This checks the
 kernels' indexing, block reductions, shared-memory use, gradient formulas and error reporting; it
 cannot check GPU-specific behaviour (memory model, occupancy,
@@ -22,7 +22,7 @@ import torch
 
 from edgefd.kernels import reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("weighted_kl", "sl_loss", "labelwise_mean", "gather_mean")
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -85,9 +85,9 @@ def cu(tmp_path_factory):
         "-fPIC",
         "-pthread",
         "-w",
-        f"-I{ROOT / 'tests' / 'cuda_emulation'}",
+        f"-I{ROOT / 'tests' / 'kernels' / 'cuda_emulation'}",
         f"-I{ROOT / 'csrc'}",
-        str(ROOT / "tests" / "cuda_emulation" / "c_api.cpp"),
+        str(ROOT / "tests" / "kernels" / "cuda_emulation" / "c_api.cpp"),
         *sources,
         "-o",
         str(library),
@@ -230,16 +230,17 @@ def test_sl_loss_rejects_rows_too_wide_for_shared_memory(cu):
 @pytest.fixture
 def cuda_route(cu, monkeypatch):
     """edgefd.kernels as it runs with the CUDA extension built: every call takes the CUDA route,
-    through edgefd.kernels_cuda's autograd functions, into the emulated kernels (CPU tensors; the
+    through edgefd.kernels' autograd functions and its CUDA backend, into the emulated kernels (CPU tensors; the
     device and stream plumbing, which needs a GPU, is replaced by no-ops)."""
     import contextlib
 
-    from edgefd import kernels, kernels_cuda
+    from edgefd import kernels
+    from edgefd.kernels import cuda
 
-    monkeypatch.setattr(kernels_cuda, "_cu", cu)
-    monkeypatch.setattr(kernels_cuda, "_stream", lambda t: 0)
+    monkeypatch.setattr(cuda, "_cu", cu)
+    monkeypatch.setattr(cuda, "_stream", lambda t: 0)
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
-    monkeypatch.setattr(kernels, "_route", lambda t: "cuda")
+    monkeypatch.setattr(kernels, "_route", lambda t: cuda.BACKEND)
     return kernels
 
 

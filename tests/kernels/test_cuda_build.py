@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _nvcc():
@@ -83,7 +83,7 @@ def test_cuda_kernels_build_for_sm75_and_sm87_and_import(tmp_path):
 )
 def test_default_install_is_cpu_only():
     """Without EDGEFD_CUDA the CUDA target is not built, and the kernels dispatch only to C++."""
-    from edgefd import kernels_cuda
+    from edgefd.kernels import cuda
 
-    assert not kernels_cuda.built()
-    assert not kernels_cuda.available()
+    assert not cuda.built()
+    assert not cuda.available()
