@@ -38,6 +38,7 @@ from torch import nn
 from edgefd.protocol import Payload
 from edgefd.training import (
     LocalTraining,
+    LossFn,
     RoundOptimizer,
     TrainConfig,
     draw_batch_order,
@@ -45,6 +46,7 @@ from edgefd.training import (
     for_method,
     load_state_arrays,
     make_optimizer,
+    train_epochs,
 )
 
 
@@ -92,6 +94,11 @@ class ClientRole(ABC):
     permutation (None when reshuffling) and `round_optimizer` applies the lifecycle."""
 
     local_training: ClassVar[LocalTraining] = LocalTraining()
+    knowledge: ClassVar[tuple[str, ...]] = ()
+    """The float arrays of this role's payloads that are knowledge: the runtime sends them at the
+    run's ``--precision`` (``edgefd.runtime.envelope``); every other array travels losslessly."""
+    optimizer: RoundOptimizer
+    """The local optimiser: each method builds it with :meth:`round_optimizer` in ``__init__``."""
 
     def __init__(self, context: ClientContext, params: Any) -> None:
         context = dataclasses.replace(context, train=for_method(context.train, self.local_training))
@@ -109,6 +116,20 @@ class ClientRole(ABC):
     ) -> RoundOptimizer:
         """The local optimiser under the run's lifecycle (of all the model's parameters by default)."""
         return RoundOptimizer(parameters or self.model.parameters, self.context.train, build)
+
+    def train_local(self, loss_fn: LossFn) -> float:
+        """The round's local epochs on this client's training data: ``loss_fn(logits, rows)`` of
+        each mini-batch, stepped by ``self.optimizer`` (a :meth:`round_optimizer` the method
+        built) in the run's batch order. Returns the last epoch's mean loss."""
+        return train_epochs(
+            self.model,
+            self.data.train_x,
+            loss_fn,
+            self.optimizer.for_round(),
+            self.context.train,
+            self.context.torch_generator,
+            fixed_order=self.batch_order,
+        )
 
     def hello(self) -> Payload | None:
         """One-time upload before round 1 (None: nothing to say)."""
@@ -165,6 +186,9 @@ class ServerContext:
 
 class ServerRole(ABC):
     """The part of a method that runs on the workstation."""
+
+    knowledge: ClassVar[tuple[str, ...]] = ()
+    """As :attr:`ClientRole.knowledge`, for the server's payloads."""
 
     def __init__(self, context: ServerContext, params: Any) -> None:
         self.context = context

@@ -68,14 +68,13 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
-from edgefd.algorithms.toolkit import at_precision, average_states
+from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
 from edgefd.training import (
     LocalTraining,
     load_state_arrays,
     predict_logits,
     state_arrays,
-    train_epochs,
 )
 
 SOFT_TARGETS = "dfl/soft_targets"
@@ -216,6 +215,7 @@ def _check_state_names(state: dict[str, np.ndarray]) -> None:
 
 class DFLClient(ClientRole):
     local_training = LocalTraining(optimizer_lifecycle="fresh")  # as FedAvg: the weights are replaced (§9.12)
+    knowledge = (SOFT_TARGETS,)  # the weights stay lossless
 
     def __init__(self, context: ClientContext, params: DFLParams) -> None:
         super().__init__(context, params)
@@ -240,22 +240,13 @@ class DFLClient(ClientRole):
             loss_fn = lambda logits, idx: nn.functional.cross_entropy(logits, y[idx])  # noqa: E731
         else:
             loss_fn = lambda logits, idx: dfl_loss(logits, y[idx], teacher, rho_value, self.params)  # noqa: E731
-        train_epochs(
-            self.model,
-            self.data.train_x,
-            loss_fn,
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
+        self.train_local(loss_fn)
 
         means, counts = self.label_wise_outputs()
         arrays = state_arrays(self.model)
         arrays[SOFT_TARGETS] = means.astype(SOFT_TARGET_DTYPES[self.params.soft_target_dtype])
         arrays[CLASS_COUNTS] = counts.astype(np.int32)
-        payload = Payload(KIND, self.client_id, round, arrays, {"samples": len(y)})
-        return at_precision(payload, self.context.precision, [SOFT_TARGETS])  # weights stay lossless
+        return Payload(KIND, self.client_id, round, arrays, {"samples": len(y)})
 
     def label_wise_outputs(self) -> tuple[np.ndarray, np.ndarray]:
         """E7: per-class mean output of the updated model over all local training samples (eval
@@ -271,6 +262,8 @@ class DFLClient(ClientRole):
 
 
 class DFLServer(ServerRole):
+    knowledge = (SOFT_TARGETS,)
+
     def __init__(self, context: ServerContext, params: DFLParams) -> None:
         super().__init__(context, params)
         names = set(context.client_models.values())
@@ -285,7 +278,7 @@ class DFLServer(ServerRole):
 
     def downlink(self, round: int, client_id: str) -> Payload:
         arrays = {**self.global_state, SOFT_TARGETS: self.soft_targets}
-        return at_precision(Payload(KIND, "server", round, arrays), self.context.precision, [SOFT_TARGETS])
+        return Payload(KIND, "server", round, arrays)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         metrics = {"rho": rho(round, self.context.total_rounds, self.params.threshold, self.params.schedule)}

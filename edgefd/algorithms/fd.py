@@ -23,9 +23,8 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, param, register
-from edgefd.algorithms.toolkit import at_precision
 from edgefd.protocol import Payload
-from edgefd.training import predict_logits, train_epochs
+from edgefd.training import predict_logits
 
 
 @dataclass
@@ -36,6 +35,8 @@ class FDParams:
 
 
 class FDClient(ClientRole):
+    knowledge = ("logits",)
+
     def __init__(self, context: ClientContext, params: FDParams) -> None:
         super().__init__(context, params)
         self.optimizer = self.round_optimizer()
@@ -71,23 +72,16 @@ class FDClient(ClientRole):
                 )
                 return nn.functional.cross_entropy(logits, labels) + beta * distill
 
-        train_epochs(
-            self.model,
-            self.data.train_x,
-            loss_fn,
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
+        self.train_local(loss_fn)
         logits = predict_logits(self.model, self.data.train_x, self.context.train.eval_batch_size)
         means, counts = kernels.labelwise_mean(logits, y, self.data.num_classes)
         self.last_means, self.last_counts = means.numpy().astype(np.float64), counts.numpy()
-        payload = Payload("knowledge", self.client_id, round, {"logits": means.numpy(), "counts": counts.numpy()})
-        return at_precision(payload, self.context.precision)
+        return Payload("knowledge", self.client_id, round, {"logits": means.numpy(), "counts": counts.numpy()})
 
 
 class FDServer(ServerRole):
+    knowledge = ("logits",)
+
     def __init__(self, context, params: FDParams) -> None:
         super().__init__(context, params)
         self.global_logits: np.ndarray | None = None
@@ -96,8 +90,7 @@ class FDServer(ServerRole):
     def downlink(self, round: int, client_id: str) -> Payload | None:
         if self.global_logits is None or self.global_counts is None:  # set together in aggregate
             return None
-        payload = Payload("knowledge", "server", round, {"logits": self.global_logits, "counts": self.global_counts})
-        return at_precision(payload, self.context.precision)
+        return Payload("knowledge", "server", round, {"logits": self.global_logits, "counts": self.global_counts})
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if not uplinks:

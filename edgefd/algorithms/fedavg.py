@@ -13,7 +13,7 @@ from torch import nn
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
-from edgefd.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
+from edgefd.training import LocalTraining, load_state_arrays, state_arrays
 
 
 @dataclass
@@ -32,15 +32,7 @@ class FedAvgClient(ClientRole):
         if downlink is not None:
             load_state_arrays(self.model, downlink.arrays)
         y = self.data.train_y
-        train_epochs(
-            self.model,
-            self.data.train_x,
-            lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
+        self.train_local(lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]))
         return Payload("weights", self.client_id, round, state_arrays(self.model), {"samples": len(y)})
 
 

@@ -94,7 +94,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
-from edgefd.algorithms.toolkit import at_precision, average_states
+from edgefd.algorithms.toolkit import average_states
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
 from edgefd.training import (
@@ -328,6 +328,7 @@ def _label_dtype(num_classes: int) -> type:
 
 class FedD2SClient(ClientRole):
     local_training = LocalTraining(optimizer_lifecycle="fresh")  # one Adam per phase per round (spec §9 13)
+    knowledge = ("h1", "hl")
 
     def __init__(self, context: ClientContext, params: FedD2SParams) -> None:
         super().__init__(context, params)
@@ -372,8 +373,7 @@ class FedD2SClient(ClientRole):
         if layer > 1:
             arrays["hl"] = _concat(hls, dims[layer - 1])
         arrays["labels"] = self.data.train_y.numpy().astype(_label_dtype(self.data.num_classes))
-        payload = Payload(UP_KIND, self.client_id, round, arrays, {"layer": layer, "samples": len(x)})
-        return at_precision(payload, self.context.precision, ["h1", "hl"])
+        return Payload(UP_KIND, self.client_id, round, arrays, {"layer": layer, "samples": len(x)})
 
     def _frozen_head(self, downlink: Payload, layer: int) -> LayeredCNN:
         if self._global_head is None:
@@ -454,6 +454,8 @@ class _Upload:
 
 
 class FedD2SServer(ServerRole):
+    knowledge = ("t", "v")
+
     def __init__(self, context: ServerContext, params: FedD2SParams) -> None:
         super().__init__(context, params)
         names = set(context.client_models.values())
@@ -479,8 +481,7 @@ class FedD2SServer(ServerRole):
         if reply is None:
             return None
         arrays, layer = reply
-        payload = Payload(DOWN_KIND, "server", round, arrays, {"layer": layer})
-        return at_precision(payload, self.context.precision, ["t", "v"])
+        return Payload(DOWN_KIND, "server", round, arrays, {"layer": layer})
 
     def _unpack(self, cid: str, payload: Payload) -> _Upload:
         model = self.global_model

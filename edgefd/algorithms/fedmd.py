@@ -38,7 +38,6 @@ import torch
 from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
-from edgefd.algorithms.toolkit import at_precision
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
@@ -112,6 +111,7 @@ def alignment_indices(seed: int, pool_size: int, size: int) -> torch.Tensor:
 
 class FedMDClient(ClientRole):
     local_training = LocalTraining(optimizer_lifecycle="fresh")  # a new optimiser for each step (digest, revisit)
+    knowledge = (LOGITS,)
 
     def __init__(self, context: ClientContext, params: FedMDParams) -> None:
         super().__init__(context, params)
@@ -185,11 +185,12 @@ class FedMDClient(ClientRole):
         seed = int(downlink.scalars["alignment_seed"])
         indices = alignment_indices(seed, len(self.public_x), self.params.alignment_size)
         logits = predict_logits(self.model, self.public_x[indices], self.context.train.eval_batch_size)
-        payload = Payload(KIND, self.client_id, round, {LOGITS: logits.numpy().astype(np.float32)})
-        return at_precision(payload, self.context.precision)
+        return Payload(KIND, self.client_id, round, {LOGITS: logits.numpy().astype(np.float32)})
 
 
 class FedMDServer(ServerRole):
+    knowledge = (CONSENSUS,)
+
     def __init__(self, context: ServerContext, params: FedMDParams) -> None:
         super().__init__(context, params)
         self.pool_size = len(public_pool(params)[0])
@@ -206,8 +207,7 @@ class FedMDServer(ServerRole):
         if self.consensus is not None and self.consensus_seed is not None:  # set together in aggregate
             arrays[CONSENSUS] = self.consensus
             scalars["consensus_seed"] = self.consensus_seed
-        payload = Payload(KIND, "server", round, arrays, scalars)
-        return at_precision(payload, self.context.precision)
+        return Payload(KIND, "server", round, arrays, scalars)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         """Consensus = plain mean of the received logits (FedMD); nothing received keeps the last."""

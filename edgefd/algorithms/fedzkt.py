@@ -71,7 +71,7 @@ from edgefd import kernels, progress
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.models import build_model
 from edgefd.protocol import Payload
-from edgefd.training import LocalTraining, load_state_arrays, state_arrays, train_epochs
+from edgefd.training import LocalTraining, load_state_arrays, state_arrays
 
 KIND = "fedzkt"
 PRESETS = ("cpu", "paper")
@@ -281,15 +281,7 @@ class FedZKTClient(ClientRole):
                 loss = loss + lam * prox_term(self.model, reference).to(loss.device)
             return loss
 
-        train_epochs(
-            self.model,
-            self.data.train_x,
-            loss_fn,
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
+        self.train_local(loss_fn)
         if reference is not None:
             with torch.no_grad():
                 self.last_prox = float(prox_term(self.model, reference))

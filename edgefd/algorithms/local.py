@@ -8,7 +8,6 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
 from edgefd.protocol import Payload
-from edgefd.training import train_epochs
 
 
 @dataclass
@@ -23,15 +22,7 @@ class LocalClient(ClientRole):
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
         y = self.data.train_y
-        train_epochs(
-            self.model,
-            self.data.train_x,
-            lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
+        self.train_local(lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]))
         return None
 
 

@@ -47,6 +47,7 @@ from edgefd.deploy.mqtt_transport import (
     encode_frames,
 )
 from edgefd.protocol import Payload, encoded_size
+from edgefd.runtime import envelope
 from edgefd.runtime.build import build_client, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.training import resolve_device
@@ -194,7 +195,8 @@ class ClientRuntime:
             return
         round = msg.payload.round
         if msg.verb == "hello":
-            self._answer("hello", 0, lambda: self.role.hello(), round)
+            role = self.role
+            self._answer("hello", 0, lambda: envelope.hello(role), round)
         elif msg.verb == "train":
             log.info("%s: train %d requested", self.cid, round)
             if ("train", round) not in self.replies and round <= self.last_round:
@@ -202,7 +204,8 @@ class ClientRuntime:
                     "%s: train request for round %d, already past round %d; ignored", self.cid, round, self.last_round
                 )
                 return
-            self._answer("train", round, lambda: self.role.train_round(round, wire.unwrap(msg.payload)), round)
+            role, downlink = self.role, wire.unwrap(msg.payload)
+            self._answer("train", round, lambda: envelope.train_round(role, round, downlink), round)
         elif msg.verb == "steps":
             log.info("%s: steps %d requested", self.cid, round)
             if ("steps", round) not in self.replies and round <= self.last_round:
@@ -252,7 +255,7 @@ class ClientRuntime:
     def _train_steps(self, round: int) -> Payload | None:
         """Drive the role's step generator: each request goes to the server, each answer back in."""
         assert self.role is not None  # built before any request is handled
-        steps = self.role.train_steps(round)
+        steps = envelope.train_steps(self.role, round)
         reply: Payload | None = None
         step = 0
         while True:

@@ -19,8 +19,9 @@ from dataclasses import asdict
 from typing import Any
 
 from edgefd.protocol import Payload
+from edgefd.runtime import envelope
 
-SERVER = "server"
+SERVER = envelope.SERVER
 EMPTY = "empty"
 CONFIG = "config"
 STATUS = "status"

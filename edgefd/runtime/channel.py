@@ -18,6 +18,7 @@ import torch
 
 from edgefd.algorithms.base import ClientRole
 from edgefd.protocol import Payload
+from edgefd.runtime import envelope
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger, InProcessTransport
 
@@ -94,7 +95,7 @@ class InProcessChannel:
     def hello(self) -> dict[str, Payload]:
         hellos = {}
         for cid in self.client_ids:
-            payload = self.transport.upload(self.clients[cid].hello(), HELLO_ROUND, cid)
+            payload = self.transport.upload(envelope.hello(self.clients[cid]), HELLO_ROUND, cid)
             if payload is not None:
                 hellos[cid] = payload
         return hellos
@@ -109,13 +110,13 @@ class InProcessChannel:
         uplinks = {}
         for cid, downlink in downlinks.items():
             received = self.transport.download(downlink, round, cid)
-            uplinks[cid] = self.transport.upload(self.clients[cid].train_round(round, received), round, cid)
+            uplinks[cid] = self.transport.upload(envelope.train_round(self.clients[cid], round, received), round, cid)
         return uplinks
 
     def train_steps(
         self, round: int, client_id: str, answer: Callable[[Payload], Payload]
     ) -> dict[str, Payload | None]:
-        steps = self.clients[client_id].train_steps(round)
+        steps = envelope.train_steps(self.clients[client_id], round)
         reply: Payload | None = None
         while True:
             try:

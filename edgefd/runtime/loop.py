@@ -29,6 +29,7 @@ import numpy as np
 
 from edgefd.algorithms.base import ServerRole
 from edgefd.protocol import Payload
+from edgefd.runtime import envelope
 from edgefd.runtime.channel import Channel, Scores
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
 
@@ -117,7 +118,7 @@ class Federation:
             for cid in selected:  # one after another: each client sees what the ones before it wrote
                 answered.update(self.exchange_steps(round, cid))
         else:
-            answered = self.channel.train(round, {cid: self.server.downlink(round, cid) for cid in selected})
+            answered = self.channel.train(round, {cid: self.downlink(round, cid) for cid in selected})
         uplinks = {cid: p for cid, p in answered.items() if p is not None and cid not in stragglers}
         late = [cid for cid in selected if cid in stragglers or cid not in answered]
         server_metrics = self.server.aggregate(round, uplinks)
@@ -129,12 +130,18 @@ class Federation:
         record.seconds = time.perf_counter() - start
         return self.channel.finish(record)
 
+    def downlink(self, round: int, cid: str) -> Payload | None:
+        """The server's message to ``cid`` at the start of ``round``, in the run's envelope."""
+        return envelope.from_server(self.server, self.server.downlink(round, cid), round)
+
     def exchange_steps(self, round: int, cid: str) -> dict[str, Payload | None]:
         """One client's training with the server answering each of its steps: {cid: its final uplink}
         (empty when it did not finish in time)."""
 
         def answer(request: Payload) -> Payload:
-            return self.server.answer(round, cid, request)
+            sealed = envelope.from_server(self.server, self.server.answer(round, cid, request), round)
+            assert sealed is not None  # an answer is a payload
+            return sealed
 
         return self.channel.train_steps(round, cid, answer)
 

@@ -21,6 +21,7 @@ from edgefd.algorithms.dfl import (
 )
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 
@@ -300,7 +301,7 @@ def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_
     if dtype == "float64":
         assert classes**2 * b_s == 800  # the paper's "0.8 KB" of soft targets (Sec. IV-B3)
     # and the ledger counts exactly what the codec emits
-    payload = sim.clients["client-0"].train_round(2, sim.server.downlink(2, "client-0"))
+    payload = envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
     assert len(encode(payload)) == up_fixed + len("client-0")
 
 

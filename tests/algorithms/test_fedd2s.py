@@ -24,6 +24,7 @@ from edgefd.algorithms.fedd2s import (
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import batches, state_arrays
@@ -135,7 +136,7 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
     assert ledger.entries[(1, DOWN, "client-0")] == 4 * P_TOTAL + header_bytes(init)
 
     # uplink (§2.4): K [s_f (d_1 + d_l 1[l > 1]) + s_y] + h_up; the spec's 79,079 / 109,967 B at fp32
-    up = client.extract(2, layer)
+    up = envelope.from_client(client, client.extract(2, layer), 2)  # as the runtime sends it
     assert up.kind == UP_KIND and up.scalars == {"layer": layer, "samples": K}
     d_l = C if layer == 6 else D2
     formula = K * (s_f * (D1 + d_l) + 1)
@@ -147,7 +148,7 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
 
     # downlink (§2.4): K s_f C + s_w P_head(l) + h_down; the spec's 5,720 / 31,296 B at fp32
     server = copy.deepcopy(sim.server)
-    down = server.downlink(3, "client-0")
+    down = envelope.from_server(server, server.downlink(3, "client-0"), 3)
     assert down.kind == DOWN_KIND and down.scalars == {"layer": layer}
     p_head = {6: 0, 2: P_HEAD_2}[layer]
     formula = K * s_f * C + 4 * p_head

@@ -3,6 +3,7 @@ numbering, repeats, refusals, a server that moves on (the end-to-end run over Mo
 test_mqtt_deployment.py)."""
 
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -76,6 +77,10 @@ def test_steps_nobody_asked_for_and_bad_ones_are_refused_without_a_crash(channel
 
 class StepsRole:
     """A client role that asks the server twice during its training and uploads the answers' sum."""
+
+    client_id = "client-0"
+    context = SimpleNamespace(precision="fp32")
+    knowledge = ()
 
     def train_steps(self, round):
         first = yield Payload("ask", "client-0", round, {"x": np.array([1.0], np.float32)})

@@ -1,5 +1,7 @@
 """The round loop: sampling fraction, stragglers, evaluation schedule, determinism."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ class EchoClient(ClientRole):
 
     def __init__(self, client_id):
         self.client_id = client_id
+        self.context = SimpleNamespace(precision="fp32")
         self.rounds_trained = []
 
     def train_round(self, round, downlink):
@@ -26,6 +29,7 @@ class EchoClient(ClientRole):
 
 class CollectServer(ServerRole):
     def __init__(self):
+        self.context = SimpleNamespace(precision="fp32")
         self.received = {}
 
     def downlink(self, round, client_id):
@@ -84,6 +88,7 @@ class AskingClient(ClientRole):
 
     def __init__(self, client_id):
         self.client_id = client_id
+        self.context = SimpleNamespace(precision="fp32")
         self.answers = []
 
     def train_round(self, round, downlink):
@@ -105,6 +110,7 @@ class LoggingServer(ServerRole):
     step_exchange = True
 
     def __init__(self):
+        self.context = SimpleNamespace(precision="fp32")
         self.log = []
 
     def downlink(self, round, client_id):

@@ -60,10 +60,10 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache, cache_base
-from edgefd.algorithms.toolkit import SampleIndex, at_precision
+from edgefd.algorithms.toolkit import SampleIndex
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
-from edgefd.training import LocalTraining, epoch_batches, forward, train_epochs
+from edgefd.training import LocalTraining, epoch_batches, forward
 
 EXCHANGES = ("batch", "round")
 
@@ -129,6 +129,7 @@ def hash_function(encoder: HashEncoder, cache: str) -> Callable[[torch.Tensor], 
 
 class FedCacheClient(ClientRole):
     local_training = LocalTraining(optimizer_lifecycle="fresh", batch_order="fixed")  # §9 A15, A17
+    knowledge = ("logits",)
 
     def __init__(self, context: ClientContext, params: FedCacheParams) -> None:
         super().__init__(context, params)
@@ -181,19 +182,10 @@ class FedCacheClient(ClientRole):
                 return nn.functional.cross_entropy(logits, y[idx])
             return fedcache_loss(logits, y[idx], teachers[idx], self.params)
 
-        train_epochs(
-            self.model,
-            self.data.train_x,
-            loss_fn,
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
-        payload = Payload(
+        self.train_local(loss_fn)
+        return Payload(
             "fedcache.logits", self.client_id, round, {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()}
         )
-        return at_precision(payload, self.context.precision, ["logits"])
 
     def train_steps(self, round: int) -> Generator[Payload, Payload, None]:
         """``exchange=batch`` (Alg. 1 l.9-12): per batch, the train-mode logits go up, the
@@ -212,7 +204,7 @@ class FedCacheClient(ClientRole):
                     round,
                     {"ids": ids.astype(np.int32), "logits": logits.detach().numpy()},
                 )
-                reply = yield at_precision(request, self.context.precision, ["logits"])
+                reply = yield request
                 if not np.array_equal(reply.arrays["ids"], ids):
                     raise ValueError(f"{self.client_id}: the server's teachers are not for the samples it was sent")
                 teachers = torch.from_numpy(np.asarray(reply.arrays["knowledge"], np.float32))
@@ -223,6 +215,8 @@ class FedCacheClient(ClientRole):
 
 
 class FedCacheServer(ServerRole):
+    knowledge = ("knowledge",)
+
     def __init__(self, context: ServerContext, params: FedCacheParams) -> None:
         super().__init__(context, params)
         self.cache = KnowledgeCache(
@@ -258,23 +252,21 @@ class FedCacheServer(ServerRole):
 
     def downlink(self, round: int, client_id: str) -> Payload:
         ids = self.cache.sample_ids(client_id)
-        payload = Payload(
+        return Payload(
             "fedcache.knowledge",
             "server",
             round,
             {"ids": ids.astype(np.int32), "knowledge": self.cache.fetch(client_id).numpy()},
         )
-        return at_precision(payload, self.context.precision, ["knowledge"])
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
         """``exchange=batch``: the teachers of the request's samples, then their logits written in."""
         ids = request.arrays["ids"]
         teachers = self.cache.exchange(self.cache.rows(client_id, ids), request.arrays["logits"])
         self.rows_answered += len(ids)
-        payload = Payload(
+        return Payload(
             "fedcache.knowledge", "server", round, {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()}
         )
-        return at_precision(payload, self.context.precision, ["knowledge"])
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         for client in sorted(uplinks):

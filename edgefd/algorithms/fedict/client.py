@@ -19,7 +19,6 @@ from edgefd.protocol import Payload
 from edgefd.training import (
     forward,
     to_model,
-    train_epochs,
 )
 
 log = logging.getLogger(__name__)
@@ -30,6 +29,8 @@ log = logging.getLogger(__name__)
 
 
 class FedICTClient(ClientRole):
+    knowledge = ("logits",)  # the features travel at the method's own feature_precision
+
     def __init__(self, context: ClientContext, params: FedICTParams) -> None:
         super().__init__(context, params)
         if not (callable(getattr(self.model, "extract", None)) and callable(getattr(self.model, "predict", None))):
@@ -118,15 +119,7 @@ class FedICTClient(ClientRole):
             def loss_fn(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
                 return loss(logits, table[idx], y[idx], None if mask is None else mask[idx].contiguous())
 
-        train_epochs(
-            self.model,
-            self.data.train_x,
-            loss_fn,
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
+        self.train_local(loss_fn)
         features, logits = self.extract()
         # features travel as [N, D_H] (one int8 scale per sample); the server knows their shape from hello
         arrays = {
@@ -137,9 +130,7 @@ class FedICTClient(ClientRole):
         if self.params.resend_labels:
             arrays["labels"] = y.numpy().astype(np.int64)
         payload = Payload("features", self.client_id, round, arrays)
-        return at_precision(
-            at_precision(payload, self.feature_precision, ["features"]), self.context.precision, ["logits"]
-        )
+        return at_precision(payload, self.feature_precision, ["features"])  # the runtime sets the logits
 
     @torch.no_grad()
     def extract(self) -> tuple[torch.Tensor, torch.Tensor]:

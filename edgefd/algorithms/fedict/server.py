@@ -13,7 +13,7 @@ from edgefd.algorithms.base import ServerContext, ServerRole
 from edgefd.algorithms.fedict.losses import KDLoss, global_distribution, server_loss
 from edgefd.algorithms.fedict.params import FedICTParams
 from edgefd.algorithms.fedict.split_models import is_split, not_split_error, optimizer
-from edgefd.algorithms.toolkit import SampleIndex, at_precision
+from edgefd.algorithms.toolkit import SampleIndex
 from edgefd.protocol import Payload
 from edgefd.training import (
     batches,
@@ -42,6 +42,8 @@ class _ClientState:
 
 
 class FedICTServer(ServerRole):
+    knowledge = ("logits",)
+
     def __init__(self, context: ServerContext, params: FedICTParams) -> None:
         super().__init__(context, params)
         for cid, name in sorted(context.client_models.items()):
@@ -119,8 +121,7 @@ class FedICTServer(ServerRole):
             return None
         if not state.has_logits and self.params.first_round == "skip":
             return None
-        payload = Payload("knowledge", "server", round, {"ids": state.index.ids, "logits": state.server_logits})
-        return at_precision(payload, self.context.precision, ["logits"])
+        return Payload("knowledge", "server", round, {"ids": state.index.ids, "logits": state.server_logits})
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         arrived = [cid for cid in sorted(uplinks) if cid in self.clients]
