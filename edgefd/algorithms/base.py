@@ -27,7 +27,7 @@ import dataclasses
 import types
 import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgefd.algorithms.schema import MessageSchema, check_payload
 from edgefd.protocol import Payload
 from edgefd.training import (
     LocalTraining,
@@ -202,7 +203,37 @@ class ServerRole(ABC):
     seeing what the previous ones wrote (the order of the FedCache authors' simulation)."""
 
     def start(self, hellos: dict[str, Payload]) -> None:  # noqa: B027 (an optional hook)
-        """Receive the clients' one-time uploads."""
+        """Receive the clients' one-time uploads (those that fit :meth:`hello_schemas`)."""
+
+    # What the clients may send. The runtime checks every hello, uplink and step request against
+    # these before the server sees it, and drops what does not fit (edgefd.algorithms.schema).
+    # The defaults accept nothing: a method declares each message its clients send.
+
+    def hello_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """What this client's hello may be."""
+        return ()
+
+    def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """What this client's round uplink may be, given what the server knows of it (its hello,
+        its model, the number of classes)."""
+        return ()
+
+    def request_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """What this client's step requests may be (``step_exchange`` only)."""
+        return ()
+
+    def check_hello(self, client_id: str, payload: Payload) -> None:
+        """Raise :class:`UplinkRejected` unless ``payload`` is a hello this client may send."""
+        check_payload(payload, self.hello_schemas(client_id))
+
+    def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
+        """Raise :class:`UplinkRejected` unless ``payload`` is an uplink this client may send in
+        ``round`` (a method with checks beyond the schema extends this)."""
+        check_payload(payload, self.uplink_schemas(client_id))
+
+    def check_request(self, round: int, client_id: str, payload: Payload) -> None:
+        """Raise :class:`UplinkRejected` unless ``payload`` is a step request this client may send."""
+        check_payload(payload, self.request_schemas(client_id))
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
         """The reply to one request a client made during training (``step_exchange`` only)."""

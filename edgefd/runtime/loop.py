@@ -7,7 +7,9 @@ training. Then one round r:
   2. the server prepares every selected client's downlink (from its state at the round's start);
   3. the channel carries the downlinks, the clients train, and the uplinks that arrive in time come
      back (in a simulation all of them; over MQTT, those before the round's deadline);
-  4. the server aggregates what arrived in time, minus the simulated stragglers';
+  4. every uplink that arrived in time is checked against what the method accepts from that client
+     (``ServerRole.uplink_schemas``; a misfit is dropped and its reason recorded), and the server
+     aggregates the rest, minus the simulated stragglers';
   5. every client is evaluated (every `eval_every` rounds and the last).
 
 A method that exchanges during training (``ServerRole.step_exchange``) replaces 2-3: the selected
@@ -20,6 +22,7 @@ The same loop runs `edgefd simulate` (`InProcessChannel`) and `edgefd server` (t
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -28,12 +31,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgefd.algorithms.base import ServerRole
+from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload
 from edgefd.runtime import envelope
 from edgefd.runtime.channel import Channel, Scores
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
 
 __all__ = ["HELLO_ROUND", "Federation", "LoopConfig", "RoundRecord"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -88,16 +94,35 @@ class Federation:
         accuracy before training."""
         started = time.perf_counter()
         self.channel.begin(HELLO_ROUND)
-        self.hello()
+        rejected = self.hello()
         bytes_up, bytes_down = self.channel.round_bytes(HELLO_ROUND)
-        record = RoundRecord(HELLO_ROUND, None, None, bytes_up, bytes_down, 0.0, [], [])
+        record = RoundRecord(HELLO_ROUND, None, None, bytes_up, bytes_down, 0.0, [], [], rejected=rejected)
         self.evaluate(record)
         record.seconds = time.perf_counter() - started
         return self.channel.finish(record)
 
-    def hello(self) -> None:
-        """The one-time uploads and the server's start."""
-        self.server.start(self.channel.hello())
+    def hello(self) -> dict[str, str]:
+        """The one-time uploads and the server's start; returns the clients whose hello was
+        refused, and why (the server starts without them)."""
+        hellos, rejected = {}, {}
+        for cid, payload in self.channel.hello().items():
+            problem = self._refusal(HELLO_ROUND, "hello", cid, self.server.check_hello, cid, payload)
+            if problem is None:
+                hellos[cid] = payload
+            else:
+                rejected[cid] = problem
+        self.server.start(hellos)
+        return rejected
+
+    @staticmethod
+    def _refusal(round: int, what: str, cid: str, check: Callable[..., None], *args: object) -> str | None:
+        """None if ``check(*args)`` passes, else the reason it gave (logged, naming the client)."""
+        try:
+            check(*args)
+        except UplinkRejected as problem:
+            log.warning("round %d: %s's %s rejected: %s", round, cid, what, problem)
+            return problem.reason
+        return None
 
     def select(self) -> list[str]:
         k = max(self.config.min_clients, math.ceil(self.config.participation * len(self.client_ids)))
@@ -119,12 +144,22 @@ class Federation:
                 answered.update(self.exchange_steps(round, cid))
         else:
             answered = self.channel.train(round, {cid: self.downlink(round, cid) for cid in selected})
-        uplinks = {cid: p for cid, p in answered.items() if p is not None and cid not in stragglers}
         late = [cid for cid in selected if cid in stragglers or cid not in answered]
+        uplinks, rejected = {}, {}
+        for cid, payload in answered.items():
+            if payload is None or cid in stragglers:
+                continue
+            problem = self._refusal(round, "uplink", cid, self.server.check_uplink, round, cid, payload)
+            if problem is None:
+                uplinks[cid] = payload
+            else:
+                rejected[cid] = problem
         server_metrics = self.server.aggregate(round, uplinks)
 
         bytes_up, bytes_down = self.channel.round_bytes(round)
-        record = RoundRecord(round, None, None, bytes_up, bytes_down, 0.0, selected, late, server=server_metrics)
+        record = RoundRecord(
+            round, None, None, bytes_up, bytes_down, 0.0, selected, late, server=server_metrics, rejected=rejected
+        )
         if round % self.config.eval_every == 0 or round == self.config.rounds:
             self.evaluate(record)
         record.seconds = time.perf_counter() - start
@@ -139,6 +174,7 @@ class Federation:
         (empty when it did not finish in time)."""
 
         def answer(request: Payload) -> Payload:
+            self.server.check_request(round, cid, request)  # UplinkRejected: a ValueError the channel refuses
             sealed = envelope.from_server(self.server, self.server.answer(round, cid, request), round)
             assert sealed is not None  # an answer is a payload
             return sealed
