@@ -64,7 +64,13 @@ def test_cli_with_toml_config_and_param_override(tmp_path, capsys):
     code = cli.main(["simulate", "--config", str(config), "--param", "temperature=2", "--out", str(out), "--quiet"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["params"] == {"beta": 0.5, "temperature": 2.0, "exclude_self": False}
+    assert summary["params"] == {
+        "beta": 0.5,
+        "temperature": 2.0,
+        "exclude_self": False,
+        "aggregator": "mean",
+        "trim": 0.2,
+    }
     assert summary["clients"] == 3
     assert "final accuracy" in capsys.readouterr().out
 

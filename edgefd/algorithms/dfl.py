@@ -60,6 +60,7 @@ the run's ``--precision`` when that is fp16 or int8 (model weights are always se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,7 +68,9 @@ import torch
 from torch import nn
 
 from edgefd import kernels
+from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.schema import MessageSchema
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
 from edgefd.training import (
@@ -272,6 +275,18 @@ class DFLServer(ServerRole):
         self.global_state = state_arrays(context.build_model(names.pop()))  # the same draw as FedAvg's
         _check_state_names(self.global_state)
         self.soft_targets = self._wire(initial_soft_targets(self.num_classes, params.soft_targets))
+        classes = self.num_classes
+        arrays = {
+            **schema.model_state(self.global_state),
+            SOFT_TARGETS: schema.knowledge((classes, classes), (params.soft_target_dtype,)),  # logits or probs
+            CLASS_COUNTS: schema.counts((classes,), ("int32",)),
+        }
+        # samples >= 1: a client without data adds nothing to Eq. 1 / E2b (and alone would divide by 0)
+        self.uplink_schema = MessageSchema(KIND, arrays, {"samples": schema.samples(1)})
+
+    def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """FedAvg's state and sample count, plus the client's soft-target table and class counts."""
+        return (self.uplink_schema,)
 
     def _wire(self, table: np.ndarray) -> np.ndarray:
         return table.astype(SOFT_TARGET_DTYPES[self.params.soft_target_dtype])

@@ -15,6 +15,7 @@ Choices where the FD paper leaves room (documented, switchable):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,10 @@ import torch
 from torch import nn
 
 from edgefd import kernels
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, param, register
+from edgefd.algorithms import schema
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, check_choices, param, register
+from edgefd.algorithms.schema import MessageSchema
+from edgefd.algorithms.toolkit import AGGREGATORS, robust_mean
 from edgefd.protocol import Payload
 from edgefd.training import predict_logits
 
@@ -32,6 +36,18 @@ class FDParams:
     beta: float = param(1.0, "weight of the distillation term")
     temperature: float = param(1.0, "softmax temperature of the distillation term")
     exclude_self: bool = param(False, "teacher = global average without this client's own logits")
+    aggregator: str = param(
+        "mean",
+        "how the server combines the clients' contributions: mean (the paper's, sample-weighted), or the "
+        "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far",
+        choices=AGGREGATORS,
+    )
+    trim: float = param(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if not 0.0 <= self.trim < 0.5:
+            raise ValueError(f"param trim: must be in [0, 0.5), got {self.trim}")
 
 
 class FDClient(ClientRole):
@@ -87,6 +103,12 @@ class FDServer(ServerRole):
         self.global_logits: np.ndarray | None = None
         self.global_counts: np.ndarray | None = None
 
+    def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """Per-label mean logits (C, C) and the number of samples behind each row."""
+        classes = self.num_classes
+        arrays = {"logits": schema.knowledge((classes, classes)), "counts": schema.counts((classes,))}
+        return (MessageSchema("knowledge", arrays),)
+
     def downlink(self, round: int, client_id: str) -> Payload | None:
         if self.global_logits is None or self.global_counts is None:  # set together in aggregate
             return None
@@ -104,8 +126,20 @@ class FDServer(ServerRole):
             counts += c
         with np.errstate(invalid="ignore", divide="ignore"):
             means = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], 0.0)
+        if self.params.aggregator != "mean":
+            means = self.robust_rows(uplinks)
         self.global_logits, self.global_counts = means.astype(np.float32), counts
         return {"labels_covered": float((counts > 0).sum())}
+
+    def robust_rows(self, uplinks: dict[str, Payload]) -> np.ndarray:
+        """Each label's row: the robust statistic over the clients that hold samples of that label
+        (unweighted: a client cannot buy influence by declaring more samples)."""
+        means = np.zeros((self.num_classes, self.num_classes), dtype=np.float64)
+        for label in range(self.num_classes):
+            rows = [p.arrays["logits"][label] for _, p in sorted(uplinks.items()) if p.arrays["counts"][label] > 0]
+            if rows:
+                means[label] = robust_mean(np.stack(rows), self.params.aggregator, self.params.trim)
+        return means
 
 
 register(

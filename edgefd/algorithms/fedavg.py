@@ -6,19 +6,34 @@ that client's local test split (personalised test sets, global model).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
-from edgefd.algorithms.toolkit import average_states
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.schema import MessageSchema, model_state, samples
+from edgefd.algorithms.toolkit import AGGREGATORS, average_states, robust_states
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
 
 
 @dataclass
 class FedAvgParams:
-    """FedAvg has no hyperparameters beyond the shared training settings."""
+    """FedAvg's only choice is how the server combines the clients' weights."""
+
+    aggregator: str = param(
+        "mean",
+        "how the server combines the clients' contributions: mean (the paper's, sample-weighted), or the "
+        "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far",
+        choices=AGGREGATORS,
+    )
+    trim: float = param(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if not 0.0 <= self.trim < 0.5:
+            raise ValueError(f"param trim: must be in [0, 0.5), got {self.trim}")
 
 
 class FedAvgClient(ClientRole):
@@ -43,6 +58,11 @@ class FedAvgServer(ServerRole):
         if len(names) != 1:
             raise ValueError(f"fedavg averages one architecture; clients have {sorted(names)} (use --models homo)")
         self.global_state = state_arrays(context.build_model(names.pop()))
+        self.uplink_schema = MessageSchema("weights", model_state(self.global_state), {"samples": samples(1)})
+
+    def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """The global model's state (same names, dtypes and shapes) and the client's sample count."""
+        return (self.uplink_schema,)
 
     def downlink(self, round: int, client_id: str) -> Payload:
         return Payload("weights", "server", round, self.global_state)
@@ -50,9 +70,11 @@ class FedAvgServer(ServerRole):
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if uplinks:
             ordered = [uplinks[c] for c in sorted(uplinks)]
-            self.global_state = average_states(
-                [p.arrays for p in ordered], [float(p.scalars["samples"]) for p in ordered]
-            )
+            if self.params.aggregator == "mean":
+                weights = [float(p.scalars["samples"]) for p in ordered]
+                self.global_state = average_states([p.arrays for p in ordered], weights)
+            else:
+                self.global_state = robust_states([p.arrays for p in ordered], self.params.aggregator, self.params.trim)
         return {}
 
     def evaluation_state(self, client_id: str) -> Payload:

@@ -58,9 +58,11 @@ The spec's resolutions, all followed by default (§9):
 - Eq. 6 is clamped at ``L - |S|`` with |S| = ``dropping_set`` = 4 (S = [C3, F1, F2, F3], §9-15),
   Z0 = 3 (§9-16); ``schedule=floor`` is FedD2S* (l = L - |S| from the first round, §9-25),
   ``schedule=none`` the no-dropping ablation (l = L always, §3.9);
-- the server trusts the layer a client reports (it checks that it is a layer 1..L and that the
-  arrays have its shapes); it does not mirror Z^n, because an upload that missed the deadline
-  still counts as a participation on the client.
+- the server does not mirror Z^n, because an upload that missed the deadline still counts as a
+  participation on the client; it checks that the layer a client reports lies between the layers
+  of the most and the fewest participations the client can have had (its downlinks, and its
+  uplinks taken plus one), which is the one layer Z^n gives when no upload was late, and that the
+  arrays have that layer's shapes (``FedD2SServer.check_uplink``).
 
 Privacy (§9-23): H_1 plus labels is close to the data itself (one conv layer is nearly invertible);
 "data-free" means "no public data set", nothing more.
@@ -84,6 +86,8 @@ Not implemented: the FedD2S-MSE ablation (§3.9) and FedPer+ / FedRep+ baselines
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import cast
@@ -93,6 +97,7 @@ import torch
 from torch import nn
 
 from edgefd import kernels
+from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.algorithms.toolkit import average_states
 from edgefd.models.fedd2s import LayeredCNN
@@ -469,10 +474,15 @@ class FedD2SServer(ServerRole):
         self.initialised: set[str] = set()
         self.replies: dict[str, tuple[dict[str, np.ndarray], int]] = {}
         """The reply kept for each client until it is selected again: arrays and its layer."""
+        self.selected: dict[str, int] = {}
+        """Downlinks made for each client: it has trained at most this many times (Z^n <= it)."""
+        self.uploaded: dict[str, int] = {}
+        """Uplinks aggregated from each client: each came from a participation of its own."""
         seed = np.random.SeedSequence([int(context.seed), 0xFEDD25])
         self.generator = torch.Generator().manual_seed(int(seed.generate_state(1, dtype=np.uint64)[0] % 2**63))
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
+        self.selected[client_id] = self.selected.get(client_id, 0) + 1
         if client_id not in self.initialised:
             self.initialised.add(client_id)
             self.replies.pop(client_id, None)
@@ -482,6 +492,49 @@ class FedD2SServer(ServerRole):
             return None
         arrays, layer = reply
         return Payload(DOWN_KIND, "server", round, arrays, {"layer": layer})
+
+    def allowed_layers(self, client_id: str) -> tuple[int, int]:
+        """The shallowest and the deepest l^n this client's uplink may report now. The server does not
+        know Z^n (a client that missed a deadline still counted the participation), but it knows
+        bounds: Z^n <= the downlinks made for the client, Z^n >= 1 + the uplinks taken from it, and
+        l^n only gets shallower as Z^n grows (Eq. 6). Without stragglers both bounds are Z^n."""
+        p, L = self.params, self.global_model.num_layers
+
+        def layer(participations: int) -> int:
+            return distillation_layer(max(participations, 1), L, p.z0, p.dropping_set, p.schedule)
+
+        return layer(self.selected.get(client_id, 0)), layer(self.uploaded.get(client_id, 0) + 1)
+
+    def uplink_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
+        """H_1, H_l (none at l = 1) and the labels of every local sample, at a layer `allowed_layers`
+        allows; hl's width and presence follow the layer reported (`check_uplink`)."""
+        dims, C = self.global_model.layer_dims(), self.num_classes
+        shallowest, deepest = self.allowed_layers(client_id)
+        # None rows: the server has no hello, so K_n is the uplink's `samples` (check_uplink holds every
+        # array to it); None width: hl's is d_l of the layer reported, when more than one is allowed.
+        hl_width = dims[deepest - 1] if shallowest == deepest else None
+        arrays = {
+            "h1": schema.knowledge((None, dims[0])),
+            "hl": dataclasses.replace(schema.knowledge((None, hl_width)), optional=shallowest == 1),
+            "labels": schema.labels(C, (np.dtype(_label_dtype(C)).name,)),
+        }
+        scalars = {"layer": schema.ScalarSpec(int, shallowest, deepest), "samples": schema.samples()}
+        return (schema.MessageSchema(UP_KIND, arrays, scalars),)
+
+    def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
+        """The schema, then `samples` rows in every array and hl exactly when l > 1, of width d_l."""
+        super().check_uplink(round, client_id, payload)
+        layer, n = int(payload.scalars["layer"]), payload.scalars["samples"]
+        if layer > 1 and "hl" not in payload.arrays:
+            raise schema.UplinkRejected("missing-array", f"no array 'hl' at layer {layer}")
+        if layer == 1 and "hl" in payload.arrays:
+            raise schema.UplinkRejected("unexpected-array", "array 'hl' at layer 1 (H_1 is h1)")
+        for name, array in payload.arrays.items():
+            if len(array) != n:
+                raise schema.UplinkRejected("shape", f"array {name!r} has {len(array)} rows, samples = {n}")
+        width = self.global_model.layer_dims()[layer - 1]
+        if "hl" in payload.arrays and payload.arrays["hl"].shape[1] != width:
+            raise schema.UplinkRejected("shape", f"hl has width {payload.arrays['hl'].shape[1]}, d_{layer} = {width}")
 
     def _unpack(self, cid: str, payload: Payload) -> _Upload:
         model = self.global_model
@@ -521,6 +574,8 @@ class FedD2SServer(ServerRole):
         if not arrived:
             return {}
         uploads = {cid: self._unpack(cid, uplinks[cid]) for cid in arrived}
+        for cid in arrived:
+            self.uploaded[cid] = self.uploaded.get(cid, 0) + 1
         states, losses = [], []
         for cid in arrived:  # C2S, one copy of the round-start global model per client (Eqs. 8-10)
             up = uploads[cid]

@@ -31,6 +31,7 @@ scalars; with ``alignment_size`` 5000 and C = 10 that is 200 kB each way (§2.3)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ import torch
 from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.schema import MessageSchema, knowledge
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
@@ -197,6 +199,15 @@ class FedMDServer(ServerRole):
         self.consensus: np.ndarray | None = None
         self.consensus_seed: int | None = None
 
+    def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """The client's logits on this round's alignment subset (N_a, C)."""
+        return (MessageSchema(KIND, {LOGITS: knowledge((self.alignment_size, self.num_classes))}),)
+
+    @property
+    def alignment_size(self) -> int:
+        """Rows of an alignment subset: ``alignment_size``, capped at the public pool's size."""
+        return min(self.params.alignment_size, self.pool_size)
+
     def round_seed(self, round: int) -> int:
         """The seed of round ``round``'s alignment subset (fixed by the run seed)."""
         return int(np.random.SeedSequence([self.context.seed, 11, round]).generate_state(1)[0])
@@ -213,7 +224,7 @@ class FedMDServer(ServerRole):
         """Consensus = plain mean of the received logits (FedMD); nothing received keeps the last."""
         if not uplinks:
             return {"devices": 0.0}
-        expected = (min(self.params.alignment_size, self.pool_size), self.num_classes)
+        expected = (self.alignment_size, self.num_classes)
         tables = []
         for cid in sorted(uplinks):
             table = np.asarray(uplinks[cid].arrays.get(LOGITS))

@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -69,6 +70,7 @@ from torch import nn
 
 from edgefd import kernels, progress
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.schema import MessageSchema, model_state
 from edgefd.models import build_model
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
@@ -323,8 +325,21 @@ class FedZKTServer(ServerRole):
         """The server's trainable copy of each device's architecture (built on first upload)."""
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         """Distilled weights not yet sent to their device."""
+        self.state_schemas: dict[str, MessageSchema] = {}
+        """The uplink schema of each device architecture (by zoo name), built on first use."""
 
     # -- messages ------------------------------------------------------------------------------
+
+    def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        """The full state of this client's own architecture."""
+        name = self.context.client_models.get(client_id)
+        if name is None:  # not a client of this run: it may send nothing
+            return ()
+        if name not in self.state_schemas:
+            with torch.random.fork_rng(devices=[]):  # a throwaway model: leave the run's random draws as they were
+                state = state_arrays(self.context.build_model(name))
+            self.state_schemas[name] = MessageSchema(KIND, model_state(state))
+        return (self.state_schemas[name],)
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
         arrays = self.pending.pop(client_id, None)

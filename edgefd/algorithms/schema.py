@@ -144,7 +144,9 @@ def check_payload(payload: Payload, schemas: Sequence[MessageSchema]) -> None:
         if schema.kind == payload.kind:
             schema.check(payload)
             return
-    expected = ", ".join(repr(s.kind) for s in schemas) or "nothing"
+    if not schemas:
+        raise UplinkRejected("wrong-kind", f"a payload of kind {payload.kind!r}; this client sends nothing here")
+    expected = ", ".join(repr(s.kind) for s in schemas)
     raise UplinkRejected("wrong-kind", f"a payload of kind {payload.kind!r}; this client sends {expected}")
 
 

@@ -95,3 +95,38 @@ def average_states(states: list[dict[str, np.ndarray]], weights: list[float] | N
         dtype = np.asarray(first).dtype
         out[name] = np.rint(acc).astype(dtype) if np.issubdtype(dtype, np.integer) else acc.astype(dtype)
     return out
+
+
+AGGREGATORS = ("mean", "median", "trimmed")
+"""How a server combines its clients' contributions: the (weighted) mean the papers use, or one of
+two robust statistics that one poisoning client cannot drag far: the coordinate-wise median, and
+the coordinate-wise mean after dropping the largest and smallest values (``trimmed``)."""
+
+
+def robust_mean(values: np.ndarray, how: str, trim: float = 0.2) -> np.ndarray:
+    """The coordinate-wise statistic ``how`` ("median" or "trimmed") over axis 0 of ``values`` (one
+    row per client), in float64. ``trimmed`` drops ``floor(trim * n)`` values at each end of every
+    coordinate, at least one when n >= 3 (below that it is the mean)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape[0] == 0:
+        raise ValueError("robust_mean: no values")
+    if how == "median":
+        return np.median(values, axis=0)
+    if how == "trimmed":
+        n = values.shape[0]
+        cut = max(int(trim * n), 1) if n >= 3 else 0
+        ordered = np.sort(values, axis=0)
+        return ordered[cut : n - cut].mean(axis=0)
+    raise ValueError(f"robust_mean: how must be 'median' or 'trimmed', got {how!r}")
+
+
+def robust_states(states: list[dict[str, np.ndarray]], how: str, trim: float = 0.2) -> dict[str, np.ndarray]:
+    """Model states combined entry by entry with :func:`robust_mean` (cast back as `average_states`)."""
+    if not states:
+        raise ValueError("robust_states: no states to combine")
+    out = {}
+    for name, first in states[0].items():
+        combined = robust_mean(np.stack([np.asarray(state[name]) for state in states]), how, trim)
+        dtype = np.asarray(first).dtype
+        out[name] = np.rint(combined).astype(dtype) if np.issubdtype(dtype, np.integer) else combined.astype(dtype)
+    return out

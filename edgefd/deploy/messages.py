@@ -15,6 +15,7 @@ server's answer to that number on `down/<client>/step`; its final uplink answers
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from typing import Any
 
@@ -98,3 +99,14 @@ def status_payload(client_id: str, state: str, last_round: int = -1) -> Payload:
 
 def metrics_payload(client_id: str, round: int, metrics: dict[str, float]) -> Payload:
     return Payload(METRICS, client_id, round, scalars={k: float(v) for k, v in metrics.items()})
+
+
+def accuracy_of(payload: Payload) -> float:
+    """The accuracy an eval answer reports: a float in [0, 1], or NaN (a client with no test data).
+    ValueError for anything else (text, Inf, 1.7): it would crash or skew the round's mean."""
+    value = payload.scalars.get("accuracy")
+    if payload.kind != METRICS or isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"an eval answer needs a numeric accuracy, got kind {payload.kind!r}, {value!r}")
+    if not (math.isnan(value) or 0.0 <= value <= 1.0):
+        raise ValueError(f"accuracy {value!r} is outside [0, 1]")
+    return float(value)

@@ -218,7 +218,7 @@ class MqttChannel:
             min_needed=0,
             stop_when_rest_offline=True,
         ).got
-        return {cid: {"accuracy": float(msg.payload.scalars.get("accuracy", float("nan")))} for cid, msg in got.items()}
+        return {cid: {"accuracy": wire.accuracy_of(msg.payload)} for cid, msg in got.items()}  # checked on arrival
 
     def round_bytes(self, round: int) -> tuple[int, int]:
         up, down = self._bytes.get(round, (0, 0))
@@ -364,8 +364,9 @@ class MqttChannel:
                 self.endpoint.reject("unrequested", topic, f"{cid} was not asked for {phase.verb} {phase.round}")
             elif cid in phase.got:
                 log.debug("repeat of %s %d from %s ignored", phase.verb, phase.round, cid)
-            elif msg.verb == "eval" and payload.kind != wire.METRICS:
-                self.endpoint.reject("wrong-kind", topic, f"eval answer of kind {payload.kind!r}")
+            elif msg.verb == "eval" and not _valid_accuracy(payload):
+                shown = str(payload.scalars)[:200]
+                self.endpoint.reject("bad-accuracy", topic, f"eval answer {payload.kind!r}, {shown}")
             else:
                 phase.got[cid] = msg
                 if msg.verb in ("train", "steps"):
@@ -490,3 +491,11 @@ class MqttChannel:
             wire_bytes / max(record.seconds, 1e-9),
             record.seconds,
         )
+
+
+def _valid_accuracy(payload: Payload) -> bool:
+    try:
+        wire.accuracy_of(payload)
+    except ValueError:
+        return False
+    return True

@@ -1,12 +1,17 @@
-"""The three baselines end to end on digits, and their server-side arithmetic by hand."""
+"""The three baselines end to end on digits, their server-side arithmetic by hand, and what their
+servers accept."""
+
+import functools
 
 import numpy as np
 import pytest
 
 from edgefd.algorithms.fd import FDParams, FDServer
+from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime import envelope
+from edgefd.simulate import SimulationConfig, build, run
 
 DIGITS = dict(dataset="digits", clients=10, rounds=12, lr=0.05)
 # 20 clients of ~72 samples: too few for a local model alone, plenty for a federation.
@@ -59,6 +64,7 @@ def test_fd_server_averages_per_label_without_dilution_by_absent_labels():
     server = FDServer.__new__(FDServer)  # the arithmetic needs no context beyond the class count
     server.num_classes = 3
     server.global_logits = server.global_counts = None
+    server.params = FDParams()
     up_a = Payload(
         "knowledge",
         "a",
@@ -78,3 +84,76 @@ def test_fd_server_averages_per_label_without_dilution_by_absent_labels():
     assert server.global_counts.tolist() == [3, 5, 0]
     assert metrics["labels_covered"] == 2.0
     assert FDParams().beta == 1.0
+
+
+# ----------------------------------------------------------------------------------------------
+# What the servers accept (edgefd.algorithms.schema): every honest uplink, and no tampered copy
+
+QUICK = dict(dataset="digits", clients=3, rounds=2, lr=0.05, seed=0, threads=1)
+
+
+@functools.cache
+def honest_uplink(algo):
+    """The server after round 1 (whose uplinks must all have been accepted) and client-0's
+    honest uplink of round 2."""
+    sim = build(SimulationConfig(algo=algo, **QUICK))
+    sim.federation.hello()
+    assert sim.federation.run_round(1).rejected == {}
+    payload = envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
+    return sim.server, payload
+
+
+def tampered(payload, changes):
+    """A copy of ``payload`` with arrays or scalars replaced (None: removed, a new name: added)."""
+    arrays, scalars = dict(payload.arrays), dict(payload.scalars)
+    for name, value in changes.items():
+        target = arrays if name in arrays or isinstance(value, np.ndarray) else scalars
+        if value is None:
+            del target[name]
+        else:
+            target[name] = value
+    return Payload(payload.kind, payload.sender, payload.round, arrays, scalars)
+
+
+def first_weight(payload):
+    return next(name for name, array in payload.arrays.items() if array.dtype == np.float32 and array.ndim == 2)
+
+
+@pytest.mark.parametrize(
+    ("algo", "change", "reason"),
+    [
+        ("fd", lambda p: {"logits": np.zeros((1, 1), np.float32)}, "shape"),  # would broadcast into the table
+        ("fd", lambda p: {"counts": np.append(p.arrays["counts"], 0)}, "shape"),
+        ("fd", lambda p: {"counts": p.arrays["counts"] - 10**6}, "out-of-range"),
+        ("fd", lambda p: {"logits": np.full_like(p.arrays["logits"], 1e30)}, "out-of-range"),
+        ("fd", lambda p: {"logits": p.arrays["logits"].astype(np.float64)}, "dtype"),
+        ("fd", lambda p: {"counts": p.arrays["counts"].astype(np.float32)}, "dtype"),
+        ("fd", lambda p: {"counts": None}, "missing-array"),
+        ("fd", lambda p: {"samples": 10}, "unexpected-scalar"),
+        ("fedavg", lambda p: {first_weight(p): None}, "missing-array"),
+        ("fedavg", lambda p: {first_weight(p): p.arrays[first_weight(p)][:, :1]}, "shape"),
+        ("fedavg", lambda p: {first_weight(p): p.arrays[first_weight(p)].astype(np.float64)}, "dtype"),
+        ("fedavg", lambda p: {first_weight(p): np.full_like(p.arrays[first_weight(p)], 1e7)}, "out-of-range"),
+        ("fedavg", lambda p: {"extra": np.zeros(3, np.float32)}, "unexpected-array"),
+        ("fedavg", lambda p: {"samples": None}, "missing-scalar"),
+        ("fedavg", lambda p: {"samples": 0}, "out-of-range"),
+        ("fedavg", lambda p: {"samples": 2.5}, "scalar-type"),
+    ],
+)
+def test_servers_accept_honest_uplinks_and_refuse_tampered_ones(algo, change, reason):
+    server, payload = honest_uplink(algo)
+    server.check_uplink(2, "client-0", payload)
+    with pytest.raises(UplinkRejected) as refused:
+        server.check_uplink(2, "client-0", tampered(payload, change(payload)))
+    assert refused.value.reason == reason
+
+
+def test_local_clients_send_nothing_and_the_server_accepts_nothing():
+    sim = build(SimulationConfig(algo="local", **QUICK))
+    sim.federation.hello()
+    assert sim.federation.run_round(1).rejected == {}
+    assert envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0")) is None
+    assert sim.server.uplink_schemas("client-0") == () and sim.server.hello_schemas("client-0") == ()
+    with pytest.raises(UplinkRejected) as refused:
+        sim.server.check_uplink(2, "client-0", Payload("weights", "client-0", 2))
+    assert refused.value.reason == "wrong-kind"

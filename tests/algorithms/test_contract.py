@@ -8,9 +8,11 @@ with its default params and the models `--models auto` gives it, a few rounds on
 
 end above chance and not more than `TOLERANCE` below the baseline trained the same way on the same
 models: Local for methods whose deliverable is each client's own model, FedAvg for methods whose
-deliverable is a global model."""
+deliverable is a global model. And none of its honest messages is refused by its own schemas."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from label_order import label_ordered
@@ -43,9 +45,13 @@ def _final_accuracy(setting: str, algo: str, models: str, out) -> float:
     try:
         if setting == "label-ordered":
             run_build.load_dataset = lambda name, root=None: label_ordered(original(name, root=root))
-        return float(simulate.run(config, progress=False)["final_accuracy"])
+        accuracy = float(simulate.run(config, progress=False)["final_accuracy"])
     finally:
         run_build.load_dataset = original
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    refused = {line["round"]: line["rejected"] for line in lines if line["rejected"]}
+    assert not refused, f"{algo} ({setting}): the method's own schemas refused honest messages: {refused}"
+    return accuracy
 
 
 _BASELINES: dict[tuple[str, str, str], float] = {}

@@ -1,6 +1,7 @@
 """DFL (specs/dfl.md): the rho schedule, soft-target aggregation and loss by hand, bit-for-bit
 identity with FedAvg at threshold 1, the wire bytes against §2.3, and short runs on digits."""
 
+import functools
 import json
 import math
 
@@ -19,6 +20,7 @@ from edgefd.algorithms.dfl import (
     dfl_loss,
     rho,
 )
+from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
 from edgefd.runtime import envelope
@@ -370,3 +372,56 @@ def test_end_to_end_on_the_papers_80_20_split():
     assert all(len(r.selected) == 5 for r in records)
     assert records[-1].accuracy > 0.25  # 3 short rounds on a hard split: well above chance (0.1)
     assert np.all(np.isfinite(sim.server.soft_targets))
+
+
+# ----------------------------------------------------------------------------------------------
+# what the server accepts (edgefd.algorithms.schema)
+
+F64 = (("soft_target_dtype", "float64"),)
+PROBS = (("soft_targets", "probs"),)
+
+
+@functools.cache
+def honest_uplink(params=(), precision="fp32"):
+    """The server after round 1 (all of whose uplinks fit) and client-0's honest uplink of round 2."""
+    sim = simulation("dfl", dict(params), precision=precision)
+    sim.federation.hello()
+    assert sim.federation.run_round(1).rejected == {}
+    return sim.server, envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
+
+
+def tampered(payload, changes):
+    """A copy of ``payload`` with arrays or scalars replaced (None: removed)."""
+    arrays, scalars = dict(payload.arrays), dict(payload.scalars)
+    for name, value in changes.items():
+        target = arrays if name in arrays else scalars
+        if value is None:
+            del target[name]
+        else:
+            target[name] = value
+    return Payload(payload.kind, payload.sender, payload.round, arrays, scalars)
+
+
+@pytest.mark.parametrize(
+    ("params", "precision", "change", "reason"),
+    [
+        ((), "fp32", lambda p: {SOFT_TARGETS: np.zeros((1, 1), np.float32)}, "shape"),
+        ((), "fp32", lambda p: {SOFT_TARGETS: p.arrays[SOFT_TARGETS].astype(np.float64)}, "dtype"),
+        (F64, "fp16", lambda p: {SOFT_TARGETS: p.arrays[SOFT_TARGETS].astype(np.float32)}, "dtype"),
+        (PROBS, "fp32", lambda p: {SOFT_TARGETS: np.full_like(p.arrays[SOFT_TARGETS], 1e30)}, "out-of-range"),
+        ((), "int8", lambda p: {SOFT_TARGETS: None}, "missing-array"),
+        ((), "fp32", lambda p: {CLASS_COUNTS: p.arrays[CLASS_COUNTS].astype(np.int64)}, "dtype"),
+        ((), "fp32", lambda p: {CLASS_COUNTS: p.arrays[CLASS_COUNTS] - 10**6}, "out-of-range"),
+        ((), "fp32", lambda p: {CLASS_COUNTS: p.arrays[CLASS_COUNTS][:1]}, "shape"),
+        ((), "fp32", lambda p: {name: None for name in list(p.arrays)[:1]}, "missing-array"),  # a weight
+        ((), "fp32", lambda p: {name: a[..., :1] for name, a in list(p.arrays.items())[:1]}, "shape"),
+        ((), "fp32", lambda p: {"samples": 0}, "out-of-range"),
+        ((), "fp32", lambda p: {"samples": "many"}, "scalar-type"),
+    ],
+)
+def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(params, precision, change, reason):
+    server, payload = honest_uplink(params, precision)
+    server.check_uplink(2, "client-0", payload)
+    with pytest.raises(UplinkRejected) as refused:
+        server.check_uplink(2, "client-0", tampered(payload, change(payload)))
+    assert refused.value.reason == reason

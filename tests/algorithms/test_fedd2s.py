@@ -21,6 +21,7 @@ from edgefd.algorithms.fedd2s import (
     distillation_layer,
     kd_loss,
 )
+from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
@@ -285,6 +286,67 @@ def test_phase_b_refuses_a_downlink_of_the_wrong_size():
     broken = Payload(UP_KIND, "client-1", 2, {**up.arrays, "hl": up.arrays["hl"][:, :3]}, up.scalars)
     with pytest.raises(ValueError, match="hl must have shape"):
         sim.server.aggregate(2, {"client-1": broken})
+
+
+# ----------------------------------------------------------------------------------------------
+# what the server accepts (edgefd.algorithms.schema): every honest uplink, and no tampered one
+
+
+def altered(payload: Payload, scalars=None, **arrays) -> Payload:
+    """``payload`` with these arrays replaced (None: removed) and these scalars."""
+    merged = {**payload.arrays, **arrays}
+    kept = {name: array for name, array in merged.items() if array is not None}
+    return Payload(payload.kind, payload.sender, payload.round, kept, {**payload.scalars, **(scalars or {})})
+
+
+@pytest.fixture(scope="module")
+def honest_uplink():
+    """The server and client-0's round-1 uplink (its first participation: l = L = 6, hl = the logits)."""
+    sim = simulation()
+    sim.federation.hello()
+    return sim.server, envelope.train_round(sim.clients["client-0"], 1, sim.federation.downlink(1, "client-0"))
+
+
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        (lambda p: p, None),
+        (lambda p: altered(p, h1=p.arrays["h1"] * 0 + 1e30), "out-of-range"),
+        (lambda p: altered(p, hl=p.arrays["hl"] * 0 + 7e4), "out-of-range"),  # logits beyond fp16
+        (lambda p: altered(p, labels=p.arrays["labels"] * 0 + C), "out-of-range"),
+        (lambda p: altered(p, {"layer": 5}), "out-of-range"),  # Z = 1 gives l = 6 (schedule)
+        (lambda p: altered(p, {"layer": 7}), "out-of-range"),  # not a layer
+        (lambda p: altered(p, labels=None), "missing-array"),
+        (lambda p: altered(p, hl=None), "missing-array"),  # l = 6 > 1
+        (lambda p: altered(p, h1=p.arrays["h1"][:, :-1]), "shape"),
+        (lambda p: altered(p, hl=p.arrays["hl"][:, :-1]), "shape"),
+        (lambda p: altered(p, h1=p.arrays["h1"][1:]), "shape"),  # K - 1 rows, samples = K
+        (lambda p: altered(p, {"samples": K + 1}), "shape"),
+        (lambda p: altered(p, labels=p.arrays["labels"].astype(np.int64)), "dtype"),
+        (lambda p: altered(p, h1=p.arrays["h1"].astype(np.float64)), "dtype"),
+    ],
+)
+def test_the_server_accepts_honest_uplinks_and_refuses_tampered_ones(honest_uplink, tamper, reason):
+    server, uplink = honest_uplink
+    tampered = tamper(uplink)
+    if reason is None:
+        server.check_uplink(1, "client-0", tampered)
+    else:
+        with pytest.raises(UplinkRejected) as refused:
+            server.check_uplink(1, "client-0", tampered)
+        assert refused.value.reason == reason
+
+
+def test_the_layers_allowed_span_the_participations_a_client_can_have_had():
+    sim = simulation({"z0": 1})
+    server = sim.server
+    server.downlink(1, "client-0")
+    assert server.allowed_layers("client-0") == (6, 6)  # Z = 1
+    server.downlink(2, "client-0")  # no uplink taken: Z = 2 (round 1's was late) or 1 (round 1's request was lost)
+    assert server.allowed_layers("client-0") == (5, 6)
+    server.uploaded["client-0"] = 1  # had it been taken, Z would be 2
+    assert server.allowed_layers("client-0") == (5, 5)
+    assert simulation({"schedule": "floor"}).server.allowed_layers("client-1") == (2, 2)  # FedD2S*: always L - |S|
 
 
 # ----------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 consensus by hand, the digest step, the wire bytes from the codec layout, and tiny digits runs
 (digits as its own public set keeps them fast; the recipes pair fmnist with mnist5k)."""
 
+import functools
 import json
 import math
 
@@ -12,10 +13,12 @@ import torch
 from edgefd.algorithms import fedmd
 from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedmd import CONSENSUS, KIND, LOGITS, FedMDParams, alignment_indices
+from edgefd.algorithms.schema import UplinkRejected
 from edgefd.data import load_dataset
 from edgefd.data.dataset import Dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 
@@ -159,3 +162,38 @@ def test_public_label_pretraining_runs_once_when_asked():
     client.train_round(2, down)
     # round 1: public pretraining on the whole pool (1,797 digits), then private; round 2: private only
     assert calls == [1797, len(client.data.train_x), len(client.data.train_x)]
+
+
+CAPPED = (("alignment_size", 5000),)  # more than the 1,797 digits: the subset is the whole pool
+
+
+@functools.cache
+def honest_uplink(params=()):
+    """The server after round 1 (all of whose uplinks fit) and client-0's honest uplink of round 2."""
+    sim = simulation(dict(params))
+    sim.federation.hello()
+    assert sim.federation.run_round(1).rejected == {}
+    return sim.server, envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
+
+
+@pytest.mark.parametrize(
+    ("params", "change", "reason"),
+    [
+        ((), lambda logits: {LOGITS: logits[:-1]}, "shape"),  # another subset's size
+        ((), lambda logits: {LOGITS: logits[:, :-1]}, "shape"),
+        ((), lambda logits: {LOGITS: np.zeros((1, 1), np.float32)}, "shape"),  # would broadcast
+        (CAPPED, lambda logits: {LOGITS: np.zeros((5000, 10), np.float32)}, "shape"),
+        ((), lambda logits: {LOGITS: logits.astype(np.float64)}, "dtype"),
+        ((), lambda logits: {LOGITS: np.full_like(logits, 1e30)}, "out-of-range"),
+        ((), lambda logits: {}, "missing-array"),
+        ((), lambda logits: {LOGITS: logits, CONSENSUS: logits}, "unexpected-array"),
+    ],
+)
+def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(params, change, reason):
+    server, payload = honest_uplink(params)
+    expected = (min(dict(params).get("alignment_size", PUBLIC["alignment_size"]), 1797), 10)
+    assert payload.arrays[LOGITS].shape == expected
+    server.check_uplink(2, "client-0", payload)
+    with pytest.raises(UplinkRejected) as refused:
+        server.check_uplink(2, "client-0", Payload(KIND, "client-0", 2, change(payload.arrays[LOGITS])))
+    assert refused.value.reason == reason

@@ -3,6 +3,7 @@ generator / global / transfer-back steps doing what they optimise, the device's 
 server handling only what arrived, the wire bytes from the codec layout, and tiny digits runs."""
 
 import copy
+import functools
 import json
 import math
 
@@ -13,9 +14,11 @@ import torch
 from edgefd import kernels
 from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedzkt import KIND, FedZKTParams, disagreement, prox_term
+from edgefd.algorithms.schema import UplinkRejected
 from edgefd.models import count_bn_buffers, count_parameters
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import state_arrays
@@ -290,6 +293,59 @@ def test_upload_with_the_wrong_architecture_is_a_clear_error():
     other = state_arrays(sim.clients["client-2"].model)
     with pytest.raises(ValueError, match="model state mismatch"):
         sim.server.aggregate(1, {"client-0": Payload(KIND, "client-0", 1, other)})
+
+
+# client-0 and client-3 share fedict_c1 (BatchNorm: an int64 counter); zkt_tiny_d's state names are a
+# subset of zkt_tiny_e's, with other shapes.
+MIXED = dict(clients=4, models="fedict_c1,zkt_tiny_d,zkt_tiny_e")
+
+
+@functools.cache
+def honest_uplinks():
+    """The server after round 1 (all of whose uplinks fit) and every device's honest state of round 2."""
+    sim = simulation(**MIXED)
+    sim.federation.hello()
+    assert sim.federation.run_round(1).rejected == {}
+    uplinks = {cid: envelope.train_round(sim.clients[cid], 2, sim.federation.downlink(2, cid)) for cid in sim.clients}
+    return sim.server, {cid: payload.arrays for cid, payload in uplinks.items()}
+
+
+def test_each_device_architecture_has_its_schema_built_once(monkeypatch):
+    server, states = honest_uplinks()
+    assert set(server.state_schemas) == {"fedict_c1", "zkt_tiny_d", "zkt_tiny_e"}  # built in round 1
+    monkeypatch.setattr(server.context, "build_model", None)  # the cache answers: no model is built again
+    for cid, arrays in states.items():
+        server.check_uplink(2, cid, Payload(KIND, cid, 2, arrays))
+    fresh = simulation(**MIXED).server
+    rng = torch.get_rng_state()
+    fresh.uplink_schemas("client-2")
+    assert torch.equal(torch.get_rng_state(), rng)  # building the throwaway model drew nothing from the run
+
+
+def int_buffer(arrays):
+    return next(name for name, array in arrays.items() if array.dtype == np.int64)
+
+
+@pytest.mark.parametrize(
+    ("sender", "change", "reason"),
+    [
+        ("client-1", lambda s: s["client-2"], "unexpected-array"),  # zkt_tiny_e's state as zkt_tiny_d's
+        ("client-1", lambda s: {k: s["client-2"][k] for k in s["client-1"]}, "shape"),  # same names
+        ("client-2", lambda s: s["client-1"], "missing-array"),
+        ("client-0", lambda s: {**s["client-0"], int_buffer(s["client-0"]): np.array(-1)}, "out-of-range"),
+        ("client-0", lambda s: {**s["client-0"], int_buffer(s["client-0"]): np.array(1.0, np.float32)}, "dtype"),
+        ("client-0", lambda s: {k: np.full_like(v, 1e7) for k, v in s["client-0"].items()}, "out-of-range"),
+        ("client-3", lambda s: {k: v.astype(np.float64) for k, v in s["client-3"].items()}, "dtype"),
+        ("client-9", lambda s: s["client-0"], "wrong-kind"),  # not a client of this run
+    ],
+)
+def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(sender, change, reason):
+    server, states = honest_uplinks()
+    if sender in states:
+        server.check_uplink(2, sender, Payload(KIND, sender, 2, states[sender]))
+    with pytest.raises(UplinkRejected) as refused:
+        server.check_uplink(2, sender, Payload(KIND, sender, 2, change(states)))
+    assert refused.value.reason == reason
 
 
 @pytest.mark.parametrize("loss", ["sl", "kl", "l1"])

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from edgefd.algorithms.base import ClientRole, ServerRole
+from edgefd.algorithms.schema import ArraySpec, MessageSchema, UplinkRejected
 from edgefd.protocol import Payload
 from edgefd.runtime.channel import InProcessChannel
 from edgefd.runtime.loop import Federation, LoopConfig
@@ -34,6 +35,9 @@ class CollectServer(ServerRole):
 
     def downlink(self, round, client_id):
         return Payload("echo", "server", round, {"v": np.array([round], np.int64)})
+
+    def uplink_schemas(self, client_id):
+        return [MessageSchema("echo", {"v": ArraySpec(("int64",), (1,), 1, None)})]
 
     def aggregate(self, round, uplinks):
         self.received[round] = {cid: int(p.arrays["v"][0]) for cid, p in uplinks.items()}
@@ -116,6 +120,9 @@ class LoggingServer(ServerRole):
     def downlink(self, round, client_id):
         raise AssertionError("a step-exchange server prepares no round downlink")
 
+    def request_schemas(self, client_id):
+        return [MessageSchema("ask", {"v": ArraySpec(("int64",), (1,), 0, 2)})]
+
     def answer(self, round, client_id, request):
         self.log.append(int(client_id[1:]) * 10 + int(request.arrays["v"][0]))
         return Payload("log", "server", round, {"log": np.array(self.log, np.int64)})
@@ -146,3 +153,37 @@ def test_step_exchange_refuses_stragglers():
             LoopConfig(straggler_rate=0.2),
             np.random.default_rng(0),
         )
+
+
+class LiarClient(EchoClient):
+    """Sends -1 instead of the round number plus one: a payload that decodes, but is not an echo."""
+
+    def train_round(self, round, downlink):
+        self.rounds_trained.append(round)
+        return Payload("echo", self.client_id, round, {"v": np.array([-1], np.int64)})
+
+
+def test_an_uplink_that_does_not_fit_is_dropped_and_the_round_goes_on(caplog):
+    roles = {"c0": EchoClient("c0"), "c1": LiarClient("c1"), "c2": EchoClient("c2")}
+    server = CollectServer()
+    federation = Federation(server, InProcessChannel(roles), LoopConfig(rounds=2), np.random.default_rng(0))
+    records = federation.run()[1:]
+    assert [r.rejected for r in records] == [{"c1": "out-of-range"}] * 2
+    assert server.received[2] == {"c0": 3, "c2": 3}  # the others were aggregated
+    assert all(r.late == [] for r in records)  # it answered in time; it was refused, not late
+    assert "c1's uplink rejected: out-of-range" in caplog.text
+
+
+def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_sees_it():
+    class Overasking(AskingClient):
+        def train_steps(self, round):
+            yield Payload("ask", self.client_id, round, {"v": np.array([7], np.int64)})
+
+    server = LoggingServer()
+    federation = Federation(
+        server, InProcessChannel({"c0": Overasking("c0")}), LoopConfig(rounds=1), np.random.default_rng(0)
+    )
+    federation.start()
+    with pytest.raises(UplinkRejected, match="out-of-range"):
+        federation.run_round(1)
+    assert server.log == []

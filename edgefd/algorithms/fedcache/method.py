@@ -48,7 +48,8 @@ Choices, with the spec's sections:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import logging
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +57,7 @@ import torch
 from torch import nn
 
 from edgefd import kernels
+from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
@@ -64,6 +66,8 @@ from edgefd.algorithms.toolkit import SampleIndex
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
 from edgefd.training import LocalTraining, epoch_batches, forward
+
+log = logging.getLogger(__name__)
 
 EXCHANGES = ("batch", "round")
 
@@ -127,6 +131,28 @@ def hash_function(encoder: HashEncoder, cache: str) -> Callable[[torch.Tensor], 
     return HashCache(encoder, None if cache == "auto" else cache)
 
 
+MOBILENET_WIDTH = 576
+"""Width of a mobilenet hash (MobileNetV3-Small's pooled features)."""
+
+
+def hash_width(encoder: str, input_shape: tuple[int, ...]) -> int | None:
+    """Per-sample width of the hashes the encoder spec ``encoder`` makes from samples of
+    ``input_shape`` (None for ``onnx:PATH``: only the file says, and the server need not have it)."""
+    kind, _, arg = encoder.partition(":")
+    if kind == "pixels":
+        return int(np.prod(input_shape))
+    if kind == "projection":
+        return int(arg or 64)  # build_encoder's default dimension
+    if kind == "mobilenet":
+        return MOBILENET_WIDTH
+    return None
+
+
+def label_dtype(num_classes: int) -> type:
+    """The labels' wire type (spec §2.3: b_y = 1 byte while it fits)."""
+    return np.uint8 if num_classes <= 256 else np.int32
+
+
 class FedCacheClient(ClientRole):
     local_training = LocalTraining(optimizer_lifecycle="fresh", batch_order="fixed")  # §9 A15, A17
     knowledge = ("logits",)
@@ -140,14 +166,13 @@ class FedCacheClient(ClientRole):
     def hello(self) -> Payload:
         encoder = build_encoder(self.params.encoder)
         hashes = hash_function(encoder, self.params.hash_cache)(self.data.train_x)
-        label_dtype = np.uint8 if self.data.num_classes <= 256 else np.int32  # spec §2.3: b_y = 1
         return Payload(
             "fedcache.hello",
             self.client_id,
             0,
             {
                 "ids": self.ids.astype(np.int32),
-                "labels": self.data.train_y.numpy().astype(label_dtype),
+                "labels": self.data.train_y.numpy().astype(label_dtype(self.data.num_classes)),
                 "hashes": hashes,
             },
             {"encoder": encoder.name},
@@ -237,20 +262,79 @@ class FedCacheServer(ServerRole):
         self.rows_answered = 0
 
     def start(self, hellos: dict[str, Payload]) -> None:
+        """Register every client's samples and relate them. A client without a hello (none came, or
+        it was refused), with another encoder than most, or whose samples the cache refuses is
+        left out of the run: no knowledge goes to it and none is taken from it."""
         missing = sorted(set(self.client_ids) - set(hellos))
         if missing:
-            raise ValueError(f"fedcache: no hashes from {missing}")
-        names = {p.scalars.get("encoder") for p in hellos.values()}
-        if len(names) != 1:
-            raise ValueError(f"fedcache: clients use different encoders {sorted(map(str, names))}")
-        self.encoder_name = names.pop()
+            log.warning("fedcache: no hashes from %s; the run goes on without them", missing)
+        if not hellos:
+            raise ValueError("fedcache: no client sent its hashes")
+        names = [str(p.scalars.get("encoder")) for _, p in sorted(hellos.items())]
+        self.encoder_name = max(sorted(set(names)), key=names.count)  # most clients', ties by name
         for client in sorted(hellos):
             arrays = hellos[client].arrays
-            self.cache.register(client, arrays["ids"], arrays["labels"], arrays["hashes"])
+            if hellos[client].scalars.get("encoder") != self.encoder_name:
+                log.warning("fedcache: %s hashes with another encoder than %s; left out", client, self.encoder_name)
+                continue
+            try:
+                self.cache.register(client, arrays["ids"], arrays["labels"], arrays["hashes"])
+            except ValueError as error:
+                log.warning("fedcache: %s's samples refused (%s); left out", client, error)
         self.cache.build(self.relations, relation_store(self.params))
         self.cross_client = self.cache.cross_client_fraction()
 
-    def downlink(self, round: int, client_id: str) -> Payload:
+    def hello_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
+        """Ids, labels and hashes of every sample, and the encoder's name (lengths: `check_hello`)."""
+        # The sample count is known only from the hello itself, and the ids it declares are what the
+        # client's later messages are checked against: foreign ids cannot be caught here.
+        C = self.num_classes
+        arrays = {
+            "ids": schema.ArraySpec(("int32",), (None,)),
+            "labels": schema.labels(C, (np.dtype(label_dtype(C)).name,)),
+            "hashes": schema.knowledge((None, hash_width(self.params.encoder, self.context.input_shape))),
+        }
+        return (schema.MessageSchema("fedcache.hello", arrays, {"encoder": schema.ScalarSpec(str)}),)
+
+    def check_hello(self, client_id: str, payload: Payload) -> None:
+        """The schema, one label and one hash per id, and no id twice (the cache would refuse both)."""
+        super().check_hello(client_id, payload)
+        ids, labels, hashes = (payload.arrays[name] for name in ("ids", "labels", "hashes"))
+        if not len(ids) == len(labels) == len(hashes):
+            raise schema.UplinkRejected("shape", f"{len(ids)} ids, {len(labels)} labels and {len(hashes)} hashes")
+        if len(np.unique(ids)) != len(ids):
+            raise schema.UplinkRejected("repeated-ids", "a sample id is declared twice")
+
+    def _logits(self, client_id: str, length: int | None) -> schema.MessageSchema:
+        """Logits of ``length`` of this client's own samples (the ids its hello declared)."""
+        arrays = {
+            "ids": schema.sample_ids(self.cache.sample_ids(client_id), ("int32",), length),
+            "logits": schema.knowledge((length, self.num_classes)),
+        }
+        return schema.MessageSchema("fedcache.logits", arrays)
+
+    def uplink_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
+        """``exchange=round``: the logits of all the client's samples (nothing without its hello)."""
+        if self.step_exchange or client_id not in self.cache.slices:
+            return ()  # exchange=batch: the logits went up with the requests; the round ends with no uplink
+        return (self._logits(client_id, len(self.cache.sample_ids(client_id))),)
+
+    def request_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
+        """``exchange=batch``: the logits of one mini-batch of the client's samples."""
+        if not self.step_exchange or client_id not in self.cache.slices:
+            return ()
+        return (self._logits(client_id, None),)  # None: batches vary in length (an epoch's last is shorter)
+
+    def check_request(self, round: int, client_id: str, payload: Payload) -> None:
+        """The schema, and one row of logits per id."""
+        super().check_request(round, client_id, payload)
+        ids, logits = payload.arrays["ids"], payload.arrays["logits"]
+        if len(ids) != len(logits):
+            raise schema.UplinkRejected("shape", f"{len(ids)} ids but {len(logits)} rows of logits")
+
+    def downlink(self, round: int, client_id: str) -> Payload | None:
+        if client_id not in self.cache.slices:  # left out at the start
+            return None
         ids = self.cache.sample_ids(client_id)
         return Payload(
             "fedcache.knowledge",

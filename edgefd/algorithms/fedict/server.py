@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from edgefd.algorithms import schema
 from edgefd.algorithms.base import ServerContext, ServerRole
 from edgefd.algorithms.fedict.losses import KDLoss, global_distribution, server_loss
 from edgefd.algorithms.fedict.params import FedICTParams
@@ -73,10 +75,71 @@ class FedICTServer(ServerRole):
             return "fedict_fc_server"
         return "fedict_server" if min(input_shape[1:]) >= 16 else "fedict_server_small"
 
+    @property
+    def feature_shape(self) -> tuple[int, ...]:
+        """Per-sample shape of the features the server model takes (H^k's shape on every client)."""
+        server_model: Any = self.model  # torch types unknown Module attributes as Tensor | Module
+        return tuple(int(s) for s in server_model.input_feature_shape)
+
+    def hello_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
+        """d^k, the labels and ids of every sample, and H^k's shape (counts and values: `check_hello`)."""
+        # None: the sample count is the hello's own news. Foreign ids cannot be caught here: the ids
+        # the hello declares are what the client's uplinks are checked against.
+        arrays = {
+            "distribution": schema.ArraySpec(("float32",), (self.num_classes,), 0.0, 1.0),
+            "labels": schema.labels(self.num_classes, ("int64",)),
+            "ids": schema.ArraySpec(("int64",), (None,)),
+            "feature_shape": schema.ArraySpec(("int64",), (len(self.feature_shape),)),
+        }
+        return (schema.MessageSchema("hello", arrays, {"samples": schema.samples()}),)
+
+    def check_hello(self, client_id: str, payload: Payload) -> None:
+        """The schema, then what `start` needs: one label and id per sample, no id twice, d^k summing
+        to 1 and H^k of the shape the server model takes."""
+        super().check_hello(client_id, payload)
+        ids, labels, n = payload.arrays["ids"], payload.arrays["labels"], payload.scalars["samples"]
+        shape = tuple(payload.arrays["feature_shape"].tolist())
+        if not n == len(labels) == len(ids):
+            raise schema.UplinkRejected("shape", f"{n} samples, {len(labels)} labels, {len(ids)} ids")
+        if len(np.unique(ids)) != len(ids):
+            raise schema.UplinkRejected("repeated-ids", "a sample id is declared twice")
+        if abs(float(payload.arrays["distribution"].sum(dtype=np.float64)) - 1) > 1e-4:
+            raise schema.UplinkRejected("out-of-range", "the distribution does not sum to 1")
+        if shape != self.feature_shape:
+            raise schema.UplinkRejected(
+                "shape",
+                f"features of shape {shape}, but the server model {self.model_name!r} takes "
+                f"{self.feature_shape}; choose --param server_model=... to match",
+            )
+
+    def uplink_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
+        """H^k (flattened), Z^k and the ids of the n samples the hello declared (and their labels
+        with ``resend_labels``); nothing from a client without an accepted hello."""
+        state = self.clients.get(client_id)
+        if state is None:
+            return ()
+        n, C = len(state.index), self.num_classes
+        arrays = {
+            "ids": schema.sample_ids(state.index.ids, ("int64",), n),
+            "features": schema.knowledge((n, int(np.prod(state.feature_shape)))),
+            "logits": schema.knowledge((n, C)),
+        }
+        if self.params.resend_labels:
+            arrays["labels"] = schema.labels(C, ("int64",), n)
+        return (schema.MessageSchema("features", arrays),)
+
+    def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
+        """The schema, and resent labels that are the hello's for the same ids."""
+        super().check_uplink(round, client_id, payload)
+        if "labels" in payload.arrays:
+            state = self.clients[client_id]
+            hello_labels = state.labels.numpy()[state.index.rows(payload.arrays["ids"])]
+            if not np.array_equal(payload.arrays["labels"], hello_labels):
+                raise schema.UplinkRejected("labels-disagree", "labels differ from the hello's for the same ids")
+
     def start(self, hellos: dict[str, Payload]) -> None:
         C = self.num_classes
-        server_model: Any = self.model  # torch types unknown Module attributes as Tensor | Module
-        expected = tuple(int(s) for s in server_model.input_feature_shape)
+        expected = self.feature_shape
         for cid in sorted(hellos):
             p = hellos[cid]
             index = SampleIndex(p.arrays["ids"])

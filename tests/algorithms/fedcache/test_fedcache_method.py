@@ -6,7 +6,9 @@ import torch
 from torch import nn
 
 from edgefd.algorithms.fedcache import FedCacheParams, fedcache_loss
-from edgefd.protocol import encode
+from edgefd.algorithms.schema import UplinkRejected
+from edgefd.protocol import Payload, encode
+from edgefd.runtime import envelope
 from edgefd.simulate import SimulationConfig, build, run
 
 QUICK = dict(
@@ -99,12 +101,17 @@ def test_fedcache_end_to_end_learns_with_hnsw(tmp_path):
     assert summary["bytes_hello"] > 0
 
 
-def test_mismatched_encoders_are_refused(tmp_path):
+def test_clients_without_a_usable_hello_are_left_out_and_the_others_go_on(tmp_path, caplog):
     sim = build(SimulationConfig(out=str(tmp_path), **QUICK))
     hellos = {cid: c.hello() for cid, c in sim.clients.items()}
-    hellos["client-3"].scalars["encoder"] = "mobilenet"
-    with pytest.raises(ValueError, match="different encoders"):
-        sim.server.start(hellos)
+    hellos["client-3"].scalars["encoder"] = "mobilenet"  # not the encoder every other client used
+    del hellos["client-1"]  # refused, or never came
+    sim.server.start(hellos)
+    assert sorted(sim.server.cache.slices) == ["client-0", "client-2"]
+    assert sim.server.downlink(1, "client-1") is None and sim.server.downlink(1, "client-3") is None
+    assert sim.server.downlink(1, "client-0").arrays["knowledge"].shape[1] == 10
+    assert sim.server.uplink_schemas("client-3") == ()  # nothing of theirs is taken either
+    assert "no hashes from ['client-1']" in caplog.text and "client-3 hashes with another encoder" in caplog.text
 
 
 def test_switchable_choices_reach_the_cache(tmp_path):
@@ -210,3 +217,84 @@ def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypat
         assert len({labels_of[i] for i in ids.tolist()}) >= 3
     for again, ids in zip(first_batches(2), batches):  # and the order is kept from round to round
         np.testing.assert_array_equal(again, ids)
+
+
+# ------------------------------------------------------------------------------------------------
+# What the server accepts (edgefd.algorithms.schema): every honest message, and no tampered one
+
+
+def altered(payload: Payload, **arrays) -> Payload:
+    """``payload`` with these arrays replaced (None: removed)."""
+    merged = {**payload.arrays, **arrays}
+    kept = {name: array for name, array in merged.items() if array is not None}
+    return Payload(payload.kind, payload.sender, payload.round, kept, payload.scalars)
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory):
+    """client-1's hello and round-1 uplink (exchange=round), its first step request (exchange=batch),
+    the server that checks each, and an id client-1 does not own (client-0's)."""
+    by_round = build(SimulationConfig(out=str(tmp_path_factory.mktemp("round")), **QUICK))
+    by_round.federation.hello()  # every hello passes the loop's check (fedcache's start needs all of them)
+    client = by_round.clients["client-1"]
+    uplink = envelope.train_round(client, 1, by_round.federation.downlink(1, "client-1"))
+    by_batch = build(SimulationConfig(out=str(tmp_path_factory.mktemp("batch")), **PER_BATCH))
+    by_batch.federation.hello()
+    steps = envelope.train_steps(by_batch.clients["client-1"], 1)
+    request = next(steps)
+    steps.close()
+    messages = {
+        "hello": (lambda p: by_round.server.check_hello("client-1", p), envelope.hello(client)),
+        "uplink": (lambda p: by_round.server.check_uplink(1, "client-1", p), uplink),
+        "request": (lambda p: by_batch.server.check_request(1, "client-1", p), request),
+    }
+    return messages, int(by_round.server.cache.sample_ids("client-0")[0]), by_round.server
+
+
+def foreign(ids, other):
+    ids = ids.copy()
+    ids[-1] = other
+    return ids
+
+
+@pytest.mark.parametrize(
+    "message, tamper, reason",
+    [
+        ("hello", lambda p, other: p, None),
+        ("hello", lambda p, other: altered(p, hashes=None), "missing-array"),
+        ("hello", lambda p, other: altered(p, labels=np.full_like(p.arrays["labels"], 10)), "out-of-range"),
+        ("hello", lambda p, other: altered(p, labels=p.arrays["labels"].astype(np.int64)), "dtype"),
+        ("hello", lambda p, other: altered(p, hashes=p.arrays["hashes"][:, :-1]), "shape"),  # pixels: 64 wide
+        ("hello", lambda p, other: altered(p, ids=p.arrays["ids"][:-1]), "shape"),  # a label without an id
+        ("hello", lambda p, other: altered(p, ids=np.zeros_like(p.arrays["ids"])), "repeated-ids"),
+        ("uplink", lambda p, other: p, None),
+        ("uplink", lambda p, other: altered(p, ids=foreign(p.arrays["ids"], other)), "foreign-ids"),
+        ("uplink", lambda p, other: altered(p, logits=p.arrays["logits"] * 0 + 1e30), "out-of-range"),
+        ("uplink", lambda p, other: altered(p, logits=p.arrays["logits"] * 0 + 7e4), "out-of-range"),  # > fp16
+        ("uplink", lambda p, other: altered(p, logits=p.arrays["logits"][:, :-1]), "shape"),
+        ("uplink", lambda p, other: altered(p, ids=p.arrays["ids"][1:], logits=p.arrays["logits"][1:]), "shape"),
+        ("uplink", lambda p, other: altered(p, ids=p.arrays["ids"].astype(np.int64)), "dtype"),
+        ("uplink", lambda p, other: altered(p, logits=None), "missing-array"),
+        ("request", lambda p, other: p, None),
+        ("request", lambda p, other: altered(p, ids=foreign(p.arrays["ids"], other)), "foreign-ids"),
+        ("request", lambda p, other: altered(p, logits=p.arrays["logits"] * 0 - 1e30), "out-of-range"),
+        ("request", lambda p, other: altered(p, logits=p.arrays["logits"][1:]), "shape"),  # a row short
+        ("request", lambda p, other: altered(p, logits=p.arrays["logits"].astype(np.float64)), "dtype"),
+    ],
+)
+def test_the_server_accepts_honest_messages_and_refuses_tampered_ones(honest, message, tamper, reason):
+    messages, other, _ = honest
+    check, payload = messages[message]
+    tampered = tamper(payload, other)
+    if reason is None:
+        check(tampered)
+    else:
+        with pytest.raises(UplinkRejected) as refused:
+            check(tampered)
+        assert refused.value.reason == reason
+
+
+def test_nothing_is_accepted_that_the_client_does_not_send(honest):
+    server = honest[2]  # exchange=round: no step requests
+    assert server.request_schemas("client-1") == () and server.uplink_schemas("client-1")
+    assert server.uplink_schemas("client-9") == ()  # no hello, no uplink

@@ -22,9 +22,11 @@ from edgefd.algorithms.fedict import (
     lka_balance_weights,
     server_loss,
 )
+from edgefd.algorithms.schema import UplinkRejected
 from edgefd.metrics.results import load_run
 from edgefd.models import build_model
 from edgefd.protocol import HEADER_SIZE, Payload, encode
+from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import TrainConfig
@@ -414,6 +416,75 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
                 assert size == fp32_sizes[cid] - n * D_H * 2  # feature bytes halved
             else:  # one byte per element plus one float32 scale per sample (row)
                 assert size == fp32_sizes[cid] - n * D_H * 3 + n * 4
+
+
+# ------------------------------------------------------------------------------------------------
+# What the server accepts (edgefd.algorithms.schema): every honest message, and no tampered one
+
+
+def altered(payload: Payload, **arrays) -> Payload:
+    """``payload`` with these arrays replaced (None: removed)."""
+    merged = {**payload.arrays, **arrays}
+    kept = {name: array for name, array in merged.items() if array is not None}
+    return Payload(payload.kind, payload.sender, payload.round, kept, payload.scalars)
+
+
+@pytest.fixture(scope="module")
+def honest_fedict(tmp_path_factory):
+    """The server, client-1's hello and round-1 uplink (labels resent), and an id client-1 does not own."""
+    config = SimulationConfig(
+        algo="fedict", rounds=1, out=str(tmp_path_factory.mktemp("fedict")), params={"resend_labels": True}, **DIGITS
+    )
+    sim = build(config)
+    sim.federation.hello()
+    client = sim.clients["client-1"]
+    uplink = envelope.train_round(client, 1, sim.federation.downlink(1, "client-1"))
+    return sim.server, envelope.hello(client), uplink, int(sim.server.clients["client-0"].index.ids[0])
+
+
+def foreign(ids, other):
+    ids = ids.copy()
+    ids[-1] = other
+    return ids
+
+
+@pytest.mark.parametrize(
+    "message, tamper, reason",
+    [
+        ("hello", lambda p, other: p, None),
+        ("hello", lambda p, other: altered(p, ids=None), "missing-array"),
+        ("hello", lambda p, other: altered(p, labels=p.arrays["labels"] * 0 + 10), "out-of-range"),
+        ("hello", lambda p, other: altered(p, distribution=p.arrays["distribution"] / 2), "out-of-range"),
+        ("hello", lambda p, other: altered(p, distribution=p.arrays["distribution"].astype(np.float64)), "dtype"),
+        ("hello", lambda p, other: altered(p, feature_shape=np.array([16, 4, 4])), "shape"),  # not the server's
+        ("hello", lambda p, other: altered(p, ids=p.arrays["ids"][1:]), "shape"),  # fewer ids than samples
+        ("hello", lambda p, other: altered(p, ids=p.arrays["ids"] * 0), "repeated-ids"),
+        ("uplink", lambda p, other: p, None),
+        ("uplink", lambda p, other: altered(p, ids=foreign(p.arrays["ids"], other)), "foreign-ids"),
+        ("uplink", lambda p, other: altered(p, logits=p.arrays["logits"] * 0 + 1e30), "out-of-range"),
+        ("uplink", lambda p, other: altered(p, features=p.arrays["features"] * 0 + 7e4), "out-of-range"),  # > fp16
+        ("uplink", lambda p, other: altered(p, features=p.arrays["features"][:, :-1]), "shape"),
+        ("uplink", lambda p, other: altered(p, **{k: a[1:] for k, a in p.arrays.items()}), "shape"),  # one short
+        ("uplink", lambda p, other: altered(p, ids=p.arrays["ids"].astype(np.int32)), "dtype"),
+        ("uplink", lambda p, other: altered(p, logits=None), "missing-array"),
+        ("uplink", lambda p, other: altered(p, labels=p.arrays["labels"] * 0 - 1), "out-of-range"),
+        ("uplink", lambda p, other: altered(p, labels=(p.arrays["labels"] + 1) % 10), "labels-disagree"),
+    ],
+)
+def test_the_server_accepts_honest_messages_and_refuses_tampered_ones(honest_fedict, message, tamper, reason):
+    server, hello, uplink, other = honest_fedict
+    if message == "hello":
+        check, payload = (lambda p: server.check_hello("client-1", p)), hello
+    else:
+        check, payload = (lambda p: server.check_uplink(1, "client-1", p)), uplink
+    tampered = tamper(payload, other)
+    if reason is None:
+        check(tampered)
+    else:
+        with pytest.raises(UplinkRejected) as refused:
+            check(tampered)
+        assert refused.value.reason == reason
+    assert server.uplink_schemas("client-9") == ()  # no hello, no uplink
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+"""The chores methods share: the robust aggregators (the others are tested with their methods)."""
+
+import numpy as np
+import pytest
+
+from edgefd.algorithms.fd import FDParams, FDServer
+from edgefd.algorithms.toolkit import robust_mean, robust_states
+from edgefd.protocol import Payload
+
+
+def test_median_and_trimmed_mean_ignore_one_extreme_client():
+    honest = np.array([[1.0, 2.0], [1.2, 2.2], [0.8, 1.8], [1.1, 2.1]])
+    values = np.vstack([honest, [[1e3, -1e3]]])
+    assert np.allclose(robust_mean(values, "median"), [1.1, 2.0])
+    # 5 clients, trim 0.2: one dropped at each end of every coordinate
+    assert np.allclose(robust_mean(values, "trimmed"), [(1.0 + 1.1 + 1.2) / 3, (1.8 + 2.0 + 2.1) / 3])
+    assert np.allclose(robust_mean(values[:2], "trimmed"), honest[:2].mean(axis=0))  # too few to trim
+    with pytest.raises(ValueError, match="how must be"):
+        robust_mean(values, "mode")
+
+
+def test_robust_states_keep_each_entrys_dtype():
+    states = [{"w": np.full(3, v, np.float32), "n": np.array(k, np.int64)} for v, k in [(1, 4), (2, 5), (90, 6)]]
+    combined = robust_states(states, "median")
+    assert combined["w"].dtype == np.float32 and np.allclose(combined["w"], 2.0)
+    assert combined["n"].dtype == np.int64 and int(combined["n"]) == 5
+
+
+@pytest.mark.parametrize("aggregator", ["median", "trimmed"])
+def test_fd_robust_rows_use_only_the_clients_that_hold_each_label(aggregator):
+    server = FDServer.__new__(FDServer)  # the arithmetic needs no context beyond the class count
+    server.num_classes, server.params = 2, FDParams(aggregator=aggregator)
+    server.global_logits = server.global_counts = None
+
+    def uplink(name, logits, counts):
+        return Payload("knowledge", name, 1, {"logits": np.array(logits, np.float32), "counts": np.array(counts)})
+
+    uplinks = {
+        "a": uplink("a", [[1, 0], [0, 0]], [3, 0]),  # holds no sample of label 1: left out of its row
+        "b": uplink("b", [[2, 0], [0, 5]], [1, 2]),
+        "c": uplink("c", [[3, 0], [0, 6]], [1, 2]),
+        "d": uplink("d", [[900, 0], [0, 7]], [9, 2]),  # the poisoner: its 9 samples buy nothing
+    }
+    server.aggregate(1, uplinks)
+    # label 0 from 1, 2, 3, 900: the median is 2.5, and the trimmed mean drops 1 and 900
+    assert server.global_logits[0, 0] == pytest.approx(2.5)
+    assert server.global_logits[1, 1] == pytest.approx(6.0)
+    assert server.global_counts.tolist() == [14, 6]
+    with pytest.raises(ValueError, match="trim"):
+        FDParams(trim=0.5)

@@ -1,0 +1,53 @@
+"""An `edgefd client` whose messages are tampered with: each round's uplink carries one attack on
+FD's knowledge (a payload that decodes, but is not what FD accepts), and some eval answers report
+an accuracy that is text, infinite or above 1. Run as a process by test_hostile_devices.py."""
+
+import sys
+
+import numpy as np
+
+from edgefd.deploy import client_runtime
+from edgefd.deploy import messages as wire
+from edgefd.protocol import Payload
+
+honest_train_round = client_runtime.envelope.train_round
+honest_metrics = wire.metrics_payload
+
+
+def replaced(payload: Payload, **arrays) -> Payload:
+    """``payload`` with ``arrays`` replaced (None: removed); a replaced array travels losslessly, so
+    that the server receives exactly the attack."""
+    new = {name: array for name, array in {**payload.arrays, **arrays}.items() if array is not None}
+    precision = {name: p for name, p in payload.precision.items() if name in new and name not in arrays}
+    return Payload(payload.kind, payload.sender, payload.round, new, payload.scalars, precision)
+
+
+ATTACKS = {
+    1: lambda p: replaced(p, counts=None),  # an array missing
+    2: lambda p: replaced(p, logits=np.zeros((1, 1), np.float32)),  # broadcasts silently
+    3: lambda p: replaced(p, logits=np.full_like(p.arrays["logits"], 1e30)),  # finite, absurd
+    4: lambda p: replaced(p, logits=np.full_like(p.arrays["logits"], 70000.0)),  # beyond fp16: unencodable later
+    5: lambda p: replaced(p, counts=np.full_like(p.arrays["counts"], -3)),  # negative counts: Inf averages
+    6: lambda p: replaced(p, logits=p.arrays["logits"].astype(np.float64)),
+    7: lambda p: Payload("weights", p.sender, p.round, {"w": np.zeros(3, np.float32)}),
+}
+BAD_ACCURACY = {2: "text", 3: float("inf"), 4: 1.7}
+
+
+def hostile_train_round(role, round, downlink):
+    return ATTACKS[round](honest_train_round(role, round, downlink))
+
+
+def hostile_metrics(client_id, round, metrics):
+    if round in BAD_ACCURACY:
+        return Payload(wire.METRICS, client_id, round, scalars={"accuracy": BAD_ACCURACY[round]})
+    return honest_metrics(client_id, round, metrics)
+
+
+client_runtime.envelope.train_round = hostile_train_round
+wire.metrics_payload = hostile_metrics
+
+if __name__ == "__main__":
+    from edgefd.cli import main
+
+    sys.exit(main(["client", *sys.argv[1:]]))
