@@ -93,6 +93,11 @@ def read_password(path: str | None) -> str | None:
         file = Path(path)
         if not file.is_file():
             raise ValueError(f"--password-file {path}: no such file")
+        mode = file.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ValueError(
+                f"--password-file {path}: readable or writable by others (mode {mode:03o}); run `chmod 600 {path}`"
+            )
         lines = file.read_text().splitlines()
         return lines[0] if lines else ""
     return os.environ.get(PASSWORD_ENV)

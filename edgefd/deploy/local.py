@@ -21,6 +21,7 @@ import uuid
 
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
+from edgefd.deploy.mqtt_transport import BrokerSettings
 from edgefd.deploy.server import add_deployment_arguments
 from edgefd.runtime.build import client_ids_of
 from edgefd.runtime.config import config_to_toml
@@ -131,8 +132,9 @@ def run(args: argparse.Namespace) -> int:
         return code
     summary = json.loads((out / "summary.json").read_text())
     deployment = summary["deployment"]
+    where = broker.kind if broker else BrokerSettings(url).shown_url
     print(
-        f"{config.algo} on {config.dataset} over MQTT ({broker.kind if broker else url}): final accuracy "
+        f"{config.algo} on {config.dataset} over MQTT ({where}): final accuracy "
         f"{100 * summary['final_accuracy']:.2f}%, {summary['bytes_up_total']} B up, {summary['bytes_down_total']} B "
         f"down (wire {deployment['wire_bytes_up_total']} B up, {deployment['wire_bytes_down_total']} B down), "
         f"{time.perf_counter() - started:.1f} s -> {out}"

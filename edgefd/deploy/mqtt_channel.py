@@ -47,6 +47,12 @@ STOP_FLUSH_SECONDS = 30.0
 restarting)."""
 
 
+STATUS_MAX_BYTES = 4 * 1024
+"""Largest status message the server takes (an online/offline payload is ~100 bytes)."""
+EVAL_MAX_BYTES = 64 * 1024
+"""Largest eval answer the server takes (a few scalars)."""
+
+
 @dataclass
 class DeploymentSettings:
     """How a deployed run talks and waits (what it learns is the SimulationConfig)."""
@@ -145,6 +151,7 @@ class MqttChannel:
             f"edgefd-server-{settings.run}",
             chunk_size=settings.chunk_size,
             max_message_bytes=settings.max_message_bytes,
+            limit=self._largest_message,
         )
         self.endpoint.subscribe(f"{topics.root}/up/+/+")
         self.endpoint.subscribe(f"{topics.root}/status/+")
@@ -153,6 +160,16 @@ class MqttChannel:
         self.phase: _Phase | None = None
         self._bytes: dict[int, list[int]] = {}
         self._wire_at_begin: dict[str, int] = {}
+
+    def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
+        """What the server takes on a topic, decided from the topic alone, before any byte of the
+        message is buffered: nothing from a client not in the run, small statuses and eval answers,
+        method messages up to --max-message-bytes."""
+        if cid not in self.stats or direction not in ("up", "status"):
+            return None
+        if direction == "status":
+            return STATUS_MAX_BYTES
+        return EVAL_MAX_BYTES if verb == "eval" else self.settings.max_message_bytes
 
     # ------------------------------------------------------------------ the Channel protocol
     def hello(self) -> dict[str, Payload]:

@@ -24,12 +24,13 @@ import ssl
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
 
-from edgefd.protocol import Payload, ProtocolError, Reassembler, decode, encode, split
+from edgefd.protocol import Payload, ProtocolError, Reassembler, ReassemblyBudget, decode, encode, split
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,38 @@ UP_VERBS = ("hello", "train", "steps", "step", "eval")
 QOS = 1
 DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+TopicLimit = Callable[[str, str, str], "int | None"]
+"""(direction, client id, verb) -> the largest message accepted on that topic, or None: refused
+before any of its bytes are buffered (a receiver routes on the topic first, then reassembles)."""
+
+
+class Inbox(queue.Queue):
+    """Received messages waiting for the runtime's thread, bounded in bytes: when the runtime falls
+    behind, the network thread refuses new messages (counted) instead of holding them all."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+
+    def offer(self, item: Incoming) -> bool:
+        """Queue ``item`` unless that would pass ``max_bytes`` (an empty inbox takes anything)."""
+        with self.mutex:
+            if self.bytes and self.bytes + item.nbytes > self.max_bytes:
+                return False
+        self.put(item)
+        return True
+
+    def _put(self, item: Incoming) -> None:  # called by Queue.put with its lock held
+        super()._put(item)
+        self.bytes += item.nbytes
+
+    def _get(self) -> Incoming:
+        item = super()._get()
+        self.bytes -= item.nbytes
+        return item
 
 
 def check_name(what: str, name: str) -> str:
@@ -87,7 +120,9 @@ class Topics:
 
 @dataclass
 class BrokerSettings:
-    """How to reach the broker. `url` is mqtt://HOST:PORT or mqtts://HOST:PORT (TLS)."""
+    """How to reach the broker. `url` is mqtt://HOST:PORT or mqtts://HOST:PORT (TLS); credentials
+    in it (mqtt://USER:PASSWORD@HOST:PORT) are used when `username` is not given, and never logged
+    (`shown_url`)."""
 
     url: str = "mqtt://127.0.0.1:1883"
     username: str | None = None
@@ -112,6 +147,10 @@ class BrokerSettings:
         self.host = parts.hostname
         self.tls = parts.scheme == "mqtts"
         self.port = port or (8883 if self.tls else 1883)
+        if parts.username is not None and self.username is None:
+            self.username, self.password = unquote(parts.username), unquote(parts.password or "") or None
+        self.shown_url = f"{parts.scheme}://{parts.hostname}:{self.port}"
+        """The URL without its credentials: the only form logs and errors print."""
 
 
 @dataclass
@@ -192,13 +231,23 @@ class MqttEndpoint:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         will: tuple[str, bytes] | None = None,
         reassembly_timeout: float = 120.0,
+        limit: TopicLimit | None = None,
+        reassembly_budget_bytes: int | None = None,
+        inbox_max_bytes: int | None = None,
     ) -> None:
+        """``limit``: what each topic may carry (default: ``max_message_bytes`` on every topic of
+        the run). Memory held for received bytes is bounded twice: partial messages of every topic
+        share ``reassembly_budget_bytes`` (default twice ``max_message_bytes``, per-frame overhead
+        counted), and decoded messages waiting for the runtime ``inbox_max_bytes`` (default four
+        times ``max_message_bytes``)."""
         self.settings = settings
         self.topics = topics
         self.chunk_size = chunk_size
         self.max_message_bytes = max_message_bytes
         self.reassembly_timeout = reassembly_timeout
-        self.inbox: queue.Queue[Incoming] = queue.Queue()
+        self.limit = limit
+        self.budget = ReassemblyBudget(reassembly_budget_bytes or 2 * max_message_bytes)
+        self.inbox = Inbox(inbox_max_bytes or 4 * max_message_bytes)
         self.stats = WireStats()
         self.connected = threading.Event()
         self.subscriptions: list[str] = []
@@ -240,7 +289,7 @@ class MqttEndpoint:
         self._client.loop_start()
         if wait is not None and not self.connected.wait(wait):
             self.stop()
-            raise ConnectionError(f"no connection to {self.settings.url} within {wait:.0f} s")
+            raise ConnectionError(f"no connection to {self.settings.shown_url} within {wait:.0f} s")
 
     def stop(self) -> None:
         self._client.disconnect()
@@ -248,14 +297,14 @@ class MqttEndpoint:
 
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
-            log.error("broker %s refused the connection: %s", self.settings.url, reason_code)
+            log.error("broker %s refused the connection: %s", self.settings.shown_url, reason_code)
             return
         self.stats.connects += 1
         _no_delay(client.socket())
         for topic in self.subscriptions:
             client.subscribe(topic, qos=QOS)
         self.connected.set()
-        log.info("connected to %s (connection %d)", self.settings.url, self.stats.connects)
+        log.info("connected to %s (connection %d)", self.settings.shown_url, self.stats.connects)
         for hook in self.on_connect_hooks:
             try:
                 hook()
@@ -337,21 +386,26 @@ class MqttEndpoint:
         except ValueError as error:
             self.reject("topic", topic, str(error), len(data))
             return
+        largest = self.max_message_bytes if self.limit is None else self.limit(direction, client_id, verb)
+        if largest is None:
+            self.reject("unexpected-topic", topic, "not a topic this receiver takes messages on", len(data))
+            return
         reassembler = self._reassemblers.get(topic)
         if reassembler is None:
             # A status is a state, not an event, and a client's last will is the same frame every
             # time that client dies: status topics keep no memory of messages already taken.
             reassembler = self._reassemblers[topic] = Reassembler(
                 max_messages=16,
-                max_total_bytes=self.max_message_bytes,
-                max_message_bytes=self.max_message_bytes,
+                max_total_bytes=2 * largest,  # room for the frames' overhead
+                max_message_bytes=largest,
                 timeout=self.reassembly_timeout,
                 remember=0 if direction == "status" else 4096,
+                budget=self.budget,
             )
         duplicates = reassembler.stats.duplicates
         try:
             whole = reassembler.feed(data)
-            payload = None if whole is None else decode(whole, max_bytes=self.max_message_bytes)
+            payload = None if whole is None else decode(whole, max_bytes=largest)
         except ProtocolError as error:
             self.reject(type(error).__name__, topic, str(error), len(data))
             return
@@ -367,7 +421,8 @@ class MqttEndpoint:
         if payload is not None:
             assert whole is not None  # the payload was decoded from it
             log.debug("received %s: %d bytes", topic, len(whole))
-            self.inbox.put(Incoming(direction, client_id, verb, payload, len(whole)))
+            if not self.inbox.offer(Incoming(direction, client_id, verb, payload, len(whole))):
+                self.reject("inbox-full", topic, f"{self.inbox.bytes} bytes wait for the runtime", len(whole))
 
     def subscribe(self, topic_filter: str) -> None:
         """Subscribe now (if connected) and after every reconnection."""

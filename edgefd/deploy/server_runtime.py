@@ -101,7 +101,7 @@ class ServerRuntime:
             ),
             "deployment": {
                 "run": self.settings.run,
-                "broker": self.settings.broker.url,
+                "broker": self.settings.broker.shown_url,
                 "settings": {k: v for k, v in asdict(self.settings).items() if k != "broker"},
                 "resumed_from_round": self.resumed_from,
                 "wire_bytes_up_total": sum(line["wire"]["up"] for line in lines if "wire" in line),

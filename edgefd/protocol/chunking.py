@@ -202,6 +202,35 @@ class ReassemblerStats:
     """Partial messages dropped (least recently active first) to respect the memory bounds."""
 
 
+FRAME_OVERHEAD = 128
+"""Bytes a held frame costs beyond its data (the bytes object and its dict entry), counted against
+the memory bounds: 200,000 one-byte chunks cost 25 MB, not 200 kB."""
+
+
+class ReassemblyBudget:
+    """Bytes of held frames (data plus ``FRAME_OVERHEAD`` each) shared by several reassemblers: one
+    per topic, one budget per process, so that many topics cannot add up to unbounded memory."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        """Reserve ``n`` bytes if they fit."""
+        with self._lock:
+            if self.used + n > self.max_bytes:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
 @dataclass
 class _Partial:
     count: int
@@ -209,13 +238,19 @@ class _Partial:
     last_seen: float
     chunks: dict[int, bytes] = field(default_factory=dict)
     nbytes: int = 0
+    """Data bytes held."""
+    cost: int = 0
+    """What they count against the bounds: data plus ``FRAME_OVERHEAD`` per frame."""
 
 
 class Reassembler:
     """Collects chunk frames (any order, duplicates allowed) and returns each message once, whole.
 
     Memory is bounded: at most ``max_messages`` partial messages and ``max_total_bytes`` of
-    buffered frame data; a message may claim at most ``max_message_bytes``. When a bound would be
+    buffered frames (their data plus ``FRAME_OVERHEAD`` each); a message may claim at most
+    ``max_message_bytes``. With a shared ``budget`` the frames of every reassembler using it count
+    against it too: a frame that does not fit once this reassembler has evicted its own other
+    partial messages is refused (``OversizedError``). When a bound would be
     passed, the least recently active *other* partial messages are evicted (counted in
     ``stats.evicted_capacity``), so progress is always possible. A partial message that receives no
     frame for ``timeout`` seconds of ``clock()`` is evicted (``stats.evicted_stale``). The ids of the
@@ -232,6 +267,7 @@ class Reassembler:
         timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         remember: int = 4096,
+        budget: ReassemblyBudget | None = None,
     ) -> None:
         if max_message_bytes is None:
             max_message_bytes = max_total_bytes
@@ -245,6 +281,7 @@ class Reassembler:
         self.timeout = timeout
         self.clock = clock
         self.remember = remember
+        self.budget = budget
         self.stats = ReassemblerStats()
         self._partial: OrderedDict[bytes, _Partial] = OrderedDict()  # least recently active first
         self._finished: OrderedDict[bytes, bool] = OrderedDict()  # id -> completed (True) / evicted
@@ -259,7 +296,7 @@ class Reassembler:
 
     @property
     def buffered_bytes(self) -> int:
-        """Frame data bytes held for partial messages."""
+        """Bytes held for partial messages (frame data plus ``FRAME_OVERHEAD`` per frame)."""
         return self._bytes
 
     # ------------------------------------------------------------------ main entry
@@ -329,12 +366,30 @@ class Reassembler:
                 f"{' in all' if last else ' so far'}, total_len is {p.total}; message abandoned",
                 field="total_len",
             )
-        while self._bytes + len(c.data) > self.max_total_bytes:
+        cost = len(c.data) + FRAME_OVERHEAD
+        while self._bytes + cost > self.max_total_bytes and len(self._partial) > 1:
+            self._evict_oldest(exclude=mid)
+        if self._bytes + cost > self.max_total_bytes:
+            self._abandon(mid)
+            raise OversizedError(
+                f"message {mid.hex()}: its frames would hold more than {self.max_total_bytes} bytes "
+                f"({FRAME_OVERHEAD} per frame beyond the data); message abandoned",
+                field="count",
+            )
+        while self.budget is not None and not self.budget.take(cost):
+            if len(self._partial) <= 1:
+                self._abandon(mid)
+                raise OversizedError(
+                    f"message {mid.hex()}: the shared reassembly budget ({self.budget.max_bytes} bytes) is "
+                    "exhausted; message abandoned",
+                    field="count",
+                )
             self._evict_oldest(exclude=mid)
         p.chunks[c.index] = c.data
         p.nbytes = size
+        p.cost += cost
         p.last_seen = now
-        self._bytes += len(c.data)
+        self._bytes += cost
         self._partial.move_to_end(mid)
         if not last:
             return None
@@ -353,7 +408,9 @@ class Reassembler:
 
     def _drop(self, mid: bytes, *, completed: bool) -> None:
         p = self._partial.pop(mid)
-        self._bytes -= p.nbytes
+        self._bytes -= p.cost
+        if self.budget is not None:
+            self.budget.give(p.cost)
         self._finish(mid, completed=completed)
 
     def _abandon(self, mid: bytes) -> None:

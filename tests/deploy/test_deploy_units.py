@@ -97,3 +97,26 @@ def test_a_stop_left_retained_by_an_earlier_run_does_not_stop_a_new_client():
     device = ClientRuntime(ClientSettings("u", "client-0", BrokerSettings("mqtt://127.0.0.1:1")))
     device._handle(Incoming("down", "client-0", "stop", wire.empty(wire.SERVER, 3), nbytes=0))
     assert not device.stopping.is_set()
+
+
+def test_a_password_file_others_can_read_is_refused(tmp_path):
+    from edgefd.deploy.flags import read_password
+
+    secret = tmp_path / "pw"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o644)
+    with pytest.raises(ValueError, match=r"readable or writable by others \(mode 644\); run `chmod 600"):
+        read_password(str(secret))
+    secret.chmod(0o600)
+    assert read_password(str(secret)) == "s3cret"
+
+
+def test_credentials_in_a_broker_url_are_used_and_never_shown():
+    from edgefd.deploy.mqtt_transport import BrokerSettings
+
+    settings = BrokerSettings("mqtts://client-3:p%40ss@broker.example:8883")
+    assert (settings.username, settings.password) == ("client-3", "p@ss")
+    assert settings.shown_url == "mqtts://broker.example:8883"
+    assert "p@ss" not in settings.shown_url and "p%40ss" not in settings.shown_url
+    explicit = BrokerSettings("mqtt://u:x@h:1883", username="other", password="y")
+    assert (explicit.username, explicit.password, explicit.shown_url) == ("other", "y", "mqtt://h:1883")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgefd.deploy.broker import start_broker
-from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics, encode_frames
+from edgefd.deploy.mqtt_transport import BrokerSettings, Inbox, Incoming, MqttEndpoint, Topics, encode_frames
 from edgefd.protocol import Payload, encode, split
 
 RUN = "t"
@@ -177,3 +177,60 @@ def test_a_repeated_status_frame_is_taken_every_time(broker):
     finally:
         stranger.stop()
         server.stop()
+
+
+def test_memory_attacks_are_bounded_before_decoding(broker):
+    """A stranger's 200,000 one-byte chunks of one message, a message above the topic's limit, and
+    messages on topics the receiver does not take: every byte held counts against the shared
+    reassembly budget (with each frame's overhead), nothing is decoded that the topic does not
+    allow, and a valid message still gets through afterwards."""
+    budget = 2_000_000
+
+    def limit(direction, client_id, verb):
+        if client_id != "client-1":
+            return None  # not in this run: refused on the topic alone
+        return 1_000 if verb == "eval" else 5_000_000
+
+    server = MqttEndpoint(
+        BrokerSettings(broker.url), Topics(RUN), "server-mem", limit=limit, reassembly_budget_bytes=budget
+    )
+    stranger = endpoint(broker, "stranger-mem")
+    server.subscribe(f"edgefd/{RUN}/up/#")
+    server.start(wait=5)
+    stranger.start(wait=5)
+    raw, topics = stranger._client, Topics(RUN)
+    peak = [0]
+    try:
+        time.sleep(0.2)
+        tiny = split(np.random.default_rng(3).bytes(200_000), 48 + 1)  # 1 data byte a frame (48-byte header)
+        assert len(tiny) == 200_000
+        for i, frame in enumerate(tiny):
+            raw.publish(topics.up("client-1", "train"), frame, qos=0)
+            if i % 1000 == 0:
+                peak[0] = max(peak[0], server.budget.used)
+                time.sleep(0.002)  # let the broker and the receiver keep up (QoS 0)
+        too_big = encode(Payload("metrics", "client-1", 1, {"pad": np.zeros(2_000, np.uint8)}))
+        raw.publish(topics.up("client-1", "eval"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
+        raw.publish(topics.up("client-9", "train"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
+        good = Payload("knowledge", "client-1", 3, {"z": np.ones((10, 10), np.float32)})
+        for frame in split(encode(good), 400):
+            raw.publish(topics.up("client-1", "train"), frame, qos=1).wait_for_publish(2)
+        assert receive(server, timeout=30).payload.same_as(good)
+        assert peak[0] <= budget and server.budget.used <= budget
+        rejected = server.stats.rejected
+        assert rejected["OversizedError"] >= 2  # the tiny-chunk message, then the eval answer above 1,000 B
+        assert rejected["unexpected-topic"] == 1
+        assert server.budget.used == 0  # the attack's frames were let go when its message was abandoned
+    finally:
+        stranger.stop()
+        server.stop()
+
+
+def test_the_inbox_refuses_what_would_pass_its_byte_bound():
+    inbox = Inbox(max_bytes=1_000)
+    message = Incoming("up", "client-1", "train", Payload("k", "client-1", 1), nbytes=600)
+    assert inbox.offer(message) and inbox.bytes == 600
+    assert not inbox.offer(message)  # 1,200 would pass the bound
+    assert inbox.get_nowait() is message and inbox.bytes == 0
+    huge = Incoming("up", "client-1", "train", Payload("k", "client-1", 1), nbytes=5_000)
+    assert inbox.offer(huge)  # an empty inbox takes anything the topic allowed

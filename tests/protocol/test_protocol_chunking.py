@@ -11,6 +11,7 @@ from protocol_helpers import reseal_chunk
 
 from edgefd.protocol import (
     CHUNK_HEADER_SIZE,
+    FRAME_OVERHEAD,
     ChecksumError,
     InconsistentChunkError,
     MagicError,
@@ -18,6 +19,7 @@ from edgefd.protocol import (
     OversizedError,
     Payload,
     Reassembler,
+    ReassemblyBudget,
     TruncatedError,
     VersionError,
     chunk_count,
@@ -135,7 +137,7 @@ def test_missing_frame_never_completes_and_times_out():
     frames = split(blob(500), 148, mid(1))
     for f in frames[:2] + frames[3:]:
         assert r.feed(f) is None
-    assert r.pending == 1 and r.buffered_bytes == 400
+    assert r.pending == 1 and r.buffered_bytes == 400 + 4 * FRAME_OVERHEAD  # data, and each held frame's cost
     clock.t = 10.0
     assert r.evict_stale() == 0  # not yet: strictly more than timeout
     clock.t = 10.5
@@ -286,7 +288,7 @@ def test_max_messages_evicts_least_recently_active():
 
 
 def test_max_total_bytes_is_never_exceeded():
-    limit = 1000
+    limit = 3000  # two of the 600-byte messages below (6 frames: 600 + 6 * FRAME_OVERHEAD each)
     r = Reassembler(max_total_bytes=limit, max_messages=100)
     streams = [split(blob(600, i), 148, mid(i)) for i in range(6)]
     mixed = [f for group in zip(*streams) for f in group]
@@ -310,3 +312,35 @@ def test_remembered_ids_are_bounded():
     assert len(r._finished) == 3
     assert r.feed(split(b"x", 64, mid(9))[0]) is None  # still remembered
     assert r.feed(split(b"x", 64, mid(0))[0]) == b"x"  # forgotten long ago
+
+
+def test_many_tiny_frames_count_their_overhead_and_cannot_exhaust_memory():
+    """200,000 one-byte chunks of one message: each held frame costs its data plus FRAME_OVERHEAD,
+    so the message is abandoned once its frames would pass the bound, long before the end."""
+    limit = 1_000_000
+    r = Reassembler(max_total_bytes=limit)
+    frames = split(blob(200_000, 7), CHUNK_HEADER_SIZE + 1, mid(7))
+    with pytest.raises(OversizedError, match="FRAME_OVERHEAD|per frame"):
+        for frame in frames:
+            r.feed(frame)
+            assert r.buffered_bytes <= limit
+    assert r.pending == 0 and r.buffered_bytes == 0  # abandoned, nothing held
+
+
+def test_a_shared_budget_bounds_every_reassembler_using_it():
+    budget = ReassemblyBudget(5_000)
+    topics = [Reassembler(max_total_bytes=100_000, budget=budget) for _ in range(5)]
+    refused = 0
+    for i, r in enumerate(topics):  # five topics, each starting a 2,000-byte message
+        try:
+            for frame in split(blob(2_000, i), 148, mid(i))[:-1]:
+                r.feed(frame)
+        except OversizedError:
+            refused += 1
+        assert budget.used <= budget.max_bytes
+    assert refused >= 3  # the budget held about two of them
+    assert budget.used == sum(r.buffered_bytes for r in topics)
+    for r in topics:  # releasing what they hold gives the budget back
+        r.timeout = 1e-9
+        r.evict_stale()
+    assert budget.used == 0

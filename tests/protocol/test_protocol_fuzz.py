@@ -231,7 +231,7 @@ def test_reassembler_only_raises_protocol_errors(stream, max_messages, max_total
             out = None
         assert r.pending <= max_messages
         assert 0 <= r.buffered_bytes <= max_total
-        assert r.buffered_bytes == sum(p.nbytes for p in r._partial.values())
+        assert r.buffered_bytes == sum(p.cost for p in r._partial.values())
         if out is not None:
             check_decode(out)
 
