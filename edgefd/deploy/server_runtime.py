@@ -21,7 +21,7 @@ from edgefd.deploy import checkpoint
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
 from edgefd.deploy.mqtt_transport import Topics
 from edgefd.metrics.results import RunWriter, run_summary
-from edgefd.runtime.build import build_server, prepare, selection_rng
+from edgefd.runtime.build import build_server, peak_rss_mb, prepare, selection_rng
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.records import RoundRecord
@@ -104,6 +104,7 @@ class ServerRuntime:
                 "broker": self.settings.broker.shown_url,
                 "settings": {k: v for k, v in asdict(self.settings).items() if k != "broker"},
                 "resumed_from_round": self.resumed_from,
+                "peak_rss_mb": peak_rss_mb(),
                 "wire_bytes_up_total": sum(line["wire"]["up"] for line in lines if "wire" in line),
                 "wire_bytes_down_total": sum(line["wire"]["down"] for line in lines if "wire" in line),
                 "wire": stats.snapshot(),

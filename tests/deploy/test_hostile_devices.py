@@ -3,13 +3,18 @@ accepts, over a real Mosquitto: the server refuses each one (counted by reason, 
 the log), the round goes on with the honest devices, and the run completes.
 
 The hostile device is a real `edgefd client` process whose uplinks and eval answers are replaced,
-round by round, with one attack each (tests/deploy/hostile_client.py)."""
+round by round, with one attack each (tests/deploy/hostile_client.py). Meanwhile its topics are
+flooded: 200,000 one-byte chunks of one message, and a message above the server's
+--max-message-bytes; the server's peak memory must stay within a stated bound."""
 
+import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from mqtt_helpers import ENV, client, finish, lines_of, needs_mosquitto, server
+from mqtt_helpers import ENV, client, finish, lines_of, needs_mosquitto, server, wait_for
 
 from edgefd.deploy.broker import start_broker
 
@@ -17,6 +22,36 @@ pytestmark = needs_mosquitto
 
 HOSTILE = Path(__file__).with_name("hostile_client.py")
 TIMEOUTS = ("--round-timeout", 60, "--eval-timeout", 5)  # a refused eval answer is waited for until then
+MAX_MESSAGE = 1_000_000  # the server's --max-message-bytes (FD's messages are ~500 B)
+PEAK_RSS_BOUND_MB = 700
+"""The server's peak memory with the flood, in MB. Measured 2026-11-25: 633.6 with it, 632.1 without
+(torch and the dataset are most of it); the 200,000 chunks are held within the shared reassembly
+budget and let go when their message is abandoned."""
+
+
+def flood(url: str, run: str) -> None:
+    """Publish 200,000 one-byte chunks of one message and a message above MAX_MESSAGE on client-2's
+    uplink topic, as a device holding client-2's credentials could."""
+    import paho.mqtt.client as mqtt
+
+    from edgefd.deploy.mqtt_transport import BrokerSettings, Topics
+    from edgefd.protocol import CHUNK_HEADER_SIZE, split
+
+    broker = BrokerSettings(url)
+    raw = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="flood")
+    raw.connect(broker.host, broker.port)
+    raw.loop_start()
+    topic = Topics(run).up("client-2", "train")
+    for i, frame in enumerate(split(os.urandom(200_000), CHUNK_HEADER_SIZE + 1)):
+        raw.publish(topic, frame, qos=0)
+        if i % 1000 == 0:
+            time.sleep(0.002)  # QoS 0: let the broker keep up
+    for frame in split(os.urandom(2 * MAX_MESSAGE), 256 * 1024):
+        raw.publish(topic, frame, qos=1).wait_for_publish(10)
+    raw.loop_stop()
+    raw.disconnect()
+
+
 RUN = dict(algo="fd", dataset="digits", clients=3, rounds=7, seed=4, threads=1, precision="fp16")
 # what the server must say about each round's uplink from client-2 (see hostile_client.ATTACKS)
 EXPECTED = {
@@ -33,7 +68,18 @@ EXPECTED = {
 def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_path):
     with start_broker(workdir=tmp_path / "broker") as broker:
         out = tmp_path / "out"
-        processes = [server(broker, "hostile", RUN, out, *TIMEOUTS, log=tmp_path / "server.log")]
+        processes = [
+            server(
+                broker,
+                "hostile",
+                RUN,
+                out,
+                *TIMEOUTS,
+                "--max-message-bytes",
+                MAX_MESSAGE,
+                log=tmp_path / "server.log",
+            )
+        ]
         for cid in ("client-0", "client-1"):
             processes.append(client(broker, "hostile", cid, tmp_path / "state", tmp_path / f"{cid}.log"))
         with open(tmp_path / "client-2.log", "ab") as log:
@@ -45,6 +91,8 @@ def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_pat
                     env=ENV,
                 )
             )
+        wait_for(lambda: len(lines_of(out)) >= 2, 120, "round 1", processes)
+        flood(broker.url, "hostile")
         finish(processes, timeout=300)
     logs = {p.name: p.read_text() for p in tmp_path.glob("*.log")}
     assert processes[0].returncode == 0, logs["server.log"][-3000:]
@@ -61,3 +109,6 @@ def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_pat
     assert lines[-1]["accuracy"] > 0.5  # the honest devices learned
     assert "client-2's uplink rejected: out-of-range" in logs["server.log"]
     assert "bad-accuracy" in logs["server.log"]
+    deployment = json.loads((out / "summary.json").read_text())["deployment"]
+    assert deployment["rejected"]["OversizedError"] >= 2  # the tiny chunks' message and the big one
+    assert deployment["peak_rss_mb"] < PEAK_RSS_BOUND_MB, deployment["peak_rss_mb"]
