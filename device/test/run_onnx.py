@@ -22,8 +22,7 @@ def main(model_path: str, inputs_path: str, outputs_path: str) -> None:
         feeds = {item.name: saved[item.name] for item in session.get_inputs()}
     names = [item.name for item in session.get_outputs()]
     outputs = dict(zip(names, session.run(names, feeds)))
-    np.savez(outputs_path, **outputs, _machine=np.array(platform.machine()),
-             _onnxruntime=np.array(ort.__version__))
+    np.savez(outputs_path, **outputs, _machine=np.array(platform.machine()), _onnxruntime=np.array(ort.__version__))
 
 
 if __name__ == "__main__":

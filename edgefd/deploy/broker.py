@@ -3,8 +3,9 @@
 Used by `edgefd deploy-local` and the integration tests. Mosquitto runs in the foreground from a
 minimal config written to a work folder (listener on one address and port, no pid or log file,
 no persistence), so it never needs a root-owned folder; `extra_config` adds lines (TLS, passwords,
-ACL). amqtt, the fallback, runs as `python -m edgefd.deploy.broker --port N` in its own process,
-speaks MQTT 3.1.1 only and ignores `extra_config` (anonymous, no TLS).
+ACL), or `config` replaces it whole (the tests run the shipped server/mosquitto/edgefd.conf).
+amqtt, the fallback, runs as `python -m edgefd.deploy.broker --port N` in its own process, speaks
+MQTT 3.1.1 only and ignores `extra_config` (anonymous, no TLS).
 """
 
 from __future__ import annotations
@@ -120,22 +121,27 @@ def start_broker(
     extra_config: str = "",
     workdir: str | os.PathLike | None = None,
     tls: bool = False,
+    config: str | None = None,
 ) -> RunningBroker:
     """Start a broker and wait until it accepts connections. `tls` only says which URL to give
-    (the TLS listener itself comes from `extra_config`)."""
+    (the TLS listener itself comes from `extra_config` or `config`). `config`: a whole Mosquitto
+    configuration to run instead of the minimal one, e.g. server/mosquitto/edgefd.conf with its
+    paths replaced (its listener must be on `host`:`port`; `extra_config` must then be empty)."""
     if kind not in KINDS:
         raise ValueError(f"broker kind: expected one of {', '.join(KINDS)}, got {kind!r}")
+    if config is not None and (extra_config or kind == "amqtt"):
+        raise ValueError("a whole config is for Mosquitto alone, without extra_config")
     port = port or free_port(host)
     folder = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="edgefd-broker-"))
     folder.mkdir(parents=True, exist_ok=True)
     binary = mosquitto_path()
-    if kind == "mosquitto" and binary is None:
+    if (kind == "mosquitto" or config is not None) and binary is None:
         raise RuntimeError("mosquitto is not installed (apt-get install mosquitto)")
     if kind == "mosquitto" or (kind == "auto" and binary):
         assert binary is not None  # checked just above
-        config = folder / "mosquitto.conf"
-        config.write_text(mosquitto_config(port, host, extra_config))
-        command, chosen = [binary, "-c", str(config)], "mosquitto"
+        path = folder / "mosquitto.conf"
+        path.write_text(mosquitto_config(port, host, extra_config) if config is None else config)
+        command, chosen = [binary, "-c", str(path)], "mosquitto"
     else:
         if extra_config:
             raise ValueError("the embedded amqtt broker takes no extra config (TLS/passwords/ACL need Mosquitto)")
