@@ -24,30 +24,18 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, check_choices, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, param, register
 from edgefd.algorithms.schema import MessageSchema
-from edgefd.algorithms.toolkit import AGGREGATORS, robust_mean
+from edgefd.algorithms.toolkit import RobustAggregation, robust_mean
 from edgefd.protocol import Payload
 from edgefd.training import predict_logits
 
 
 @dataclass
-class FDParams:
+class FDParams(RobustAggregation):
     beta: float = param(1.0, "weight of the distillation term")
     temperature: float = param(1.0, "softmax temperature of the distillation term")
     exclude_self: bool = param(False, "teacher = global average without this client's own logits")
-    aggregator: str = param(
-        "mean",
-        "how the server combines the clients' contributions: mean (the paper's, sample-weighted), or the "
-        "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far",
-        choices=AGGREGATORS,
-    )
-    trim: float = param(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
-
-    def __post_init__(self) -> None:
-        check_choices(self)
-        if not 0.0 <= self.trim < 0.5:
-            raise ValueError(f"param trim: must be in [0, 0.5), got {self.trim}")
 
 
 class FDClient(ClientRole):

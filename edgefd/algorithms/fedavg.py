@@ -11,29 +11,16 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
 from edgefd.algorithms.schema import MessageSchema, model_state, samples
-from edgefd.algorithms.toolkit import AGGREGATORS, average_states, robust_states
+from edgefd.algorithms.toolkit import RobustAggregation, average_states, robust_states
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
 
 
 @dataclass
-class FedAvgParams:
+class FedAvgParams(RobustAggregation):
     """FedAvg's only choice is how the server combines the clients' weights."""
-
-    aggregator: str = param(
-        "mean",
-        "how the server combines the clients' contributions: mean (the paper's, sample-weighted), or the "
-        "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far",
-        choices=AGGREGATORS,
-    )
-    trim: float = param(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
-
-    def __post_init__(self) -> None:
-        check_choices(self)
-        if not 0.0 <= self.trim < 0.5:
-            raise ValueError(f"param trim: must be in [0, 0.5), got {self.trim}")
 
 
 class FedAvgClient(ClientRole):

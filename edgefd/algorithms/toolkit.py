@@ -4,9 +4,11 @@ to samples by stable id, and averaging model states."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
+from edgefd.algorithms.base import check_choices, param
 from edgefd.protocol import Payload
 
 
@@ -101,6 +103,25 @@ AGGREGATORS = ("mean", "median", "trimmed")
 """How a server combines its clients' contributions: the (weighted) mean the papers use, or one of
 two robust statistics that one poisoning client cannot drag far: the coordinate-wise median, and
 the coordinate-wise mean after dropping the largest and smallest values (``trimmed``)."""
+
+
+@dataclass
+class RobustAggregation:
+    """The params of a method whose server may combine its clients robustly (FD, FedAvg): its params
+    dataclass inherits these two."""
+
+    aggregator: str = param(
+        "mean",
+        "how the server combines the clients' contributions: mean (the paper's, sample-weighted), or the "
+        "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far",
+        choices=AGGREGATORS,
+    )
+    trim: float = param(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
+
+    def __post_init__(self) -> None:
+        check_choices(self)
+        if not 0.0 <= self.trim < 0.5:
+            raise ValueError(f"param trim: must be in [0, 0.5), got {self.trim}")
 
 
 def robust_mean(values: np.ndarray, how: str, trim: float = 0.2) -> np.ndarray:
