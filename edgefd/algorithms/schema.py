@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgefd.protocol import Payload
+from edgefd.protocol import HEADER_SIZE, Payload
+from edgefd.protocol.codec import ARRAY_ENTRY
+from edgefd.protocol.payload import MAX_SENDER_LEN, MAX_STR_SCALAR_LEN
 
 KNOWLEDGE_BOUND = 1e4
 """Largest magnitude a logit, probability table or feature may have. Softmax has saturated long
@@ -187,3 +189,27 @@ def model_state(state: Mapping[str, np.ndarray]) -> dict[str, ArraySpec]:
 def samples(low: int = 0) -> ScalarSpec:
     """A sample count the client declares."""
     return ScalarSpec(int, low, COUNT_MAX)
+
+
+def message_bound(schemas: Sequence[MessageSchema]) -> int | None:
+    """An upper bound on the encoded size of any payload that fits one of ``schemas`` (None when a
+    size is open: an axis of unknown length, or none of them), so that a receiver can refuse a
+    bigger message before it buffers it: FD's uplink is bounded by a few hundred bytes, not by
+    --max-message-bytes. Counts the codec's header, a sender of the longest allowed name, every
+    scalar at its largest, and every array at its widest dtype plus int8's per-row scales."""
+    if not schemas:
+        return None
+    bounds = []
+    for message in schemas:
+        size = HEADER_SIZE + len(message.kind) + MAX_SENDER_LEN
+        for name, scalar in message.scalars.items():
+            size += 2 + len(name.encode()) + (2 + MAX_STR_SCALAR_LEN if scalar.type is str else 8)
+        for name, array in message.arrays.items():
+            if any(d is None for d in array.shape):
+                return None
+            elements = math.prod(d for d in array.shape if d is not None)
+            widest = max(np.dtype(dtype).itemsize for dtype in array.dtypes)
+            rows = elements // array.shape[-1] if array.shape and array.shape[-1] else 1
+            size += ARRAY_ENTRY.size + len(name.encode()) + 4 * len(array.shape) + elements * widest + 4 * rows
+        bounds.append(size)
+    return max(bounds)

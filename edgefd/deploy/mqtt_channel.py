@@ -51,6 +51,8 @@ STATUS_MAX_BYTES = 4 * 1024
 """Largest status message the server takes (an online/offline payload is ~100 bytes)."""
 EVAL_MAX_BYTES = 64 * 1024
 """Largest eval answer the server takes (a few scalars)."""
+WRAPPING_BYTES = 1024
+"""What the deployment adds to a method's message (a step number; an "empty" answer)."""
 
 
 @dataclass
@@ -138,8 +140,18 @@ class MqttChannel:
     """The loop's channel over MQTT (see the module doc); `stats` keeps each client's record."""
 
     def __init__(
-        self, config: SimulationConfig, settings: DeploymentSettings, client_ids: list[str], topics: Topics
+        self,
+        config: SimulationConfig,
+        settings: DeploymentSettings,
+        client_ids: list[str],
+        topics: Topics,
+        bounds: Callable[[str], dict[str, int | None]] | None = None,
     ) -> None:
+        """``bounds``: for a client, the largest message (encoded bytes) the method can accept from it
+        on each up verb, None where open (``edgefd.algorithms.schema.message_bound``); asked at the
+        start of every round, after which larger messages are refused before they are buffered."""
+        self.bounds = bounds
+        self._largest: dict[str, dict[str, int | None]] = {}
         self.config = config
         self.settings = settings
         self.client_ids = list(client_ids)
@@ -169,7 +181,12 @@ class MqttChannel:
             return None
         if direction == "status":
             return STATUS_MAX_BYTES
-        return EVAL_MAX_BYTES if verb == "eval" else self.settings.max_message_bytes
+        if verb == "eval":
+            return EVAL_MAX_BYTES
+        bound = self._largest.get(cid, {}).get(verb)
+        if bound is None:
+            return self.settings.max_message_bytes
+        return min(bound + WRAPPING_BYTES, self.settings.max_message_bytes)
 
     # ------------------------------------------------------------------ the Channel protocol
     def hello(self) -> dict[str, Payload]:
@@ -189,6 +206,8 @@ class MqttChannel:
         return hellos
 
     def begin(self, round: int) -> None:
+        if self.bounds is not None:  # replaced whole: paho's thread reads it
+            self._largest = {cid: self.bounds(cid) for cid in self.client_ids}
         self._wire_at_begin = self._wire_totals()
         if round != HELLO_ROUND:
             self._wait_online(self.settings.min_clients)

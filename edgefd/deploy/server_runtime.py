@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from edgefd.algorithms.schema import message_bound
 from edgefd.deploy import checkpoint
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
 from edgefd.deploy.mqtt_transport import Topics
@@ -49,7 +50,7 @@ class ServerRuntime:
                 "test set; this measurement is for `edgefd simulate`"
             )
         self.client_ids = list(self.pieces.client_ids)
-        self.channel = MqttChannel(config, settings, self.client_ids, Topics(settings.run))
+        self.channel = MqttChannel(config, settings, self.client_ids, Topics(settings.run), self._bounds)
         self.federation = Federation(role, self.channel, config.loop_config(), selection_rng(config))
         self.out = config.out_dir()
         self.checkpoint_path = self.out / CHECKPOINT_FILE
@@ -117,6 +118,17 @@ class ServerRuntime:
 
         plot_curves({f"{self.config.algo} over MQTT (seed {self.config.seed})": lines}, self.out / "curves.png")
         return summary
+
+    def _bounds(self, cid: str) -> dict[str, int | None]:
+        """The largest message the method accepts from ``cid`` now, per up verb (None: open)."""
+        role = self.federation.server
+        uplink = message_bound(role.uplink_schemas(cid))
+        return {
+            "hello": message_bound(role.hello_schemas(cid)),
+            "train": uplink,
+            "steps": uplink,
+            "step": message_bound(role.request_schemas(cid)),
+        }
 
     # ------------------------------------------------------------------ checkpoints
     def _references(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ import pytest
 
 from edgefd.algorithms import schema
 from edgefd.algorithms.schema import ArraySpec, MessageSchema, ScalarSpec, UplinkRejected, check_payload
-from edgefd.protocol import Payload
+from edgefd.protocol import Payload, encode
 
 C = 4
 OWNED = np.array([3, 5, 8, 13], np.int64)
@@ -97,3 +97,31 @@ def test_a_model_state_must_match_names_shapes_and_dtypes():
         check_payload(Payload("weights", "c1", 1, bad), [weights])
     with pytest.raises(UplinkRejected, match="shape"):
         check_payload(Payload("weights", "c1", 1, {**state, "w": np.zeros((2, 3), np.float32)}), [weights])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
+def test_the_message_bound_holds_every_payload_that_fits(precision):
+    fixed = MessageSchema(
+        "knowledge",
+        {"logits": schema.knowledge((C, C)), "counts": schema.counts((C,)), "one": schema.knowledge((3, 1))},
+        {"samples": schema.samples(1), "note": ScalarSpec(str, optional=True)},
+    )
+    payload = Payload(
+        "knowledge",
+        "c" * 64,  # the longest sender
+        1,
+        {
+            "logits": np.ones((C, C), np.float32),
+            "counts": np.ones(C, np.int64),
+            "one": np.ones((3, 1), np.float32),
+        },
+        {"samples": 5, "note": "x" * 65535},
+    ).with_precision(None if precision == "fp32" else precision, ["logits", "one"])
+    check_payload(payload, [fixed])
+    bound = schema.message_bound([fixed])
+    assert len(encode(payload)) <= bound < len(encode(payload)) + 200
+
+
+def test_a_message_with_an_open_size_has_no_bound():
+    assert schema.message_bound([KNOWLEDGE]) is None  # ids and logits of any length
+    assert schema.message_bound([]) is None

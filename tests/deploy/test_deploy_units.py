@@ -120,3 +120,22 @@ def test_credentials_in_a_broker_url_are_used_and_never_shown():
     assert "p@ss" not in settings.shown_url and "p%40ss" not in settings.shown_url
     explicit = BrokerSettings("mqtt://u:x@h:1883", username="other", password="y")
     assert (explicit.username, explicit.password, explicit.shown_url) == ("other", "y", "mqtt://h:1883")
+
+
+def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it():
+    """Each round begins by asking the method's bounds; a topic's limit is then the bound plus the
+    deployment's wrapping (the method's message is never larger)."""
+    from edgefd.deploy.mqtt_channel import WRAPPING_BYTES, DeploymentSettings, MqttChannel
+    from edgefd.deploy.mqtt_transport import Topics
+    from edgefd.simulate import SimulationConfig
+
+    bounds = {"train": 700, "step": None}
+    clients = ["client-0", "client-1"]
+    settings = DeploymentSettings(run="b")
+    channel = MqttChannel(SimulationConfig(clients=2), settings, clients, Topics("b"), lambda cid: bounds)
+    largest = channel._largest_message
+    assert largest("up", "client-0", "train") == channel.settings.max_message_bytes  # no round begun yet
+    channel.begin(0)
+    assert largest("up", "client-0", "train") == 700 + WRAPPING_BYTES
+    assert largest("up", "client-0", "step") == channel.settings.max_message_bytes  # open
+    assert largest("up", "client-7", "train") is None  # not in the run
