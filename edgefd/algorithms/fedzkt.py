@@ -322,6 +322,7 @@ class FedZKTServer(ServerRole):
         self.nz = int(cast(Any, self.generator).nz)  # torch types Module attributes as Tensor | Module
         self.noise = torch.Generator().manual_seed(int(np.random.SeedSequence([context.seed, 7]).generate_state(1)[0]))
         self.device_models: dict[str, nn.Module] = {}
+        """Each device's model as last uploaded, built at its first upload."""
         """The server's trainable copy of each device's architecture (built on first upload)."""
         self.pending: dict[str, dict[str, np.ndarray]] = {}
         """Distilled weights not yet sent to their device."""
@@ -350,6 +351,14 @@ class FedZKTServer(ServerRole):
         device's own model, e.g. before its first upload)."""
         arrays = self.pending.get(client_id)
         return None if arrays is None else Payload(KIND, "server", 0, arrays)
+
+    def rebuild_for_checkpoint(self, attribute: str, key: str) -> nn.Module:
+        """A device model to restore a checkpoint into (its weights come from the checkpoint; built
+        aside from torch's global random stream, which the run's draws do not use)."""
+        if attribute != "device_models" or key not in self.context.client_models:
+            raise ValueError(f"fedzkt: no model {attribute}[{key!r}] to rebuild")
+        with torch.random.fork_rng(devices=[]):
+            return self.context.build_model(self.context.client_models[key])
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if not uplinks:

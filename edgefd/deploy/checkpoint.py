@@ -1,22 +1,44 @@
-"""Checkpoints of a running role: its whole state on disk, written atomically.
+"""Checkpoints of a running role, in a format that cannot run code when it is read.
 
-A role (any method's) is pickled as it is, except for the objects a process rebuilds from the
-run's config anyway (the dataset share, the model factory): those are written as named
-references and handed back on load, so a checkpoint holds what the role learnt, not its data.
-torch Generators (not picklable) travel as their state. The file is written to a temporary name,
-flushed to disk and renamed, so a process killed at any instant leaves the previous checkpoint or
-the new one, never half of one.
+A checkpoint is one ``.npz`` archive: every array and tensor as an array, and everything else as
+one JSON tree (``__json__``); it is read with ``allow_pickle=False``. Nothing in the file names a
+callable to call: a role is restored *into* a role the process has just built from the run's
+config (:meth:`Checkpoint.restore`), attribute by attribute, so the file only supplies values.
+Models are restored with ``load_state_dict``, optimisers with theirs, generators with their
+states; an object the fresh role does not hold is made only of an ``edgefd`` class, with
+``__new__`` and its attributes (no ``__init__``, no ``__setstate__``). Callables (the model
+factory, a partial, a bound method) and the objects passed as ``references`` (the dataset share,
+which a process loads anyway) are not written: the fresh role's are kept. So a crafted checkpoint
+can give a role wrong numbers, never make a process run its code.
+
+The file is written to a temporary name, flushed to disk, renamed and the folder synced, so a
+process killed at any instant leaves the previous checkpoint or the new one, never half of one.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import io
+import json
+import math
 import os
-import pickle
+import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+from torch import nn
+
+FORMAT = "edgefd-checkpoint/2"
+_MISSING = object()
+_BIT_GENERATORS = {"PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"}
+_CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial, type)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be written or read back into this role (named in the message)."""
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> None:
@@ -29,58 +51,277 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)  # the rename itself survives a power cut
+    finally:
+        os.close(folder)
 
 
-def _generator_from_state(state: torch.Tensor) -> torch.Generator:
-    generator = torch.Generator()
-    generator.set_state(state)
-    return generator
+# ---------------------------------------------------------------------------------- writing
 
 
-class _Pickler(pickle.Pickler):
-    def __init__(self, handle, references: dict[str, Any]) -> None:
-        super().__init__(handle, protocol=pickle.HIGHEST_PROTOCOL)
-        self._names = {id(obj): name for name, obj in references.items()}
+class _Writer:
+    """Turns a state into a JSON tree plus arrays. Objects met twice are written once (``alias``)."""
 
-    def persistent_id(self, obj: Any) -> str | None:
-        return self._names.get(id(obj))
+    def __init__(self, references: dict[str, Any]) -> None:
+        self.references = {id(obj): name for name, obj in references.items()}
+        self.arrays: list[np.ndarray] = []
+        self.seen: dict[int, int] = {}
+        self.keep: list[Any] = []  # keeps every object seen alive, so that no id is reused meanwhile
 
-    def reducer_override(self, obj: Any):
-        if isinstance(obj, torch.Generator):
-            return _generator_from_state, (obj.get_state(),)
-        return NotImplemented
+    def array(self, value: np.ndarray) -> int:
+        self.arrays.append(np.ascontiguousarray(value))
+        return len(self.arrays) - 1
+
+    def node(self, value: Any, where: str) -> Any:
+        if id(value) in self.references:
+            return {"$": "ref", "name": self.references[id(value)]}
+        if value is None or isinstance(value, (bool, int, str)):
+            return value
+        if isinstance(value, float):
+            return value if math.isfinite(value) else {"$": "float", "v": repr(value)}
+        if isinstance(value, _CALLABLES):
+            return {"$": "skip"}  # rebuilt from the config; the fresh role's is kept
+        if isinstance(value, slice):
+            return {"$": "slice", "v": [value.start, value.stop, value.step]}
+        if isinstance(value, np.generic):
+            return {"$": "scalar", "i": self.array(np.asarray(value))}
+        if id(value) in self.seen:
+            return {"$": "alias", "n": self.seen[id(value)]}
+        n = self.seen[id(value)] = len(self.seen)
+        self.keep.append(value)
+        if isinstance(value, np.ndarray):
+            if value.dtype.hasobject:
+                raise CheckpointError(f"{where}: an array of Python objects cannot be checkpointed")
+            return {"$": "array", "n": n, "i": self.array(value)}
+        if isinstance(value, torch.Tensor):
+            return {"$": "tensor", "n": n, "i": self.array(value.detach().cpu().numpy()), "grad": value.requires_grad}
+        if isinstance(value, nn.Module):
+            state = {k: self.array(t.detach().cpu().numpy()) for k, t in value.state_dict().items()}
+            return {"$": "module", "n": n, "state": state, "training": value.training}
+        if isinstance(value, torch.optim.Optimizer):
+            return {"$": "optimizer", "n": n, "state": self.node(value.state_dict(), f"{where}.state_dict()")}
+        if isinstance(value, torch.Generator):
+            return {"$": "torch_generator", "n": n, "i": self.array(value.get_state().numpy())}
+        if isinstance(value, np.random.Generator):
+            return {"$": "numpy_generator", "n": n, "state": self.node(value.bit_generator.state, where)}
+        if isinstance(value, (list, tuple, set, frozenset)):
+            kind = type(value).__name__ if type(value) in (list, tuple, set, frozenset) else "list"
+            return {"$": kind, "n": n, "v": [self.node(v, f"{where}[{i}]") for i, v in enumerate(value)]}
+        if isinstance(value, dict):
+            keys = list(value)
+            return {
+                "$": "dict",
+                "n": n,
+                "k": [self.node(k, f"{where} key") for k in keys],
+                "v": [self.node(value[k], f"{where}[{k!r}]") for k in keys],
+            }
+        cls = type(value)
+        if cls.__module__.startswith("edgefd.") and hasattr(value, "__dict__"):
+            attrs = {k: self.node(v, f"{where}.{k}") for k, v in vars(value).items()}
+            return {"$": "object", "n": n, "class": f"{cls.__module__}:{cls.__qualname__}", "attrs": attrs}
+        raise CheckpointError(f"{where}: a {cls.__module__}.{cls.__qualname__} cannot be checkpointed")
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, handle, references: dict[str, Any]) -> None:
-        super().__init__(handle)
-        self._references = references
-
-    def persistent_load(self, name: str) -> Any:
-        if name not in self._references:
-            raise pickle.UnpicklingError(f"checkpoint refers to {name!r}, which was not given back")
-        return self._references[name]
-
-
-def dumps(state: Any, references: dict[str, Any]) -> bytes:
-    """Pickle `state`, writing each object of `references` (by identity) as its name."""
+def dumps(state: dict[str, Any], references: dict[str, Any]) -> bytes:
+    """The checkpoint of `state` (a dict of named parts) as bytes; `references` are not written."""
+    writer = _Writer(references)
+    tree = {"format": FORMAT, "state": {key: writer.node(value, key) for key, value in state.items()}}
     buffer = io.BytesIO()
-    _Pickler(buffer, references).dump(state)
+    arrays = {f"a{i}": array for i, array in enumerate(writer.arrays)}
+    np.savez(buffer, __json__=np.array(json.dumps(tree)), **arrays)  # type: ignore[arg-type]
     return buffer.getvalue()
 
 
-def loads(data: bytes, references: dict[str, Any]) -> Any:
-    return _Unpickler(io.BytesIO(data), references).load()
-
-
-def save(path: str | os.PathLike, state: Any, references: dict[str, Any]) -> None:
+def save(path: str | os.PathLike, state: dict[str, Any], references: dict[str, Any]) -> None:
     atomic_write(path, dumps(state, references))
 
 
-def load(path: str | os.PathLike, references: dict[str, Any]) -> Any:
-    try:
-        return loads(Path(path).read_bytes(), references)
-    except (ModuleNotFoundError, AttributeError) as error:  # a class this version moved or renamed
-        raise ValueError(
-            f"{path}: written by another version of edgefd ({error}); start the run afresh without --resume"
-        ) from error
+# ---------------------------------------------------------------------------------- reading
+
+
+class Checkpoint:
+    """A checkpoint read back: :meth:`value` for plain parts, :meth:`restore` for a role."""
+
+    def __init__(self, data: bytes, references: dict[str, Any], name: str = "checkpoint") -> None:
+        self.name = name
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+                self.arrays = {key: archive[key] for key in archive.files}
+            tree = json.loads(str(self.arrays.pop("__json__")[()]))
+        except (ValueError, OSError, KeyError, json.JSONDecodeError) as error:
+            raise CheckpointError(f"{name}: not an edgefd checkpoint ({error})") from None
+        if not isinstance(tree, dict) or tree.get("format") != FORMAT or not isinstance(tree.get("state"), dict):
+            found = tree.get("format") if isinstance(tree, dict) else None
+            raise CheckpointError(
+                f"{name}: format {found!r}, this edgefd reads {FORMAT!r}; start the run afresh without --resume"
+            )
+        self.tree: dict[str, Any] = tree["state"]
+        self.references = references
+        self.made: dict[int, Any] = {}
+
+    @classmethod
+    def read(cls, path: str | os.PathLike, references: dict[str, Any]) -> Checkpoint:
+        return cls(Path(path).read_bytes(), references, str(path))
+
+    def value(self, key: str) -> Any:
+        """A part made of plain values (numbers, text, lists, dicts, arrays)."""
+        return self.restore(key, _MISSING)
+
+    def restore(self, key: str, fresh: Any) -> Any:
+        """Part ``key`` restored into ``fresh`` (an object built the same way as the one saved);
+        returns it (``fresh`` itself when it is an object)."""
+        if key not in self.tree:
+            raise CheckpointError(f"{self.name}: holds no {key!r}")
+        return self._restore(self.tree[key], fresh, key)
+
+    # ------------------------------------------------------------------ internals
+    def _array(self, node: dict[str, Any], where: str) -> np.ndarray:
+        index = node.get("i")
+        array = self.arrays.get(f"a{index}")
+        if array is None:
+            raise CheckpointError(f"{self.name}: {where} names a missing array {index!r}")
+        return array
+
+    def _remember(self, node: dict[str, Any], value: Any) -> Any:
+        if "n" in node:
+            self.made[int(node["n"])] = value
+        return value
+
+    def _restore(self, node: Any, fresh: Any, where: str, owner: tuple[Any, str] | None = None) -> Any:
+        """``owner``: (object, attribute) when ``node`` is that object's attribute (a dict of models
+        the object builds lazily asks it for each one, `rebuild_for_checkpoint`)."""
+        if not isinstance(node, dict):
+            if isinstance(node, list):
+                raise CheckpointError(f"{self.name}: {where}: malformed")
+            return node  # None, bool, int, float, str
+        kind = node.get("$")
+        if kind == "float":
+            return float(node["v"])
+        if kind == "ref":
+            if node.get("name") not in self.references:
+                raise CheckpointError(f"{self.name}: {where} refers to {node.get('name')!r}, which was not given back")
+            return self.references[node["name"]]
+        if kind == "skip":
+            return None if fresh is _MISSING else fresh
+        if kind == "alias":
+            if node.get("n") not in self.made:
+                raise CheckpointError(f"{self.name}: {where}: alias of nothing read yet")
+            return self.made[node["n"]]
+        if kind == "slice":
+            start, stop, step = node["v"]
+            return slice(start, stop, step)
+        if kind == "scalar":
+            return self._array(node, where)[()]
+        if kind == "array":
+            return self._remember(node, np.array(self._array(node, where)))
+        if kind == "tensor":
+            return self._remember(node, self._tensor(node, fresh, where))
+        if kind == "module":
+            return self._module(node, fresh, where)
+        if kind == "optimizer":
+            if not isinstance(fresh, torch.optim.Optimizer):
+                raise CheckpointError(f"{self.name}: {where}: an optimiser the fresh role does not have")
+            self._remember(node, fresh)
+            fresh.load_state_dict(self._restore(node["state"], _MISSING, f"{where}.state_dict()"))
+            return fresh
+        if kind == "torch_generator":
+            generator = fresh if isinstance(fresh, torch.Generator) else torch.Generator()
+            generator.set_state(torch.from_numpy(np.array(self._array(node, where))))
+            return self._remember(node, generator)
+        if kind == "numpy_generator":
+            return self._numpy_generator(node, fresh, where)
+        if kind in ("list", "tuple", "set", "frozenset"):
+            return self._sequence(kind, node, fresh, where)
+        if kind == "dict":
+            return self._dict(node, fresh, where, owner)
+        if kind == "object":
+            return self._object(node, fresh, where)
+        raise CheckpointError(f"{self.name}: {where}: unknown node {kind!r}")
+
+    def _tensor(self, node: dict[str, Any], fresh: Any, where: str) -> torch.Tensor:
+        value = torch.from_numpy(np.array(self._array(node, where)))
+        if isinstance(fresh, torch.Tensor) and fresh.shape == value.shape and fresh.dtype == value.dtype:
+            with torch.no_grad():
+                fresh.copy_(value)  # in place: whatever shares the fresh tensor sees the restored values
+            return fresh
+        return value.requires_grad_(bool(node.get("grad")))
+
+    def _module(self, node: dict[str, Any], fresh: Any, where: str) -> nn.Module:
+        if not isinstance(fresh, nn.Module):
+            raise CheckpointError(f"{self.name}: {where}: a model the fresh role does not have")
+        state = {k: torch.from_numpy(np.array(self._array({"i": i}, f"{where}.{k}"))) for k, i in node["state"].items()}
+        try:
+            fresh.load_state_dict(state)
+        except RuntimeError as error:
+            raise CheckpointError(f"{self.name}: {where}: another model than this run's ({error})") from None
+        fresh.train(bool(node.get("training")))
+        return self._remember(node, fresh)
+
+    def _numpy_generator(self, node: dict[str, Any], fresh: Any, where: str) -> np.random.Generator:
+        state = self._restore(node["state"], _MISSING, where)
+        name = state.get("bit_generator") if isinstance(state, dict) else None
+        if name not in _BIT_GENERATORS:
+            raise CheckpointError(f"{self.name}: {where}: unknown bit generator {name!r}")
+        generator = fresh if isinstance(fresh, np.random.Generator) else np.random.Generator(getattr(np.random, name)())
+        generator.bit_generator.state = state
+        return self._remember(node, generator)
+
+    def _sequence(self, kind: str, node: dict[str, Any], fresh: Any, where: str) -> Any:
+        children = node["v"]
+        fresh_items = list(fresh) if isinstance(fresh, (list, tuple)) and len(fresh) == len(children) else None
+        if kind == "list":
+            out: list[Any] = self._remember(node, [])
+            for i, child in enumerate(children):
+                out.append(self._restore(child, fresh_items[i] if fresh_items else _MISSING, f"{where}[{i}]"))
+            return out
+        items = [
+            self._restore(child, fresh_items[i] if fresh_items else _MISSING, f"{where}[{i}]")
+            for i, child in enumerate(children)
+        ]
+        return self._remember(node, {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](items))
+
+    def _dict(self, node: dict[str, Any], fresh: Any, where: str, owner: tuple[Any, str] | None) -> dict[Any, Any]:
+        out: dict[Any, Any] = self._remember(node, {})
+        for key_node, value_node in zip(node["k"], node["v"]):
+            key = self._restore(key_node, _MISSING, f"{where} key")
+            before = fresh.get(key, _MISSING) if isinstance(fresh, dict) else _MISSING
+            rebuild = getattr(owner[0], "rebuild_for_checkpoint", None) if owner else None
+            if before is _MISSING and rebuild is not None and isinstance(value_node, dict):
+                if value_node.get("$") == "module":
+                    before = rebuild(owner[1], key)  # type: ignore[index]  # owner is set with rebuild
+            out[key] = self._restore(value_node, before, f"{where}[{key!r}]")
+        return out
+
+    def _object(self, node: dict[str, Any], fresh: Any, where: str) -> Any:
+        module_name, _, qualname = str(node.get("class")).partition(":")
+        if not module_name.startswith("edgefd.") or not qualname:
+            raise CheckpointError(f"{self.name}: {where}: class {node.get('class')!r} is not edgefd's")
+        cls: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            cls = getattr(cls, part, None)
+        if not isinstance(cls, type):
+            raise CheckpointError(f"{self.name}: {where}: no class {node.get('class')!r} in this edgefd")
+        target = fresh if type(fresh) is cls else object.__new__(cls)
+        self._remember(node, target)
+        for attr, child in node["attrs"].items():
+            before = vars(target).get(attr, _MISSING)
+            if isinstance(child, dict) and child.get("$") == "optimizer" and before is None:
+                before = self._lazy_optimizer(target, attr, where)
+            if isinstance(child, dict) and child.get("$") in ("module", "optimizer") and before is _MISSING:
+                continue  # a model the role makes lazily (an evaluation copy): it makes it again
+            object.__setattr__(target, attr, self._restore(child, before, f"{where}.{attr}", (target, attr)))
+        return target
+
+    def _lazy_optimizer(self, owner: Any, attr: str, where: str) -> torch.optim.Optimizer:
+        """An optimiser the fresh owner builds on first use (RoundOptimizer): built now, to load into."""
+        build = getattr(owner, "for_round", None)
+        if attr != "optimizer" or build is None:
+            raise CheckpointError(f"{self.name}: {where}.{attr}: an optimiser the fresh role does not have")
+        return build()
+
+
+def load(path: str | os.PathLike, references: dict[str, Any]) -> Checkpoint:
+    """Read the checkpoint at `path` (:class:`CheckpointError` if it is not one of this edgefd)."""
+    return Checkpoint.read(path, references)

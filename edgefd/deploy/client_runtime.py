@@ -327,10 +327,14 @@ class ClientRuntime:
             data, dataset = load_device_data(self.settings.data_dir)
         pieces = prepare(config, dataset)
         index = pieces.client_ids.index(self.cid)
-        role = build_client(config, pieces, index, data)
         self.config = config
-        self.role = role
-        self._restore()
+        self.role = build_client(config, pieces, index, data)
+        try:
+            self._restore()
+        except checkpoint.CheckpointError as error:  # unreadable, or not this run's: never half-restored
+            log.warning("%s: %s; starting afresh", self.cid, error)
+            self.role = build_client(config, pieces, index, data)
+            self.last_round, self.replies = 0, {}
         self._say(wire.ONLINE)
         source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"
         log.info(
@@ -338,7 +342,7 @@ class ClientRuntime:
             self.cid,
             config.algo,
             pieces.model_names[index],
-            len(role.data.train_y),
+            len(self.role.data.train_y),
             source,
             self.last_round + 1,
         )
@@ -372,13 +376,13 @@ class ClientRuntime:
         if path is None or not path.exists():
             return
         assert self.config is not None and self.role is not None  # built just before
-        state = checkpoint.load(path, {"data": self.role.context.data})
-        if state["config"] != asdict(self.config):
+        saved = checkpoint.load(path, {"data": self.role.context.data})
+        if saved.value("config") != asdict(self.config):
             log.warning("%s: checkpoint %s is from another config; starting afresh", self.cid, path)
             return
-        self.role = state["role"]
-        self.last_round = state["last_round"]
-        self.replies = state["replies"]
+        saved.restore("role", self.role)  # into the role this process built from the config
+        self.last_round = saved.value("last_round")
+        self.replies = saved.value("replies")
         log.info("%s: resumed from its checkpoint after round %d", self.cid, self.last_round)
 
 

@@ -151,18 +151,19 @@ class ServerRuntime:
         if not self.checkpoint_path.exists():
             log.warning("--resume: no checkpoint at %s; starting from the beginning", self.checkpoint_path)
             return None
-        state = checkpoint.load(self.checkpoint_path, self._references())
-        if state["config"] != asdict(self.config):
+        saved = checkpoint.load(self.checkpoint_path, self._references())
+        if saved.value("config") != asdict(self.config):
             raise ValueError(f"--resume: {self.checkpoint_path} is from a run with another config")
-        self.federation.server = state["role"]
-        self.federation.rng.bit_generator.state = state["rng"]
-        self.channel.stats = state["stats"]
+        saved.restore("role", self.federation.server)  # into the role this process built from the config
+        self.federation.rng.bit_generator.state = saved.value("rng")
+        self.channel.stats = saved.restore("stats", self.channel.stats)
         for stats in self.channel.stats.values():
             stats.online = False  # the retained statuses will say who is online now
-        self.writer = _restored_writer(self.out, state["lines"])
-        self.resumed_from = state["round"]
-        log.info("resumed from the checkpoint of round %d", state["round"])
-        return state["round"] + 1
+        round = saved.value("round")
+        self.writer = _restored_writer(self.out, saved.value("lines"))
+        self.resumed_from = round
+        log.info("resumed from the checkpoint of round %d", round)
+        return round + 1
 
 
 def _restored_writer(out: Path, lines: list[dict[str, Any]]) -> RunWriter:

@@ -1,6 +1,10 @@
 """Role checkpoints: a role saved after training and loaded in a fresh build goes on exactly as
 the original would (same uplink next round), without writing its data."""
 
+import json
+import pickle
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -42,18 +46,22 @@ def test_every_method_resumes_from_a_checkpoint(tmp_path, algo):
     run_round(server, clients, 1)
 
     for cid, role in clients.items():
-        checkpoint.save(tmp_path / f"{cid}.ckpt", role, {"data": role.context.data})
+        checkpoint.save(tmp_path / f"{cid}.ckpt", {"role": role}, {"data": role.context.data})
     checkpoint.save(
-        tmp_path / "server.ckpt", server, {"build_model": server.context.build_model, "dataset": pieces.dataset}
+        tmp_path / "server.ckpt",
+        {"role": server},
+        {"build_model": server.context.build_model, "dataset": pieces.dataset},
     )
     fresh_pieces = prepare(config)
-    fresh = {cid: build_client(config, fresh_pieces, i) for i, cid in enumerate(fresh_pieces.client_ids)}
-    restored = {cid: checkpoint.load(tmp_path / f"{cid}.ckpt", {"data": fresh[cid].context.data}) for cid in fresh}
-    fresh_server = build_server(config, fresh_pieces)
-    restored_server = checkpoint.load(
-        tmp_path / "server.ckpt", {"build_model": fresh_server.context.build_model, "dataset": fresh_pieces.dataset}
-    )
-    assert restored["client-0"].data is fresh["client-0"].context.data  # the data was not written
+    restored = {}
+    for i, cid in enumerate(fresh_pieces.client_ids):
+        role = build_client(config, fresh_pieces, i)
+        restored[cid] = checkpoint.load(tmp_path / f"{cid}.ckpt", {"data": role.context.data}).restore("role", role)
+        assert restored[cid] is role  # restored into the role this process built
+    restored_server = build_server(config, fresh_pieces)
+    references = {"build_model": restored_server.context.build_model, "dataset": fresh_pieces.dataset}
+    checkpoint.load(tmp_path / "server.ckpt", references).restore("role", restored_server)
+    assert restored["client-0"].data is restored["client-0"].context.data  # the data was not written
 
     expected = run_round(server, clients, 2)
     got = run_round(restored_server, restored, 2)
@@ -70,32 +78,63 @@ def test_generators_travel_as_their_state(tmp_path):
     state = {"g": generator, "rng": np.random.default_rng(3)}
     checkpoint.save(tmp_path / "x.ckpt", state, {})
     back = checkpoint.load(tmp_path / "x.ckpt", {})
-    assert torch.equal(torch.rand(4, generator=back["g"]), torch.rand(4, generator=generator))
-    assert back["rng"].random() == state["rng"].random()
+    assert torch.equal(torch.rand(4, generator=back.value("g")), torch.rand(4, generator=generator))
+    assert back.value("rng").random() == state["rng"].random()
 
 
 def test_a_missing_reference_is_a_clear_error(tmp_path):
     marker = object()
     checkpoint.save(tmp_path / "x.ckpt", {"m": marker}, {"marker": marker})
-    with pytest.raises(Exception, match="marker"):
-        checkpoint.load(tmp_path / "x.ckpt", {})
+    with pytest.raises(checkpoint.CheckpointError, match="marker"):
+        checkpoint.load(tmp_path / "x.ckpt", {}).value("m")
 
 
-def test_a_checkpoint_of_another_version_is_a_clear_error(tmp_path, monkeypatch):
-    """A class the checkpoint names has moved (here: its module is gone): --resume says why."""
-    import sys
-    import types
-
-    module = types.ModuleType("edgefd_moved_away")
-
-    class Moved:
-        pass
-
-    Moved.__module__ = module.__name__
-    Moved.__qualname__ = "Moved"
-    module.Moved = Moved
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    checkpoint.save(tmp_path / "old.ckpt", {"x": Moved()}, {})
-    monkeypatch.delitem(sys.modules, module.__name__)
-    with pytest.raises(ValueError, match="another version of edgefd.*edgefd_moved_away.*without --resume"):
+def test_an_old_or_foreign_file_is_a_clear_error(tmp_path):
+    (tmp_path / "old.ckpt").write_bytes(b"\x80\x04not a checkpoint")
+    with pytest.raises(checkpoint.CheckpointError, match="not an edgefd checkpoint"):
         checkpoint.load(tmp_path / "old.ckpt", {})
+
+
+class _RunsCode:
+    """What a hostile pickle would hold: unpickling it calls os.system."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.system, (f"touch {self.marker}",)
+
+
+def crafted(tmp_path, tree: dict) -> Path:
+    path = tmp_path / "crafted.ckpt"
+    with open(path, "wb") as handle:
+        np.savez(handle, __json__=np.array(json.dumps({"format": checkpoint.FORMAT, "state": tree})))
+    return path
+
+
+def test_a_crafted_checkpoint_cannot_run_code(tmp_path):
+    marker = tmp_path / "ran"
+    # 1. a pickle that runs a shell command when unpickled (what the old format would have executed)
+    (tmp_path / "evil.ckpt").write_bytes(pickle.dumps({"role": _RunsCode(marker)}))
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint.load(tmp_path / "evil.ckpt", {})
+    # 2. the same pickle hidden as an array of objects inside the archive: np.load refuses pickles
+    evil = np.empty(1, dtype=object)
+    evil[0] = _RunsCode(marker)
+    with open(tmp_path / "evil.npz", "wb") as handle:
+        np.savez(handle, __json__=np.array(json.dumps({"format": checkpoint.FORMAT, "state": {}})), a0=evil)
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint.load(tmp_path / "evil.npz", {})
+    # 3. a tree naming callables: only edgefd classes are made, with __new__ and nothing else
+    for name in ("os:system", "builtins:eval", "edgefd.deploy.broker:start_broker", "subprocess:Popen"):
+        path = crafted(tmp_path, {"role": {"$": "object", "n": 0, "class": name, "attrs": {}}})
+        with pytest.raises(checkpoint.CheckpointError, match="not edgefd's|no class"):
+            checkpoint.load(path, {}).value("role")
+    made = checkpoint.load(
+        crafted(tmp_path, {"x": {"$": "object", "n": 0, "class": "edgefd.deploy.broker:RunningBroker", "attrs": {}}}),
+        {},
+    ).value("x")
+    assert type(made).__name__ == "RunningBroker" and vars(made) == {}  # no __init__: nothing started
+    assert not marker.exists()
