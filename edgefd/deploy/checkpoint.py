@@ -5,8 +5,9 @@ one JSON tree (``__json__``); it is read with ``allow_pickle=False``. Nothing in
 callable to call: a role is restored *into* a role the process has just built from the run's
 config (:meth:`Checkpoint.restore`), attribute by attribute, so the file only supplies values.
 Models are restored with ``load_state_dict``, optimisers with theirs, generators with their
-states; an object the fresh role does not hold is made only of an ``edgefd`` class, with
-``__new__`` and its attributes (no ``__init__``, no ``__setstate__``). Callables (the model
+states; an object the fresh role does not hold is made only of a class of an ``edgefd`` module
+this process has already imported, with ``__new__`` and its attributes (no ``__init__``, no
+``__setstate__``, no import). Callables (the model
 factory, a partial, a bound method) and the objects passed as ``references`` (the dataset share,
 which a process loads anyway) are not written: the fresh role's are kept. So a crafted checkpoint
 can give a role wrong numbers, never make a process run its code.
@@ -18,11 +19,11 @@ process killed at any instant leaves the previous checkpoint or the new one, nev
 from __future__ import annotations
 
 import functools
-import importlib
 import io
 import json
 import math
 import os
+import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -298,7 +299,7 @@ class Checkpoint:
         module_name, _, qualname = str(node.get("class")).partition(":")
         if not module_name.startswith("edgefd.") or not qualname:
             raise CheckpointError(f"{self.name}: {where}: class {node.get('class')!r} is not edgefd's")
-        cls: Any = importlib.import_module(module_name)
+        cls: Any = sys.modules.get(module_name)  # never imported here: importing a module runs it
         for part in qualname.split("."):
             cls = getattr(cls, part, None)
         if not isinstance(cls, type):

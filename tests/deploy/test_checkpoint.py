@@ -128,10 +128,14 @@ def test_a_crafted_checkpoint_cannot_run_code(tmp_path):
     with pytest.raises(checkpoint.CheckpointError):
         checkpoint.load(tmp_path / "evil.npz", {})
     # 3. a tree naming callables: only edgefd classes are made, with __new__ and nothing else
-    for name in ("os:system", "builtins:eval", "edgefd.deploy.broker:start_broker", "subprocess:Popen"):
+    names = ("os:system", "builtins:eval", "edgefd.deploy.broker:start_broker", "subprocess:Popen", "edgefd.cli:main")
+    names += ("edgefd.never_imported_module:Thing",)  # importing a module runs it: never done
+    for name in names:
         path = crafted(tmp_path, {"role": {"$": "object", "n": 0, "class": name, "attrs": {}}})
         with pytest.raises(checkpoint.CheckpointError, match="not edgefd's|no class"):
             checkpoint.load(path, {}).value("role")
+    import edgefd.deploy.broker  # noqa: F401  (only classes of modules already imported are made)
+
     made = checkpoint.load(
         crafted(tmp_path, {"x": {"$": "object", "n": 0, "class": "edgefd.deploy.broker:RunningBroker", "attrs": {}}}),
         {},
