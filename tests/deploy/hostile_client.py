@@ -1,6 +1,7 @@
 """An `edgefd client` whose messages are tampered with: each round's uplink carries one attack on
-FD's knowledge (a payload that decodes, but is not what FD accepts), and some eval answers report
-an accuracy that is text, infinite or above 1. Run as a process by test_hostile_devices.py."""
+the method's knowledge (a payload that decodes, but is not what the method accepts), and with FD
+some eval answers report an accuracy that is text, infinite or above 1. Run as a process by
+test_hostile_devices.py: ``hostile_client.py fd|fedcache <edgefd client flags>``."""
 
 import sys
 
@@ -22,7 +23,7 @@ def replaced(payload: Payload, **arrays) -> Payload:
     return Payload(payload.kind, payload.sender, payload.round, new, payload.scalars, precision)
 
 
-ATTACKS = {
+FD_ATTACKS = {
     1: lambda p: replaced(p, counts=None),  # an array missing
     2: lambda p: replaced(p, logits=np.zeros((1, 1), np.float32)),  # broadcasts silently
     3: lambda p: replaced(p, logits=np.full_like(p.arrays["logits"], 1e30)),  # finite, absurd
@@ -31,7 +32,12 @@ ATTACKS = {
     6: lambda p: replaced(p, logits=p.arrays["logits"].astype(np.float64)),
     7: lambda p: Payload("weights", p.sender, p.round, {"w": np.zeros(3, np.float32)}),
 }
-BAD_ACCURACY = {2: "text", 3: float("inf"), 4: 1.7}
+FEDCACHE_ATTACKS = {
+    1: lambda p: replaced(p, ids=p.arrays["ids"] + 1),  # the neighbouring samples: some are another client's
+    2: lambda p: replaced(p, logits=p.arrays["logits"][:-1]),  # one row short of the ids
+}
+ATTACKS = {"fd": FD_ATTACKS, "fedcache": FEDCACHE_ATTACKS}[sys.argv[1]]
+BAD_ACCURACY = {2: "text", 3: float("inf"), 4: 1.7} if sys.argv[1] == "fd" else {}
 
 
 def hostile_train_round(role, round, downlink):
@@ -50,4 +56,4 @@ wire.metrics_payload = hostile_metrics
 if __name__ == "__main__":
     from edgefd.cli import main
 
-    sys.exit(main(["client", *sys.argv[1:]]))
+    sys.exit(main(["client", *sys.argv[2:]]))

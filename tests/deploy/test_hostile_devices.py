@@ -83,13 +83,9 @@ def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_pat
         for cid in ("client-0", "client-1"):
             processes.append(client(broker, "hostile", cid, tmp_path / "state", tmp_path / f"{cid}.log"))
         with open(tmp_path / "client-2.log", "ab") as log:
+            command = [sys.executable, HOSTILE, "fd", "--broker", broker.url, "--run", "hostile"]
             processes.append(
-                subprocess.Popen(
-                    [sys.executable, HOSTILE, "--broker", broker.url, "--run", "hostile", "--client-id", "client-2"],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=ENV,
-                )
+                subprocess.Popen([*command, "--client-id", "client-2"], stdout=log, stderr=subprocess.STDOUT, env=ENV)
             )
         wait_for(lambda: len(lines_of(out)) >= 2, 120, "round 1", processes)
         flood(broker.url, "hostile")
@@ -112,3 +108,28 @@ def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_pat
     deployment = json.loads((out / "summary.json").read_text())["deployment"]
     assert deployment["rejected"]["OversizedError"] >= 2  # the tiny chunks' message and the big one
     assert deployment["peak_rss_mb"] < PEAK_RSS_BOUND_MB, deployment["peak_rss_mb"]
+
+
+FEDCACHE_RUN = dict(algo="fedcache", dataset="digits", clients=3, rounds=2, seed=4, threads=1, models="mlp")
+FEDCACHE_PARAMS = ("--param", "exchange=round", "--param", "knn=exact")
+
+
+def test_foreign_sample_ids_are_refused_over_mqtt(tmp_path):
+    """FedCache: the hostile device uploads logits for ids shifted by one (some are another
+    device's samples: writing them would overwrite that device's knowledge), then one row short."""
+    with start_broker(workdir=tmp_path / "broker") as broker:
+        out = tmp_path / "out"
+        extra = (*TIMEOUTS, *FEDCACHE_PARAMS)
+        processes = [server(broker, "ids", FEDCACHE_RUN, out, *extra, log=tmp_path / "server.log")]
+        for cid in ("client-0", "client-1"):
+            processes.append(client(broker, "ids", cid, tmp_path / "state", tmp_path / f"{cid}.log"))
+        with open(tmp_path / "client-2.log", "ab") as log:
+            command = [sys.executable, HOSTILE, "fedcache", "--broker", broker.url, "--run", "ids"]
+            processes.append(
+                subprocess.Popen([*command, "--client-id", "client-2"], stdout=log, stderr=subprocess.STDOUT, env=ENV)
+            )
+        finish(processes, timeout=300)
+    assert processes[0].returncode == 0, (tmp_path / "server.log").read_text()[-3000:]
+    lines = lines_of(out)
+    assert [line["rejected"] for line in lines] == [{}, {"client-2": "foreign-ids"}, {"client-2": "shape"}]
+    assert all(line["server"]["cache_rows_updated"] > 0 for line in lines[1:])  # the honest uplinks were taken
