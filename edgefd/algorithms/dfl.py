@@ -70,7 +70,7 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
-from edgefd.algorithms.schema import MessageSchema
+from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
 from edgefd.training import (
@@ -275,6 +275,7 @@ class DFLServer(ServerRole):
         self.global_state = state_arrays(context.build_model(names.pop()))  # the same draw as FedAvg's
         _check_state_names(self.global_state)
         self.soft_targets = self._wire(initial_soft_targets(self.num_classes, params.soft_targets))
+        self.declared = DeclaredCounts()
         classes = self.num_classes
         arrays = {
             **schema.model_state(self.global_state),
@@ -287,6 +288,11 @@ class DFLServer(ServerRole):
     def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
         """FedAvg's state and sample count, plus the client's soft-target table and class counts."""
         return (self.uplink_schema,)
+
+    def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
+        """The schema, and the sample and class counts the client declared first (they weight it)."""
+        super().check_uplink(round, client_id, payload)
+        self.declared.check(client_id, samples=payload.scalars["samples"], classes=payload.arrays[CLASS_COUNTS])
 
     def _wire(self, table: np.ndarray) -> np.ndarray:
         return table.astype(SOFT_TARGET_DTYPES[self.params.soft_target_dtype])

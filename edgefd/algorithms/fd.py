@@ -90,12 +90,18 @@ class FDServer(ServerRole):
         super().__init__(context, params)
         self.global_logits: np.ndarray | None = None
         self.global_counts: np.ndarray | None = None
+        self.declared = schema.DeclaredCounts()
 
     def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
         """Per-label mean logits (C, C) and the number of samples behind each row."""
         classes = self.num_classes
         arrays = {"logits": schema.knowledge((classes, classes)), "counts": schema.counts((classes,))}
         return (MessageSchema("knowledge", arrays),)
+
+    def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
+        """The schema, and the label counts the client declared first (they weight its logits)."""
+        super().check_uplink(round, client_id, payload)
+        self.declared.check(client_id, counts=payload.arrays["counts"])
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
         if self.global_logits is None or self.global_counts is None:  # set together in aggregate

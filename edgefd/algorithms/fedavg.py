@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
-from edgefd.algorithms.schema import MessageSchema, model_state, samples
+from edgefd.algorithms.schema import DeclaredCounts, MessageSchema, model_state, samples
 from edgefd.algorithms.toolkit import RobustAggregation, average_states, robust_states
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
@@ -46,10 +46,16 @@ class FedAvgServer(ServerRole):
             raise ValueError(f"fedavg averages one architecture; clients have {sorted(names)} (use --models homo)")
         self.global_state = state_arrays(context.build_model(names.pop()))
         self.uplink_schema = MessageSchema("weights", model_state(self.global_state), {"samples": samples(1)})
+        self.declared = DeclaredCounts()
 
     def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
         """The global model's state (same names, dtypes and shapes) and the client's sample count."""
         return (self.uplink_schema,)
+
+    def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
+        """The schema, and the sample count the client declared first (it weights its model)."""
+        super().check_uplink(round, client_id, payload)
+        self.declared.check(client_id, samples=payload.scalars["samples"])
 
     def downlink(self, round: int, client_id: str) -> Payload:
         return Payload("weights", "server", round, self.global_state)

@@ -213,3 +213,20 @@ def message_bound(schemas: Sequence[MessageSchema]) -> int | None:
             size += ARRAY_ENTRY.size + len(name.encode()) + 4 * len(array.shape) + elements * widest + 4 * rows
         bounds.append(size)
     return max(bounds)
+
+
+class DeclaredCounts:
+    """What each client first declared about its data (its sample number, its label counts). A
+    client's data does not change during a run, so a later uplink that declares other numbers is
+    refused (``counts-changed``): a client cannot raise its weight in an average once it has joined.
+    (A client that lies from its first uplink on is what the robust aggregators are for.)"""
+
+    def __init__(self) -> None:
+        self.first: dict[str, dict[str, np.ndarray]] = {}
+
+    def check(self, client_id: str, **declared: object) -> None:
+        values = {name: np.array(value) for name, value in declared.items()}
+        first = self.first.setdefault(client_id, values)
+        for name, value in values.items():
+            if not np.array_equal(first[name], value):
+                raise UplinkRejected("counts-changed", f"{name} is not what this client declared first")

@@ -125,3 +125,14 @@ def test_the_message_bound_holds_every_payload_that_fits(precision):
 def test_a_message_with_an_open_size_has_no_bound():
     assert schema.message_bound([KNOWLEDGE]) is None  # ids and logits of any length
     assert schema.message_bound([]) is None
+
+
+def test_counts_a_client_declared_first_cannot_change():
+    declared = schema.DeclaredCounts()
+    declared.check("c1", samples=40, counts=np.array([30, 10]))
+    declared.check("c1", samples=40, counts=np.array([30, 10]))  # the same data: fine
+    declared.check("c2", samples=5, counts=np.array([5, 0]))  # another client's own numbers
+    with pytest.raises(UplinkRejected, match="counts-changed: samples"):
+        declared.check("c1", samples=4000, counts=np.array([30, 10]))
+    with pytest.raises(UplinkRejected, match="counts-changed: counts"):
+        declared.check("c1", samples=40, counts=np.array([3000, 10]))
