@@ -208,6 +208,10 @@ class MqttChannel:
     def begin(self, round: int) -> None:
         if self.bounds is not None:  # replaced whole: paho's thread reads it
             self._largest = {cid: self.bounds(cid) for cid in self.client_ids}
+            # room for every client's largest known message at once (twice: frames' overhead), on top
+            # of the default room for the messages whose size is open
+            known = sum(max([b for b in verbs.values() if b is not None] or [0]) for verbs in self._largest.values())
+            self.endpoint.budget.max_bytes = 2 * (self.settings.max_message_bytes + known)
         self._wire_at_begin = self._wire_totals()
         if round != HELLO_ROUND:
             self._wait_online(self.settings.min_clients)

@@ -139,3 +139,15 @@ def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it(
     assert largest("up", "client-0", "train") == 700 + WRAPPING_BYTES
     assert largest("up", "client-0", "step") == channel.settings.max_message_bytes  # open
     assert largest("up", "client-7", "train") is None  # not in the run
+
+
+def test_the_reassembly_budget_makes_room_for_every_clients_known_message_at_once():
+    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
+    from edgefd.deploy.mqtt_transport import Topics
+    from edgefd.simulate import SimulationConfig
+
+    clients = [f"client-{i}" for i in range(50)]
+    settings = DeploymentSettings(run="r", max_message_bytes=1_000_000)
+    channel = MqttChannel(SimulationConfig(clients=50), settings, clients, Topics("r"), lambda cid: {"train": 300_000})
+    channel.begin(0)
+    assert channel.endpoint.budget.max_bytes == 2 * (1_000_000 + 50 * 300_000)
