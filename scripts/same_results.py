@@ -21,7 +21,7 @@ from edgefd.algorithms.base import list_methods
 from edgefd.simulate import SimulationConfig, run
 
 CONFIG: dict[str, Any] = dict(dataset="digits", clients=3, rounds=2, seed=5, threads=1, samples_per_client=80)
-# the models and lighter settings some methods need on digits (as tests/deploy/test_every_method_over_mqtt.py)
+# the models and lighter settings some methods need on digits (as tests/deploy/light_settings.py)
 SETTINGS: dict[str, dict[str, Any]] = {
     "fedcache": dict(params={"knn": "exact"}),
     "fedict": dict(models="fedict_c1"),

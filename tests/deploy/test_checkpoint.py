@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from light_settings import LIGHT_SETTINGS
 
 from edgefd.algorithms.base import list_methods
 from edgefd.deploy import checkpoint
@@ -15,17 +16,9 @@ from edgefd.runtime.channel import InProcessChannel
 from edgefd.simulate import SimulationConfig, build_client, build_server, prepare
 
 CONFIG = dict(dataset="digits", clients=2, rounds=3, seed=1, threads=1, samples_per_client=60)
-# methods that need particular models or lighter settings to run on digits in a test
 SETTINGS = {
+    **LIGHT_SETTINGS,
     "fedcache": dict(params={"exchange": "round"}),  # checkpoints serve the MQTT runtime, which runs rounds
-    "fedict": dict(models="fedict_c1"),
-    "fedgkt": dict(models="fedict_c1"),
-    "fedmd": dict(params={"public_dataset": "digits", "alignment_size": 50}),
-    "fedd2s": dict(models="fedd2s_m1", params={"phase_epochs": 1}),
-    "fedzkt": dict(
-        models="zkt_tiny_a,zkt_tiny_e",
-        params=dict(global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=2, server_batch_size=16),
-    ),
 }
 
 

@@ -2,6 +2,7 @@
 process per client, `edgefd deploy-local`) gives exactly the metrics of the same run in-process."""
 
 import pytest
+from light_settings import LIGHT_SETTINGS
 from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto
 
 from edgefd.algorithms.base import list_methods
@@ -11,17 +12,9 @@ from edgefd.simulate import SimulationConfig, run
 pytestmark = needs_mosquitto
 
 CONFIG = dict(dataset="digits", clients=2, rounds=1, seed=3, threads=1, samples_per_client=60)
-# methods that need particular models or lighter settings to run on digits in a test
 SETTINGS = {
+    **LIGHT_SETTINGS,
     "fedcache": dict(params={"knn": "exact"}),  # the paper's per-batch exchange; exact neighbours
-    "fedict": dict(models="fedict_c1"),
-    "fedgkt": dict(models="fedict_c1"),
-    "fedmd": dict(params={"public_dataset": "digits", "alignment_size": 50}),
-    "fedd2s": dict(models="fedd2s_m1", params={"phase_epochs": 1}),
-    "fedzkt": dict(
-        models="zkt_tiny_a,zkt_tiny_e",
-        params=dict(global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=2, server_batch_size=16),
-    ),
 }
 
 

@@ -260,6 +260,7 @@ class FedCacheServer(ServerRole):
         self.encoder_name: Scalar | None = None  # as the clients' hellos say (a str from edgefd clients)
         self.step_exchange = params.exchange == "batch"
         self.rows_answered = 0
+        self.logit_schemas: dict[tuple[str, int | None], schema.MessageSchema] = {}
 
     def start(self, hellos: dict[str, Payload]) -> None:
         """Register every client's samples and relate them. A client without a hello (none came, or
@@ -306,12 +307,16 @@ class FedCacheServer(ServerRole):
             raise schema.UplinkRejected("repeated-ids", "a sample id is declared twice")
 
     def _logits(self, client_id: str, length: int | None) -> schema.MessageSchema:
-        """Logits of ``length`` of this client's own samples (the ids its hello declared)."""
-        arrays = {
-            "ids": schema.sample_ids(self.cache.sample_ids(client_id), ("int32",), length),
-            "logits": schema.knowledge((length, self.num_classes)),
-        }
-        return schema.MessageSchema("fedcache.logits", arrays)
+        """Logits of ``length`` of this client's own samples (the ids its hello declared). Made once
+        per client: the ids are fixed at the start, and a request is checked at every step."""
+        key = (client_id, length)
+        if key not in self.logit_schemas:
+            arrays = {
+                "ids": schema.sample_ids(self.cache.sample_ids(client_id), ("int32",), length),
+                "logits": schema.knowledge((length, self.num_classes)),
+            }
+            self.logit_schemas[key] = schema.MessageSchema("fedcache.logits", arrays)
+        return self.logit_schemas[key]
 
     def uplink_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
         """``exchange=round``: the logits of all the client's samples (nothing without its hello)."""
