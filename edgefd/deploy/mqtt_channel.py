@@ -7,6 +7,8 @@ the answers (`up/<id>/...`) until every one arrived or the phase's deadline pass
   status says so); an uplink that comes after its round closed is counted as late and discarded;
 - a client that comes online while its request is outstanding, or a reconnection of the server
   itself (a broker restart), gets the outstanding requests again;
+- while the server waits, it publishes again, every few seconds, the configs of the clients it does
+  not see online (a broker may not hand a retained config to every client: RabbitMQ's MQTT plugin);
 - an evaluation does not wait for clients that are offline;
 - anything else that arrives (a stranger's client id, a payload whose sender differs from its
   topic, an answer nobody asked for, a future round) is rejected and counted, never raised.
@@ -47,6 +49,12 @@ STOP_FLUSH_SECONDS = 30.0
 restarting)."""
 
 
+CONFIG_RESEND_SECONDS = 3.0
+"""While the server waits, how often it publishes again the configs of the clients it does not see
+online: a retained config does not reach every client on every broker (see `_resend_configs`)."""
+CONFIG_RESEND_RATE = 100.0
+"""Configs a second, on average, at most: with more clients not online the interval grows (1,000 of
+them: every 10 s)."""
 STATUS_MAX_BYTES = 4 * 1024
 """Largest status message the server takes (an online/offline payload is ~100 bytes)."""
 EVAL_MAX_BYTES = 64 * 1024
@@ -172,6 +180,7 @@ class MqttChannel:
         self.phase: _Phase | None = None
         self._bytes: dict[int, list[int]] = {}
         self._wire_at_begin: dict[str, int] = {}
+        self._configs_due = time.monotonic() + CONFIG_RESEND_SECONDS
 
     def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
         """What the server takes on a topic, decided from the topic alone, before any byte of the
@@ -277,11 +286,29 @@ class MqttChannel:
         return deployed
 
     # ------------------------------------------------------------------ the run's start and end
-    def publish_configs(self) -> None:
-        """Every client's config, retained: a client that connects later still gets it."""
+    def publish_configs(self, client_ids: list[str] | None = None) -> None:
+        """Every client's config (or those of `client_ids`), retained: a client that connects later
+        still gets it."""
         payload = wire.config_payload(self.config)
-        for cid in self.client_ids:
+        client_ids = self.client_ids if client_ids is None else client_ids
+        for cid in client_ids:
             self.endpoint.publish(self.topics.down(cid, "config"), payload, retain=True)
+        self._configs_due = time.monotonic() + max(CONFIG_RESEND_SECONDS, len(client_ids) / CONFIG_RESEND_RATE)
+
+    def _resend_configs(self) -> None:
+        """Every CONFIG_RESEND_SECONDS of waiting, the configs of the clients not online go out again.
+        RabbitMQ's MQTT plugin (3.10) keeps a retained message on the node that took it and hands it
+        only to subscriptions of that exact topic, so a client that subscribes after the server
+        published (``down/<id>/+``, on any node) gets no config from the store; a message published
+        now reaches its subscription on every node."""
+        if time.monotonic() < self._configs_due:
+            return
+        missing = [cid for cid, stats in self.stats.items() if not stats.online]
+        if missing:
+            log.debug("configs published again to %d client(s) not online: %s", len(missing), ", ".join(missing[:5]))
+            self.publish_configs(missing)
+        else:
+            self._configs_due = time.monotonic() + CONFIG_RESEND_SECONDS
 
     def clear_stops(self) -> None:
         """A run starts: forget the retained stops an earlier run of this name left behind."""
@@ -376,6 +403,7 @@ class MqttChannel:
                 for cid in self.phase.expected:
                     if cid not in self.phase.got:
                         self._send_request(cid)
+        self._resend_configs()
         try:
             msg = self.endpoint.inbox.get(timeout=timeout)
         except queue.Empty:

@@ -1,6 +1,7 @@
 """Pieces of the deployment that need no broker: selection, client settings, device data, configs."""
 
 import argparse
+import time
 
 import numpy as np
 import pytest
@@ -151,3 +152,48 @@ def test_the_reassembly_budget_makes_room_for_every_clients_known_message_at_onc
     channel = MqttChannel(SimulationConfig(clients=50), settings, clients, Topics("r"), lambda cid: {"train": 300_000})
     channel.begin(0)
     assert channel.endpoint.budget.max_bytes == 2 * (1_000_000 + 50 * 300_000)
+
+
+def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_online(monkeypatch):
+    """RabbitMQ's MQTT plugin keeps a retained config on the server's node, for subscriptions of its
+    exact topic only (a client subscribing later never gets it from the store): while the server
+    waits, the configs of the clients not online go out again, retained, every CONFIG_RESEND_SECONDS
+    (less often for many clients), and only theirs."""
+    from edgefd.deploy.mqtt_channel import CONFIG_RESEND_RATE, DeploymentSettings, MqttChannel
+    from edgefd.deploy.mqtt_transport import Topics
+    from edgefd.simulate import SimulationConfig
+
+    clients = ["client-0", "client-1", "client-2"]
+    config = SimulationConfig(clients=3)
+    channel = MqttChannel(config, DeploymentSettings(run="r"), clients, Topics("r"))
+    sent = []
+    monkeypatch.setattr(channel.endpoint, "publish", lambda topic, payload, retain=False: sent.append((topic, retain)))
+
+    def waited_long_enough():
+        channel._configs_due = time.monotonic() - 0.1
+
+    channel.publish_configs()
+    assert sent == [(f"edgefd/r/down/{cid}/config", True) for cid in clients]
+    sent.clear()
+    channel._pump(0.01)
+    assert sent == []  # not yet: the interval has not passed
+    status = wire.status_payload("client-1", wire.ONLINE)
+    channel._handle(Incoming("status", "client-1", "", status, nbytes=100))
+    assert channel.stats["client-1"].online
+    waited_long_enough()
+    channel._pump(0.01)
+    assert sent == [("edgefd/r/down/client-0/config", True), ("edgefd/r/down/client-2/config", True)]
+    sent.clear()
+    channel._pump(0.01)
+    assert sent == []  # once per interval
+    for cid in ("client-0", "client-2"):
+        channel._handle(Incoming("status", cid, "", wire.status_payload(cid, wire.ONLINE), nbytes=100))
+    waited_long_enough()
+    channel._pump(0.01)
+    assert sent == []  # everyone online: nothing more
+
+    many = [f"client-{i:04d}" for i in range(1000)]
+    fleet = MqttChannel(SimulationConfig(clients=1000), DeploymentSettings(run="r"), many, Topics("r"))
+    monkeypatch.setattr(fleet.endpoint, "publish", lambda topic, payload, retain=False: None)
+    fleet.publish_configs()
+    assert fleet._configs_due - time.monotonic() > 1000 / CONFIG_RESEND_RATE - 1  # a large fleet: less often
