@@ -142,6 +142,11 @@ class _Phase:
     last_reply: Payload | None = None
     active_at: float = 0.0
     """When the phase last heard from its client (a ``steps`` phase waits from there)."""
+    asked: frozenset[str] = frozenset()
+    """``expected`` as a set: every message is checked against it (thousands of clients)."""
+
+    def __post_init__(self) -> None:
+        self.asked = frozenset(self.expected)
 
 
 class MqttChannel:
@@ -346,13 +351,16 @@ class MqttChannel:
         for cid in expected:
             self._send_request(cid)
         warned = False
+        offline_checked = now
         while len(phase.got) < len(expected):
             now = time.monotonic()
             deadline = phase.active_at + timeout
             hard_deadline = deadline + self.settings.max_wait
-            waiting = [cid for cid in expected if cid not in phase.got]
-            if stop_when_rest_offline and now > phase.sent_at + 1.0 and not any(self.stats[c].online for c in waiting):
-                break
+            # twice a second, not at every message: the scan is over every client still waited for
+            if stop_when_rest_offline and now > phase.sent_at + 1.0 and now - offline_checked >= 0.5:
+                offline_checked = now
+                if not any(self.stats[c].online for c in expected if c not in phase.got):
+                    break
             if now >= deadline and len(phase.got) >= min_needed:
                 break
             if now >= hard_deadline:
@@ -428,7 +436,7 @@ class MqttChannel:
         phase = self.phase
         stats = self.stats[cid]
         if phase is not None and msg.verb == phase.verb and (phase.verb == "hello" or payload.round == phase.round):
-            if cid not in phase.expected:
+            if cid not in phase.asked:
                 self.endpoint.reject("unrequested", topic, f"{cid} was not asked for {phase.verb} {phase.round}")
             elif cid in phase.got:
                 log.debug("repeat of %s %d from %s ignored", phase.verb, phase.round, cid)
@@ -453,7 +461,7 @@ class MqttChannel:
     def _on_step(self, msg: Incoming, topic: str) -> None:
         """A client's step request: answered once, in order; a repeat gets the same answer again."""
         cid, phase = msg.client_id, self.phase
-        if phase is None or phase.verb != "steps" or msg.payload.round != phase.round or cid not in phase.expected:
+        if phase is None or phase.verb != "steps" or msg.payload.round != phase.round or cid not in phase.asked:
             current = phase.round if phase is not None else self.config.rounds + 1
             if msg.payload.round > current:
                 self.endpoint.reject("future-round", topic, f"step for round {msg.payload.round}")
@@ -499,7 +507,7 @@ class MqttChannel:
             # a client that (re)connected after its request went out may have missed it
             if (
                 phase is not None
-                and cid in phase.expected
+                and cid in phase.asked
                 and cid not in phase.got
                 and received_at > phase.last_sent.get(cid, 0.0)
             ):

@@ -17,6 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from edgefd.algorithms.schema import message_bound
 from edgefd.deploy import checkpoint
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
@@ -110,6 +112,9 @@ class ServerRuntime:
                 "wire_bytes_down_total": sum(line["wire"]["down"] for line in lines if "wire" in line),
                 "wire": stats.snapshot(),
                 "rejected": dict(stats.rejected),
+                "uplink_latency_seconds": latency_percentiles(
+                    [t for s in self.stats.values() for t in s.latency_seconds]
+                ),
                 "clients": {cid: s.summary() for cid, s in self.stats.items()},
             },
         }
@@ -164,6 +169,19 @@ class ServerRuntime:
         self.resumed_from = round
         log.info("resumed from the checkpoint of round %d", round)
         return round + 1
+
+
+def latency_percentiles(seconds: list[float]) -> dict[str, float | int | None]:
+    """p50, p95 and max of the run's request-to-uplink seconds over every on-time uplink."""
+    if not seconds:
+        return {"count": 0, "p50": None, "p95": None, "max": None}
+    values = np.asarray(seconds)
+    return {
+        "count": len(values),
+        "p50": round(float(np.percentile(values, 50)), 4),
+        "p95": round(float(np.percentile(values, 95)), 4),
+        "max": round(float(values.max()), 4),
+    }
 
 
 def _restored_writer(out: Path, lines: list[dict[str, Any]]) -> RunWriter:

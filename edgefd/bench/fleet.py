@@ -1,0 +1,492 @@
+"""`edgefd bench fleet`: how many devices one broker and one `edgefd server` serve, and what breaks.
+
+For each fleet size N (and each method), on this machine's loopback:
+
+1. a real Mosquitto starts (its default limits, plus no cap on connections);
+2. client 0 of the run is built exactly as `edgefd client` builds it and runs one real round: its
+   uplink and accuracy are recorded (`edgefd.bench.fleet_devices` re-addresses them to every device);
+3. N lightweight devices connect, several hundred per process, each its own MQTT connection, client
+   id and last will (`edgefd.bench.fleet_devices`);
+4. one real `edgefd server` runs R rounds of the method against them (FD, or FedCache with
+   ``exchange=round``: one download and one upload per device and round).
+
+A monitor samples every process's CPU time and memory from /proc whenever the server writes a
+round. The table gives, per N: the start-up (round 0: every hello, the server's start, the first
+evaluation), round seconds p50 / p95, the server's uplink latency p50 / p95 (request sent to
+uplink decoded), the CPU each part used while the rounds ran (1.0 = one core), the server's and
+the broker's peak memory, messages per second through the server, late uplinks and refused
+messages, and which part saturated first. Sizes grow until one breaks (a round with a late uplink,
+a failed server, or the deadline), so the run is bounded in count and in time; everything is on
+127.0.0.1 and stops by itself. The devices share the machine's cores with the broker and the
+server: on a small machine the load generator is part of what saturates, and the table says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgefd.deploy.broker import RunningBroker, start_broker
+from edgefd.runtime.config import SimulationConfig, config_to_toml
+
+METHODS = {
+    "fd": {},
+    # the MQTT-friendly exchange; pixel projections keep the one-time hashing and relation search
+    # small (the rounds, not the start-up, are what the load test measures)
+    "fedcache": {"exchange": "round", "encoder": "projection:64"},
+}
+BROKER_LIMITS = "max_connections -1\nmax_queued_messages 10000\n"
+TICKS = os.sysconf("SC_CLK_TCK")
+MIN_MEASURED_SECONDS = 1.0
+"""Rounds shorter than this in all are not given a CPU figure (/proc counts in 10 ms ticks)."""
+
+
+@dataclass
+class FleetPlan:
+    """One load test: a method at one fleet size."""
+
+    method: str
+    clients: int
+    rounds: int = 3
+    dataset: str = "fmnist"
+    samples_per_client: int = 50
+    devices_per_process: int = 250
+    round_timeout: float = 120.0
+    deadline: float = 900.0
+    """Seconds the whole size may take (start included) before it counts as broken."""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def config(self, out: Path) -> SimulationConfig:
+        params = {**METHODS[self.method], **self.params}
+        return SimulationConfig(
+            algo=self.method,
+            dataset=self.dataset,
+            clients=self.clients,
+            rounds=self.rounds,
+            partition="iid",  # any split loads the wire alike; a skewed one cannot give 8,000 devices 50 samples
+            samples_per_client=self.samples_per_client,
+            seed=0,
+            threads=1,
+            out=str(out),
+            params=params,
+        )
+
+
+@dataclass
+class FleetResult:
+    method: str
+    clients: int
+    samples_per_client: int
+    ok: bool
+    problem: str | None
+    rounds_done: int
+    startup_seconds: float | None
+    round_seconds_p50: float | None
+    round_seconds_p95: float | None
+    uplink_latency_p50: float | None
+    uplink_latency_p95: float | None
+    cpu: dict[str, float]
+    """Cores each part used while the rounds ran (CPU seconds / wall seconds): server, broker, devices."""
+    server_peak_rss_mb: float | None
+    broker_peak_rss_mb: float | None
+    devices_peak_rss_mb: float | None
+    """The largest device process (each holds ``devices_per_process`` devices)."""
+    messages_per_second: float | None
+    """MQTT messages (frames) the server sent and took per second of the rounds."""
+    late_uplinks: int
+    rejected: int
+    connection_losses: int
+    saturated: str
+    wall_seconds: float
+
+
+class ProcessMonitor:
+    """CPU seconds and memory of a set of processes, sampled whenever the server writes a round."""
+
+    def __init__(self, pids: dict[str, int], metrics: Path) -> None:
+        self.pids, self.metrics = pids, metrics
+        self.marks: list[tuple[float, dict[str, float]]] = []
+        """(time, CPU seconds per part) each time metrics.jsonl grew by a line, and at the start."""
+        self.peak_rss_mb: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> None:
+        self.marks.append((time.monotonic(), self.cpu_seconds()))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_seconds(self) -> dict[str, float]:
+        return {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def _watch(self) -> None:
+        lines = 0
+        while not self._stop.wait(0.05):
+            for name, pid in self.pids.items():
+                self.peak_rss_mb[name] = max(self.peak_rss_mb.get(name, 0.0), _peak_rss_mb(pid))
+            now = _count_lines(self.metrics)
+            if now > lines:
+                lines = now
+                self.marks.append((time.monotonic(), self.cpu_seconds()))
+
+    def cores_during_rounds(self) -> dict[str, float]:
+        """Cores used by each part between round 0's line and the last round's line."""
+        if len(self.marks) < 3:
+            return {}
+        (t0, c0), (t1, c1) = self.marks[1], self.marks[-1]
+        seconds = t1 - t0
+        if seconds < MIN_MEASURED_SECONDS:  # too short for /proc's clock ticks to say anything
+            return {}
+        return {name: round((c1[name] - c0[name]) / seconds, 3) for name in c1}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its waited-for children), from /proc; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of stat(5)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def record_payloads(config: SimulationConfig, path: Path) -> None:
+    """Client 0 of the run, built as `edgefd client` builds it, runs one real round; its uplink and
+    its accuracy are written to ``path`` for the devices to replay."""
+    from edgefd.bench.fleet_devices import Recorded
+    from edgefd.runtime import envelope
+    from edgefd.runtime.build import build_client, prepare
+
+    pieces = prepare(config)
+    role = build_client(config, pieces, 0)
+    envelope.hello(role)
+    uplink = envelope.train_round(role, 1, None)
+    Recorded(uplink, role.evaluate(None)["accuracy"]).save(path)
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, 100 * q)), 4) if values else None
+
+
+def _start_devices(plan: FleetPlan, folder: Path, broker: str, run: str) -> list[subprocess.Popen]:
+    processes = []
+    for first in range(0, plan.clients, plan.devices_per_process):
+        count = min(plan.devices_per_process, plan.clients - first)
+        command = [
+            sys.executable, "-m", "edgefd.bench.fleet_devices", "--config", str(folder / "run.toml"),
+            "--recorded", str(folder / "recorded.npz"), "--broker", broker, "--run", run,
+            "--first", str(first), "--count", str(count), "--deadline", str(plan.deadline),
+        ]  # fmt: skip
+        log = open(folder / f"devices-{first}.log", "wb")
+        processes.append(
+            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        )
+    return processes
+
+
+def _read_json_line(process: subprocess.Popen, key: str, deadline: float) -> Any:
+    """The value of the next JSON line of ``process`` holding ``key`` (None at EOF or deadline)."""
+    assert process.stdout is not None
+    found: list[Any] = []
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if key in value:
+                found.append(value[key])
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(max(0.0, deadline - time.monotonic()))
+    return found[0] if found else None
+
+
+def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
+    """One fleet size, start to end; every process it started is gone when it returns."""
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    deadline = started + plan.deadline
+    run = f"fleet-{uuid.uuid4().hex[:8]}"
+    config = plan.config(folder / "server")
+    (folder / "run.toml").write_text(config_to_toml(config))
+    say(f"  {plan.method}, {plan.clients} devices: recording client 0's round")
+    try:
+        record_payloads(config, folder / "recorded.npz")
+    except ValueError as error:  # e.g. the dataset cannot give every device its samples
+        return _result(plan, folder / "server", None, None, [], f"no run: {error}", time.monotonic() - started)
+    broker: RunningBroker | None = None
+    devices: list[subprocess.Popen] = []
+    server: subprocess.Popen | None = None
+    monitor: ProcessMonitor | None = None
+    problem: str | None = None
+    reports: list[dict[str, Any]] = []
+    try:
+        broker = start_broker(kind="mosquitto", workdir=folder / "broker", extra_config=BROKER_LIMITS)
+        devices = _start_devices(plan, folder, broker.url, run)
+        say(f"  {plan.method}, {plan.clients} devices: {len(devices)} device processes connecting")
+        ready = [_read_json_line(p, "ready", deadline) for p in devices]
+        if any(r is None for r in ready):
+            problem = "devices did not all connect before the deadline"
+            raise _Broken(problem)
+        command = [
+            sys.executable, "-m", "edgefd.cli", "server", "--config", str(folder / "run.toml"), "--run", run,
+            "--broker", broker.url, "--min-clients", str(plan.clients), "--round-timeout", str(plan.round_timeout),
+            "--hello-timeout", str(plan.round_timeout), "--eval-timeout", str(plan.round_timeout),
+            "--max-wait", str(plan.round_timeout), "--quiet",
+        ]  # fmt: skip
+        with open(folder / "server.log", "wb") as log:
+            server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        pids = {"server": server.pid, "broker": broker.process.pid}
+        pids.update({f"devices-{i}": p.pid for i, p in enumerate(devices)})
+        monitor = ProcessMonitor(pids, folder / "server" / "metrics.jsonl")
+        monitor.start()
+        say(f"  {plan.method}, {plan.clients} devices: server running {plan.rounds} rounds")
+        try:
+            code = server.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            problem = f"the run passed its {plan.deadline:.0f} s deadline"
+            raise _Broken(problem) from None
+        monitor.stop()
+        if code != 0:
+            problem = f"the server exited with {code} (server.log)"
+            raise _Broken(problem)
+        reports = [r for r in (_read_json_line(p, "report", time.monotonic() + 30) for p in devices) if r]
+    except _Broken:
+        pass
+    finally:
+        if monitor is not None and monitor._thread.is_alive():
+            monitor.stop()
+        broker_peak = _peak_rss_mb(broker.process.pid) if broker is not None else None
+        for process in [*devices, *([server] if server else [])]:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        if broker is not None:
+            broker.stop()
+    return _result(plan, folder / "server", monitor, broker_peak, reports, problem, time.monotonic() - started)
+
+
+class _Broken(Exception):
+    """This fleet size broke (the reason is the result's ``problem``)."""
+
+
+def _result(
+    plan: FleetPlan,
+    out: Path,
+    monitor: ProcessMonitor | None,
+    broker_peak: float | None,
+    reports: list[dict[str, Any]],
+    problem: str | None,
+    wall: float,
+) -> FleetResult:
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] if out.exists() else []
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+    deployment = summary.get("deployment", {})
+    rounds = [line for line in lines if line["round"] >= 1]
+    seconds = [line["seconds"] for line in rounds]
+    late = sum(len(line["late"]) for line in rounds)
+    latency = deployment.get("uplink_latency_seconds", {})
+    frames = sum(line["wire"]["frames_up"] + line["wire"]["frames_down"] for line in rounds)
+    rejected = sum(deployment.get("rejected", {}).values()) + sum(len(line.get("rejected", {})) for line in lines)
+    cores = monitor.cores_during_rounds() if monitor is not None else {}
+    cpu = {}
+    if cores:
+        cpu = {
+            "server": cores["server"],
+            "broker": cores["broker"],
+            "devices": round(sum(v for k, v in cores.items() if k.startswith("devices")), 3),
+        }
+    if problem is None and len(rounds) < plan.rounds:
+        problem = f"only {len(rounds)} of {plan.rounds} rounds ran"
+    if problem is None and late:
+        problem = f"{late} uplink(s) missed their round"
+    device_peaks = [v for k, v in (monitor.peak_rss_mb if monitor else {}).items() if k.startswith("devices")]
+    return FleetResult(
+        plan.method,
+        plan.clients,
+        plan.samples_per_client,
+        problem is None,
+        problem,
+        len(rounds),
+        round(lines[0]["seconds"], 2) if lines else None,
+        _percentile(seconds, 0.5),
+        _percentile(seconds, 0.95),
+        latency.get("p50"),
+        latency.get("p95"),
+        cpu,
+        deployment.get("peak_rss_mb"),
+        round(broker_peak, 1) if broker_peak else None,
+        round(max(device_peaks), 1) if device_peaks else None,
+        round(frames / sum(seconds), 1) if seconds else None,
+        late,
+        rejected,
+        sum(r.get("connection_losses", 0) for r in reports),
+        saturated_part(cpu),
+        round(wall, 1),
+    )
+
+
+def saturated_part(cpu: dict[str, float], cores: int | None = None) -> str:
+    """Which part ran out of CPU first: the broker and the server each use about one core at most
+    (Mosquitto is single-threaded; the server's decoding and aggregation share one Python
+    interpreter), the machine has ``cores``."""
+    if not cpu:
+        return "- (rounds too short to measure)"
+    cores = cores or os.cpu_count() or 1
+    total = sum(cpu.values())
+    single = {name: cpu.get(name, 0.0) for name in ("server", "broker")}
+    busiest = max(single, key=lambda name: single[name])
+    if single[busiest] >= 0.85:
+        return f"{busiest} ({single[busiest]:.2f} of its one core)"
+    if total >= 0.85 * cores:
+        return f"the machine's {cores} cores ({total:.2f} in use; the devices took {cpu.get('devices', 0.0):.2f})"
+    return f"none (busiest: {busiest} at {single[busiest]:.2f} core)"
+
+
+def format_table(results: list[FleetResult]) -> str:
+    def show(value: Any, digits: int = 2) -> str:
+        return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    header = (
+        "| method | devices | samples each | ok | start s | round s p50 / p95 | uplink latency s p50 / p95 "
+        "| CPU cores server / broker / devices | server MB | broker MB | msg/s | late | refused | saturated first |"
+    )
+    rows = [header, "|" + "---|" * 14]
+    for r in results:
+        rows.append(
+            f"| {r.method} | {r.clients} | {r.samples_per_client} | {'yes' if r.ok else 'NO: ' + str(r.problem)} "
+            f"| {show(r.startup_seconds, 1)} "
+            f"| {show(r.round_seconds_p50)} / {show(r.round_seconds_p95)} "
+            f"| {show(r.uplink_latency_p50, 3)} / {show(r.uplink_latency_p95, 3)} "
+            f"| {' / '.join(f'{r.cpu[k]:.2f}' for k in ('server', 'broker', 'devices')) if r.cpu else '-'} "
+            f"| {show(r.server_peak_rss_mb, 0)} | {show(r.broker_peak_rss_mb, 0)} | {show(r.messages_per_second, 0)} "
+            f"| {r.late_uplinks} | {r.rejected} | {r.saturated} |"
+        )
+    return "\n".join(rows)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=list(METHODS),
+        choices=list(METHODS),
+        help="methods whose rounds the fleet runs (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--clients",
+        nargs="+",
+        type=int,
+        default=[10, 100, 1000, 2000, 4000, 8000],
+        metavar="N",
+        help="fleet sizes, run smallest first; a method stops growing at its first size that breaks "
+        "(default: %(default)s)",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per size (default: %(default)s)")
+    parser.add_argument(
+        "--dataset", default="fmnist", help="the run's dataset (the devices' shares) (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--samples-per-client",
+        type=int,
+        default=50,
+        metavar="N",
+        help="training samples per device, fewer where the dataset cannot give every device that many: sizes "
+        "FedCache's messages (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--devices-per-process",
+        type=int,
+        default=250,
+        metavar="N",
+        help="devices one load-generator process holds (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--round-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="the server's round, hello and eval timeout (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=900.0,
+        metavar="SECONDS",
+        help="seconds one size may take in all before it counts as broken (default: %(default)g)",
+    )
+    parser.add_argument("--out", type=Path, help="keep the runs' folders here (default: a temporary folder)")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    if any(n < 1 for n in args.clients) or args.rounds < 1 or args.devices_per_process < 1:
+        print("edgefd bench fleet: --clients, --rounds and --devices-per-process must be >= 1", file=sys.stderr)
+        return 2
+    root = args.out or Path(tempfile.mkdtemp(prefix="edgefd-fleet-"))
+    from edgefd.data import load_dataset
+
+    train_size = len(load_dataset(args.dataset).train_y)
+    results: list[FleetResult] = []
+    for method in args.methods:
+        for clients in sorted(set(args.clients)):
+            plan = FleetPlan(
+                method,
+                clients,
+                rounds=args.rounds,
+                dataset=args.dataset,
+                samples_per_client=min(args.samples_per_client, train_size // clients),
+                devices_per_process=args.devices_per_process,
+                round_timeout=args.round_timeout,
+                deadline=args.deadline,
+            )
+            result = run_plan(plan, root / f"{method}-{clients}")
+            results.append(result)
+            print(format_table([result]).splitlines()[-1], flush=True)
+            if not result.ok:
+                print(f"  {method} stops growing at {clients} devices: {result.problem}", flush=True)
+                break
+    print(
+        f"\nFleet load test on {os.cpu_count()} cores, loopback Mosquitto, {args.dataset}, "
+        f"{args.samples_per_client} samples per device, {args.rounds} rounds (runs in {root}):\n"
+    )
+    print(format_table(results))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    return 0 if all(r.ok for r in results[:1]) else 1

@@ -1,0 +1,352 @@
+"""The load test's devices: many lightweight MQTT clients in one process, replaying real payloads.
+
+Each device is its own MQTT connection with its own client id and last will, speaking the
+deployment's protocol exactly as `edgefd client` does (retained "online" status, requests on
+`down/<id>/<verb>`, answers on `up/<id>/<verb>`), but without training: it answers
+
+    hello   with its real role's hello (built from the run's config, as `edgefd client` builds it)
+    train   with the uplink a real client recorded (client 0 of the same run, one real round),
+            re-addressed: its own sender and round, and for a method whose uplink names samples
+            (an ``ids`` array: FedCache) its own sample ids, the recorded rows repeated to its length
+    eval    with the accuracy that client recorded
+    stop    by going offline
+
+so that the server, the broker and the wire carry what a fleet of real devices would send, while
+one process holds hundreds of devices. The connections are driven by one selector loop (paho's
+external-loop API), not a thread per device.
+
+    python -m edgefd.bench.fleet_devices --config run.toml --recorded recorded.npz \\
+        --broker mqtt://127.0.0.1:1883 --run NAME --first 0 --count 250
+
+prints one JSON line ``{"ready": N}`` once every device is connected and subscribed, and one
+``{"report": {...}}`` when every device has been stopped (or ``--deadline`` passed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import selectors
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import paho.mqtt.client as mqtt
+
+from edgefd.deploy import messages as wire
+from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, QOS, BrokerSettings, Topics, encode_frames
+from edgefd.protocol import Payload, ProtocolError, Reassembler, decode
+
+log = logging.getLogger(__name__)
+
+RECORDED_KIND = "uplink_kind"
+RECORDED_ACCURACY = "accuracy"
+ARRAY_PREFIX = "uplink."
+
+
+@dataclass
+class Recorded:
+    """What one real client sent in one real round: its uplink and its accuracy."""
+
+    uplink: Payload | None
+    accuracy: float
+
+    def save(self, path: Path) -> None:
+        arrays: dict[str, Any] = {RECORDED_ACCURACY: np.float64(self.accuracy)}
+        if self.uplink is not None:
+            arrays[RECORDED_KIND] = np.str_(self.uplink.kind)
+            arrays.update({ARRAY_PREFIX + name: value for name, value in self.uplink.arrays.items()})
+        np.savez(path, **arrays)
+
+    @staticmethod
+    def load(path: Path) -> Recorded:
+        with np.load(path, allow_pickle=False) as saved:
+            uplink = None
+            if RECORDED_KIND in saved.files:
+                arrays = {k[len(ARRAY_PREFIX) :]: saved[k] for k in saved.files if k.startswith(ARRAY_PREFIX)}
+                uplink = Payload(str(saved[RECORDED_KIND]), "recorded", 0, arrays)
+            return Recorded(uplink, float(saved[RECORDED_ACCURACY]))
+
+
+def readdressed(uplink: Payload | None, sender: str, ids: np.ndarray | None) -> Payload | None:
+    """The recorded uplink as device ``sender`` sends it: with an ``ids`` array, the device's own
+    sample ids, and every array with one row per recorded id repeated (cyclically) to its length."""
+    if uplink is None:
+        return None
+    arrays = dict(uplink.arrays)
+    if "ids" in arrays and ids is not None:
+        rows = len(arrays["ids"])
+        cycle = np.arange(len(ids)) % max(rows, 1)
+        arrays = {k: (v[cycle] if v.ndim and len(v) == rows else v) for k, v in arrays.items()}
+        arrays["ids"] = ids.astype(arrays["ids"].dtype)
+    return Payload(uplink.kind, sender, 0, arrays, uplink.scalars, uplink.precision)
+
+
+@dataclass
+class Script:
+    """One device's answers (the round is stamped when it answers)."""
+
+    hello: Payload | None
+    uplink: Payload | None
+    accuracy: float
+
+
+def device_scripts(config_path: Path, recorded: Recorded, first: int, count: int) -> dict[str, Script]:
+    """The answers of devices ``first .. first+count-1``: each one's hello from its real role
+    (built exactly as `edgefd client` builds it), the recorded uplink re-addressed to it."""
+    from edgefd.runtime import envelope
+    from edgefd.runtime.build import build_client, prepare
+    from edgefd.runtime.config import SimulationConfig
+    from edgefd.runtime.flags import read_config_file
+
+    config = SimulationConfig(**read_config_file(config_path))
+    pieces = prepare(config)
+    scripts = {}
+    for index in range(first, first + count):
+        cid = pieces.client_ids[index]
+        role = build_client(config, pieces, index)
+        hello = envelope.hello(role)
+        ids = hello.arrays.get("ids") if hello is not None else None
+        if ids is None:
+            ids = np.asarray(pieces.splits[index].train_indices, np.int32)
+        scripts[cid] = Script(hello, readdressed(recorded.uplink, cid, ids), recorded.accuracy)
+        del role
+    return scripts
+
+
+@dataclass
+class DeviceReport:
+    """What the devices of one process did."""
+
+    devices: int = 0
+    connected: int = 0
+    stopped: int = 0
+    answered: Counter = field(default_factory=Counter)
+    """Answers sent, per verb."""
+    bytes_sent: int = 0
+    connection_losses: int = 0
+    bad_messages: int = 0
+    seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    peak_rss_mb: float = 0.0
+
+
+class Device:
+    """One device: a paho client driven by the fleet's selector loop."""
+
+    def __init__(self, fleet: Fleet, cid: str, script: Script) -> None:
+        self.fleet, self.cid, self.script = fleet, cid, script
+        self.started = False
+        """connect() was called: from then on a lost connection is reconnected."""
+        self.connected = False
+        self.stopped = False
+        self.reassemblers: dict[str, Reassembler] = {}
+        topics = fleet.topics
+        self.client = mqtt.Client(
+            mqtt.CallbackAPIVersion.VERSION2,
+            client_id=f"edgefd-{topics.run}-{cid}",
+            clean_session=True,
+            protocol=mqtt.MQTTv311,
+        )
+        if fleet.broker.username is not None:
+            self.client.username_pw_set(fleet.broker.username, fleet.broker.password)
+        offline = encode_frames(wire.status_payload(cid, wire.OFFLINE), fleet.chunk_size)[0]
+        self.client.will_set(topics.status(cid), offline, qos=QOS, retain=True)
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+        self.client.on_socket_register_write = lambda *_: fleet.dirty.add(self)
+        self.client.on_socket_unregister_write = lambda *_: None
+
+    def connect(self) -> None:
+        broker = self.fleet.broker
+        self.client.connect(broker.host, broker.port, keepalive=self.fleet.keepalive)
+        self.started = True
+        self.fleet.selector.register(_socket_of(self.client), selectors.EVENT_READ, self)
+        self.fleet.dirty.add(self)
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            log.error("%s: the broker refused the connection: %s", self.cid, reason_code)
+            return
+        topics = self.fleet.topics
+        client.subscribe(f"{topics.root}/down/{self.cid}/+", qos=QOS)
+        self._publish(topics.status(self.cid), wire.status_payload(self.cid, wire.ONLINE), retain=True)
+        self.connected = True
+        self.fleet.report.connected += 1
+
+    def _publish(self, topic: str, payload: Payload, retain: bool = False) -> None:
+        for frame in encode_frames(payload, self.fleet.chunk_size):
+            self.client.publish(topic, frame, qos=QOS, retain=retain)
+            self.fleet.report.bytes_sent += len(frame)
+
+    def _on_message(self, client, userdata, message) -> None:
+        topic, data = message.topic, bytes(message.payload)
+        if not data:
+            return
+        try:
+            _, _, verb = self.fleet.topics.parse(topic)
+            reassembler = self.reassemblers.setdefault(topic, Reassembler(max_messages=4, remember=64))
+            whole = reassembler.feed(data)
+            if whole is None:
+                return
+            request = decode(whole)
+        except (ValueError, ProtocolError) as error:
+            self.fleet.report.bad_messages += 1
+            log.warning("%s: bad message on %s: %s", self.cid, topic, error)
+            return
+        self._answer(verb, request)
+
+    def _answer(self, verb: str, request: Payload) -> None:
+        round, cid, script = request.round, self.cid, self.script
+        if verb == "hello":
+            answer = wire.or_empty(script.hello, cid, round)
+        elif verb == "train":
+            answer = wire.stamped(script.uplink, cid, round)
+        elif verb == "eval":
+            answer = wire.metrics_payload(cid, round, {"accuracy": script.accuracy})
+        elif verb == "stop":
+            if not self.stopped:
+                self.stopped = True
+                self.fleet.report.stopped += 1
+                self._publish(self.fleet.topics.status(cid), wire.status_payload(cid, wire.OFFLINE), retain=True)
+            return
+        else:  # config (retained: the device already knows the run), steps (not a round-batched method)
+            if verb == "steps":
+                log.error("%s: a steps request; the load test replays round-batched methods only", cid)
+            return
+        self._publish(self.fleet.topics.up(cid, verb), answer)
+        self.fleet.report.answered[verb] += 1
+
+
+class Fleet:
+    """Many devices, one selector loop."""
+
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        run: str,
+        scripts: dict[str, Script],
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        keepalive: int = 60,
+    ) -> None:
+        self.broker, self.topics, self.chunk_size, self.keepalive = broker, Topics(run), chunk_size, keepalive
+        self.selector = selectors.DefaultSelector()
+        self.dirty: set[Device] = set()
+        self.report = DeviceReport(devices=len(scripts))
+        self.devices = [Device(self, cid, script) for cid, script in scripts.items()]
+        self._misc_at = time.monotonic()
+
+    def connect(self, per_second: float = 500.0) -> None:
+        """Connect every device (at most ``per_second`` new connections a second) and wait until
+        all are subscribed."""
+        for i, device in enumerate(self.devices):
+            device.connect()
+            if i % 50 == 49:
+                self.pump(0.0)
+                time.sleep(50 / per_second)
+        while not all(d.connected for d in self.devices):
+            self.pump(0.1)
+
+    def pump(self, timeout: float) -> None:
+        """One pass: write what waits, read what came, keep the connections alive."""
+        for device in list(self.dirty):
+            if device.client.want_write():
+                device.client.loop_write()
+            if not device.client.want_write():
+                self.dirty.discard(device)
+        for key, _ in self.selector.select(timeout=timeout):
+            device = key.data
+            if device.client.loop_read() != mqtt.MQTT_ERR_SUCCESS:
+                self._lost(device)
+        now = time.monotonic()
+        if now - self._misc_at > 1.0:
+            self._misc_at = now
+            for device in self.devices:
+                if device.started and not device.stopped and device.client.loop_misc() != mqtt.MQTT_ERR_SUCCESS:
+                    self._lost(device)
+
+    def _lost(self, device: Device) -> None:
+        """A connection dropped: count it and reconnect (the server re-sends what is outstanding)."""
+        self.report.connection_losses += 1
+        try:
+            self.selector.unregister(device.client.socket() or key_of(self.selector, device))
+        except (KeyError, ValueError):
+            pass
+        device.connected = False
+        try:
+            device.client.reconnect()
+            self.selector.register(_socket_of(device.client), selectors.EVENT_READ, device)
+            self.dirty.add(device)
+        except (OSError, ValueError) as error:
+            log.warning("%s: reconnect failed: %s", device.cid, error)
+
+    def serve(self, deadline: float) -> None:
+        """Answer requests until every device has been stopped or ``deadline`` (monotonic) passed,
+        then disconnect."""
+        while self.report.stopped < len(self.devices) and time.monotonic() < deadline:
+            self.pump(0.05)
+        for device in self.devices:
+            device.client.disconnect()
+        end = time.monotonic() + 5.0
+        while self.dirty and time.monotonic() < end:
+            self.pump(0.05)
+
+
+def _socket_of(client: mqtt.Client) -> socket.socket:
+    """The socket of a client that has just connected."""
+    sock = client.socket()
+    if not isinstance(sock, socket.socket):
+        raise OSError("no socket after connect")
+    return sock
+
+
+def key_of(selector: selectors.BaseSelector, device: Device):
+    """The file object a device was registered under (its socket may already be closed)."""
+    for key in selector.get_map().values():
+        if key.data is device:
+            return key.fileobj
+    raise KeyError(device.cid)
+
+
+def _peak_rss_mb() -> float:
+    from edgefd.runtime.build import peak_rss_mb
+
+    return peak_rss_mb()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m edgefd.bench.fleet_devices", description=__doc__)
+    parser.add_argument("--config", type=Path, required=True, help="the run's config (run.toml)")
+    parser.add_argument("--recorded", type=Path, required=True, help="the recorded uplink and accuracy (.npz)")
+    parser.add_argument("--broker", required=True, help="mqtt://HOST:PORT")
+    parser.add_argument("--run", required=True, help="the run name")
+    parser.add_argument("--first", type=int, required=True, help="index of this process's first device")
+    parser.add_argument("--count", type=int, required=True, help="devices in this process")
+    parser.add_argument("--deadline", type=float, default=1800.0, help="seconds before giving up (default 1800)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s fleet-devices %(levelname)s %(message)s")
+    started = time.monotonic()
+    scripts = device_scripts(args.config, Recorded.load(args.recorded), args.first, args.count)
+    fleet = Fleet(BrokerSettings(args.broker), args.run, scripts)
+    fleet.connect()
+    print(json.dumps({"ready": len(fleet.devices)}), flush=True)
+    fleet.serve(started + args.deadline)
+    report = fleet.report
+    report.seconds = round(time.monotonic() - started, 2)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    report.cpu_seconds = round(usage.ru_utime + usage.ru_stime, 2)
+    report.peak_rss_mb = _peak_rss_mb()
+    values = {**report.__dict__, "answered": dict(report.answered)}
+    print(json.dumps({"report": values}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

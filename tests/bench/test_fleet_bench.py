@@ -1,0 +1,72 @@
+"""`edgefd bench fleet`: a reduced load test (50 devices, 2 rounds) against a real Mosquitto and a real
+`edgefd server`, and the pieces the devices replay with."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from edgefd import cli
+from edgefd.bench.fleet import saturated_part
+from edgefd.bench.fleet_devices import Recorded, readdressed
+from edgefd.protocol import Payload
+
+needs_mosquitto = pytest.mark.skipif(
+    shutil.which("mosquitto") is None, reason="needs Mosquitto (scripts/install.sh installs it)"
+)
+
+
+@needs_mosquitto
+def test_fifty_devices_run_fd_and_fedcache_rounds_against_one_server(tmp_path, capsys):
+    out = tmp_path / "fleet.json"
+    argv = [
+        "bench", "fleet", "--methods", "fd", "fedcache", "--clients", "50", "--rounds", "2",
+        "--samples-per-client", "20", "--devices-per-process", "25", "--dataset", "digits",
+        "--out", str(tmp_path / "runs"), "--json", str(out),
+    ]  # fmt: skip
+    assert cli.main(argv) == 0
+    results = json.loads(out.read_text())
+    assert [(r["method"], r["clients"]) for r in results] == [("fd", 50), ("fedcache", 50)]
+    for result in results:
+        assert result["ok"], result["problem"]
+        assert result["rounds_done"] == 2 and result["late_uplinks"] == 0 and result["rejected"] == 0
+        assert result["uplink_latency_p50"] is not None and result["uplink_latency_p95"] >= result["uplink_latency_p50"]
+        assert result["messages_per_second"] > 0 and result["server_peak_rss_mb"] > 0
+        runs = tmp_path / "runs" / f"{result['method']}-50"
+        lines = [json.loads(line) for line in (runs / "server" / "metrics.jsonl").read_text().splitlines()]
+        assert [line["round"] for line in lines] == [0, 1, 2]
+        recorded = Recorded.load(runs / "recorded.npz")
+        for line in lines[1:]:  # every device's uplink was taken, and every device answered its evaluation
+            assert len(line["selected"]) == 50 and line["late"] == [] and line["rejected"] == {}
+            accuracies = list(line["client_accuracy"].values())
+            assert len(accuracies) == 50 and accuracies == pytest.approx([recorded.accuracy] * 50)
+            assert line["bytes_up"] > 0
+        assert lines[-1]["bytes_down"] > 0  # round 2's downlinks carry what round 1's uplinks gave
+    assert "| fedcache | 50 |" in capsys.readouterr().out
+
+
+def test_a_recorded_uplink_is_readdressed_to_each_device_with_its_own_sample_ids(tmp_path):
+    logits = np.arange(12, dtype=np.float32).reshape(3, 4)
+    recorded = Payload("fedcache.logits", "client-0", 1, {"ids": np.array([7, 8, 9], np.int32), "logits": logits})
+    mine = readdressed(recorded, "client-5", np.array([40, 41, 42, 43, 44], np.int32))
+    assert mine is not None and mine.sender == "client-5" and mine.kind == "fedcache.logits"
+    np.testing.assert_array_equal(mine.arrays["ids"], [40, 41, 42, 43, 44])
+    np.testing.assert_array_equal(mine.arrays["logits"], logits[[0, 1, 2, 0, 1]])  # the recorded rows, repeated
+    table = Payload("fd.logits", "client-0", 1, {"logits": np.ones((10, 10), np.float32), "counts": np.ones(10)})
+    same = readdressed(table, "client-9", np.array([1, 2], np.int32))  # no ids: the arrays travel as recorded
+    assert same is not None and same.sender == "client-9" and same.arrays["logits"].shape == (10, 10)
+    assert readdressed(None, "client-1", None) is None
+
+    Recorded(table, 0.25).save(tmp_path / "r.npz")
+    loaded = Recorded.load(tmp_path / "r.npz")
+    assert loaded.accuracy == 0.25 and loaded.uplink is not None and loaded.uplink.kind == "fd.logits"
+    np.testing.assert_array_equal(loaded.uplink.arrays["counts"], np.ones(10))
+
+
+def test_the_part_that_saturates_first_is_named_from_the_cpu_it_used():
+    assert saturated_part({"server": 0.97, "broker": 0.2, "devices": 0.5}, cores=2).startswith("server")
+    assert saturated_part({"server": 0.3, "broker": 0.9, "devices": 0.5}, cores=2).startswith("broker")
+    assert saturated_part({"server": 0.6, "broker": 0.2, "devices": 1.0}, cores=2).startswith("the machine's 2 cores")
+    assert saturated_part({"server": 0.3, "broker": 0.1, "devices": 0.2}, cores=2).startswith("none")
+    assert saturated_part({}, cores=2).startswith("-")
