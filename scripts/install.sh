@@ -16,9 +16,10 @@ fi
 # Mosquitto broker and its clients (edgefd deploy-local, the MQTT integration tests).
 apt_packages=(g++ cmake ninja-build dataset-fashion-mnist mosquitto mosquitto-clients)
 # With --test: an emulated arm64 device for tests/device/test_arm64.py (qemu-user with its binfmt
-# handler, mmdebstrap to build a Debian bookworm arm64 root filesystem).
+# handler, mmdebstrap to build a Debian bookworm arm64 root filesystem), and RabbitMQ for
+# tests/deploy/test_clustered_brokers.py (a two-node cluster with its MQTT plugin, started by the test).
 if [[ "${1:-}" == "--test" ]]; then
-  apt_packages+=(qemu-user-static binfmt-support mmdebstrap)
+  apt_packages+=(qemu-user-static binfmt-support mmdebstrap rabbitmq-server)
 fi
 missing=()
 for pkg in "${apt_packages[@]}"; do
@@ -29,6 +30,14 @@ if ((${#missing[@]})); then
   echo "installing system packages: ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# The tests start RabbitMQ nodes of their own (edgefd/deploy/cluster.py): the package's service, which
+# Debian starts where systemd runs, would only hold memory and the default ports.
+if dpkg -s rabbitmq-server >/dev/null 2>&1 && command -v systemctl >/dev/null 2>&1 \
+    && systemctl is-active --quiet rabbitmq-server 2>/dev/null; then
+  if [[ $(id -u) -eq 0 ]]; then sudo=""; else sudo="sudo"; fi
+  echo "stopping and disabling the rabbitmq-server service (the tests start their own nodes)"
+  $sudo systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
 fi
 
 # torch first, pinned: an unpinned torch may resolve to a multi-GB build this machine cannot use,
