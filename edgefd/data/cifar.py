@@ -50,8 +50,9 @@ def _missing(
     )
 
 
-def load_cifar10(root: Path) -> Dataset:
-    """CIFAR-10: 50,000 + 10,000 RGB 32x32 images, 10 classes."""
+def load_cifar10(root: Path, on_demand: bool = False) -> Dataset:
+    """CIFAR-10: 50,000 + 10,000 RGB 32x32 images, 10 classes. ``on_demand``: see
+    :func:`edgefd.data.dataset.image_dataset`."""
     files = CIFAR10_TRAIN + CIFAR10_TEST
     folder = root / CIFAR10_FOLDER
     if not all((folder / f).is_file() for f in files):
@@ -61,10 +62,10 @@ def load_cifar10(root: Path) -> Dataset:
     train_y = np.concatenate([p[1] for p in parts])
     test_x, test_y = read_cifar_batch(folder / CIFAR10_TEST[0], "labels")
     names = _read_meta_names(folder / "batches.meta", "label_names")
-    return image_dataset("cifar10", train_x, train_y, test_x, test_y, 10, class_names=names)
+    return image_dataset("cifar10", train_x, train_y, test_x, test_y, 10, class_names=names, on_demand=on_demand)
 
 
-def load_cifar100(root: Path, coarse: bool = False) -> Dataset:
+def load_cifar100(root: Path, coarse: bool = False, on_demand: bool = False) -> Dataset:
     """CIFAR-100: 50,000 + 10,000 images; 100 fine classes, or the 20 superclasses when ``coarse``.
 
     The DFL paper trains on the 20 coarse labels, hence the ``cifar100-coarse`` registry entry.
@@ -78,7 +79,9 @@ def load_cifar100(root: Path, coarse: bool = False) -> Dataset:
     train_x, train_y = read_cifar_batch(folder / "train", key)
     test_x, test_y = read_cifar_batch(folder / "test", key)
     names = _read_meta_names(folder / "meta", "coarse_label_names" if coarse else "fine_label_names")
-    return image_dataset(name, train_x, train_y, test_x, test_y, 20 if coarse else 100, class_names=names)
+    return image_dataset(
+        name, train_x, train_y, test_x, test_y, 20 if coarse else 100, class_names=names, on_demand=on_demand
+    )
 
 
 def write_cifar_batch(

@@ -56,6 +56,18 @@ class Dataset:
     """int64 group of each test sample, if known."""
     class_names: tuple[str, ...] | None = None
     """Human-readable class names, if the source provides them."""
+    raw: RawImages | None = None
+    """Set when the dataset was loaded ``on_demand`` (a device that takes only its share): the 8-bit
+    images are kept as they came, ``train_x`` and ``test_x`` are empty, and :meth:`train_rows` /
+    :meth:`test_rows` normalise only the rows asked for (the same numbers ``train_x`` would hold)."""
+
+    def train_rows(self, indices: torch.Tensor) -> torch.Tensor:
+        """The normalised training inputs at ``indices`` (int64), whether loaded whole or on demand."""
+        return self.train_x[indices] if self.raw is None else self.raw.rows(self.raw.train, indices)
+
+    def test_rows(self, indices: torch.Tensor) -> torch.Tensor:
+        """The normalised test inputs at ``indices`` (int64), whether loaded whole or on demand."""
+        return self.test_x[indices] if self.raw is None else self.raw.rows(self.raw.test, indices)
 
     @property
     def num_groups(self) -> int:
@@ -94,6 +106,53 @@ STATS_BLOCK = 4096
 """Samples per block of `channel_stats`."""
 
 
+@dataclass(frozen=True, eq=False)
+class RawImages:
+    """8-bit ``(N, C, H, W)`` images and the normalisation that makes a Dataset's float32 inputs of them.
+
+    Fashion-MNIST's training images are 47 MB as bytes and 188 MB as float32: a process that needs a
+    few hundred of them (a deployed client) keeps the bytes and normalises its rows."""
+
+    train: np.ndarray
+    test: np.ndarray
+    input_scale: float
+    mean: np.ndarray
+    """float32, one per channel."""
+    std: np.ndarray
+    """float32, one per channel."""
+
+    def normalise(self, images: np.ndarray) -> np.ndarray:
+        """``(raw / input_scale - mean) / std`` in float32, element by element: the same numbers for a
+        few rows as for the whole set."""
+        x = images.astype(np.float32)
+        x /= np.float32(self.input_scale)
+        x -= self.mean.reshape(1, -1, 1, 1)
+        x /= self.std.reshape(1, -1, 1, 1)
+        return x
+
+    def rows(self, images: np.ndarray, indices: torch.Tensor) -> torch.Tensor:
+        picked = images[np.asarray(indices, dtype=np.int64)]
+        return torch.from_numpy(np.ascontiguousarray(self.normalise(picked)))
+
+
+def uint8_channel_stats(images: np.ndarray, input_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std per channel (axis 1) of ``images / input_scale`` for 8-bit images, from a
+    histogram of each channel's 256 values: no float copy of the images is made. The values are
+    the float32 ones ``image_dataset`` normalises, and the sums are float64 as in
+    :func:`channel_stats` (they agree with it to ~1e-16, and exactly once cast to float32)."""
+    channels = images.shape[1]
+    counts = np.zeros((channels, 256), np.int64)
+    for start in range(0, len(images), STATS_BLOCK):
+        block = images[start : start + STATS_BLOCK]
+        for c in range(channels):
+            counts[c] += np.bincount(block[:, c].ravel(), minlength=256)
+    values = (np.arange(256, dtype=np.uint8).astype(np.float32) / np.float32(input_scale)).astype(np.float64)
+    n = np.maximum(counts.sum(axis=1), 1)
+    mean = (counts * values).sum(axis=1) / n
+    std = np.sqrt((counts * np.square(values[None, :] - mean[:, None])).sum(axis=1) / n)
+    return mean, np.maximum(std, 1e-8)
+
+
 def image_dataset(
     name: str,
     train_x: np.ndarray,
@@ -103,34 +162,49 @@ def image_dataset(
     num_classes: int,
     input_scale: float = 255.0,
     class_names: tuple[str, ...] | None = None,
+    on_demand: bool = False,
 ) -> Dataset:
     """Build a :class:`Dataset` from raw ``(N, C, H, W)`` image arrays.
 
     Inputs are scaled by ``1 / input_scale`` and standardised per channel with statistics of the
-    training set only, so the test set never leaks into the normalisation.
+    training set only, so the test set never leaks into the normalisation. ``on_demand`` (8-bit
+    images only): keep the bytes (``Dataset.raw``) and normalise rows when they are asked for.
     """
     if train_x.ndim != 4 or test_x.ndim != 4:
         raise ValueError(f"{name}: expected (N, C, H, W) images, got {train_x.shape} and {test_x.shape}")
-    # in place: a full-size float32 copy of the images is the only one made (Fashion-MNIST: 188 MB)
-    train: np.ndarray = train_x.astype(np.float32)
-    test: np.ndarray = test_x.astype(np.float32)
+    shape = tuple(int(s) for s in train_x.shape[1:])
+    common = {
+        "name": name,
+        "train_y": torch.from_numpy(np.asarray(train_y, dtype=np.int64)),
+        "test_y": torch.from_numpy(np.asarray(test_y, dtype=np.int64)),
+        "num_classes": int(num_classes),
+        "input_shape": shape,
+        "input_scale": float(input_scale),
+        "class_names": class_names,
+    }
+    if train_x.dtype == np.uint8 and test_x.dtype == np.uint8:
+        mean, std = uint8_channel_stats(train_x, input_scale)
+        raw = RawImages(train_x, test_x, float(input_scale), mean.astype(np.float32), std.astype(np.float32))
+        stats = {"mean": tuple(float(m) for m in mean), "std": tuple(float(s) for s in std)}
+        if on_demand:
+            empty = torch.empty((0, *shape), dtype=torch.float32)
+            return Dataset(train_x=empty, test_x=empty, raw=raw, **stats, **common)
+        # a full-size float32 copy of the images is the only one made (Fashion-MNIST: 188 MB)
+        train, test = raw.normalise(train_x), raw.normalise(test_x)
+        return Dataset(train_x=torch.from_numpy(train), test_x=torch.from_numpy(test), **stats, **common)
+    # in place: a full-size float32 copy of the images is the only one made
+    train = train_x.astype(np.float32)
+    test = test_x.astype(np.float32)
     for images in (train, test):
         images /= np.float32(input_scale)
     mean, std = channel_stats(train, channel_axis=1)
-    shape = (1, -1, 1, 1)
     for images in (train, test):
-        images -= mean.reshape(shape).astype(np.float32)
-        images /= std.reshape(shape).astype(np.float32)
+        images -= mean.reshape(1, -1, 1, 1).astype(np.float32)
+        images /= std.reshape(1, -1, 1, 1).astype(np.float32)
     return Dataset(
-        name=name,
         train_x=torch.from_numpy(np.ascontiguousarray(train, dtype=np.float32)),
-        train_y=torch.from_numpy(np.asarray(train_y, dtype=np.int64)),
         test_x=torch.from_numpy(np.ascontiguousarray(test, dtype=np.float32)),
-        test_y=torch.from_numpy(np.asarray(test_y, dtype=np.int64)),
-        num_classes=int(num_classes),
-        input_shape=tuple(int(s) for s in train.shape[1:]),
         mean=tuple(float(m) for m in mean),
         std=tuple(float(s) for s in std),
-        input_scale=float(input_scale),
-        class_names=class_names,
+        **common,
     )

@@ -134,8 +134,9 @@ def _existing(base: Path) -> Path | None:
     return None
 
 
-def load_idx_dataset(source: IdxSource, root: Path) -> Dataset:
-    """Load one MNIST-family dataset from its IDX files, or raise :class:`DatasetNotFoundError`."""
+def load_idx_dataset(source: IdxSource, root: Path, on_demand: bool = False) -> Dataset:
+    """Load one MNIST-family dataset from its IDX files, or raise :class:`DatasetNotFoundError`.
+    ``on_demand``: see :func:`edgefd.data.dataset.image_dataset`."""
     paths = source.locate(root)
     if paths is None:
         raise source.not_found(root)
@@ -153,7 +154,14 @@ def load_idx_dataset(source: IdxSource, root: Path) -> Dataset:
         if len(labels) and (labels.min() < 0 or labels.max() >= source.num_classes):
             raise ValueError(f"{source.name}: labels outside [0, {source.num_classes}) in {paths}")
     return image_dataset(
-        source.name, train_x[:, None], train_y, test_x[:, None], test_y, source.num_classes, input_scale=255.0
+        source.name,
+        train_x[:, None],
+        train_y,
+        test_x[:, None],
+        test_y,
+        source.num_classes,
+        input_scale=255.0,
+        on_demand=on_demand,
     )
 
 

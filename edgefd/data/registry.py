@@ -50,6 +50,9 @@ class DatasetSpec:
     """Cheap check that ``load`` would find its files (nothing is read)."""
     download: Callable[[Path], None] | None = None
     """Fetches the files into the root with torchvision; None for bundled datasets (nothing to fetch)."""
+    load_on_demand: Callable[[Path], Dataset] | None = None
+    """Like ``load``, but keeps 8-bit images as they are (``Dataset.raw``) for a process that uses
+    only some rows; None: ``load`` serves (``load_dataset(on_demand=True)`` is then a full load)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ def _idx_spec(source: IdxSource, description: str, download: Callable[[Path], No
         load=lambda root: load_idx_dataset(source, root),
         available=lambda root: source.locate(root) is not None,
         download=download,
+        load_on_demand=lambda root: load_idx_dataset(source, root, on_demand=True),
     )
 
 
@@ -147,6 +151,7 @@ _SPECS: tuple[DatasetSpec, ...] = (
         load_cifar10,
         _files_in(CIFAR10_FOLDER, CIFAR10_TRAIN + CIFAR10_TEST),
         _torchvision_download("CIFAR10"),
+        lambda root: load_cifar10(root, on_demand=True),
     ),
     DatasetSpec(
         "cifar100",
@@ -154,6 +159,7 @@ _SPECS: tuple[DatasetSpec, ...] = (
         load_cifar100,
         _files_in(CIFAR100_FOLDER, ("train", "test")),
         _torchvision_download("CIFAR100"),
+        lambda root: load_cifar100(root, on_demand=True),
     ),
     DatasetSpec(
         "cifar100-coarse",
@@ -161,6 +167,7 @@ _SPECS: tuple[DatasetSpec, ...] = (
         lambda root: load_cifar100(root, coarse=True),
         _files_in(CIFAR100_FOLDER, ("train", "test")),
         _torchvision_download("CIFAR100"),
+        lambda root: load_cifar100(root, coarse=True, on_demand=True),
     ),
     DatasetSpec(
         "svhn",
@@ -168,6 +175,7 @@ _SPECS: tuple[DatasetSpec, ...] = (
         load_svhn,
         lambda root: _find_svhn(root) is not None,
         _torchvision_download("SVHN"),
+        lambda root: load_svhn(root, on_demand=True),
     ),
 )
 
@@ -242,13 +250,19 @@ def list_datasets(root: str | os.PathLike | None = None) -> list[DatasetInfo]:
     return [DatasetInfo(s.name, s.description, bool(s.available(resolved))) for s in REGISTRY.values()]
 
 
-def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool = False) -> Dataset:
+def load_dataset(
+    name: str, root: str | os.PathLike | None = None, download: bool = False, on_demand: bool = False
+) -> Dataset:
     """Load a dataset by name (cached per process; do not modify the returned tensors in place).
 
     ``root`` is the data folder for on-disk datasets (default :func:`default_data_root`); bundled
     datasets ignore it. With ``download=True`` a missing on-disk dataset is fetched by torchvision.
     ``name`` may also be ``npz:PATH``, a file of your own (:mod:`edgefd.data.npz`; ``root`` and
     ``download`` do not apply), or a name added by :func:`register_dataset`.
+    ``on_demand=True`` is for a process that uses only some rows (a deployed client takes its
+    share): datasets stored as 8-bit images keep them so (``Dataset.raw``, a quarter of the float32
+    size) with ``train_x`` / ``test_x`` empty, and ``train_rows`` / ``test_rows`` give the same
+    normalised rows; other datasets load whole.
     Raises :class:`DatasetNotFoundError` (saying how to get it) when the data is not here, and
     ValueError for an unknown name or a malformed file.
     """
@@ -258,7 +272,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, download: boo
         return _load_npz_cached(str(path), stat.st_mtime_ns if stat else 0, stat.st_size if stat else 0)
     spec = _spec(name)
     bundled = spec.download is None and spec.name in _BUILTIN  # ignores root: one cache entry serves every root
-    return _load_cached(spec.name, "" if bundled else str(_resolve_root(root)), bool(download))
+    return _load_cached(spec.name, "" if bundled else str(_resolve_root(root)), bool(download), bool(on_demand))
 
 
 @functools.lru_cache(maxsize=4)
@@ -267,20 +281,21 @@ def _load_npz_cached(path: str, mtime_ns: int, size: int) -> Dataset:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_cached(name: str, root: str, download: bool) -> Dataset:
+def _load_cached(name: str, root: str, download: bool, on_demand: bool = False) -> Dataset:
     spec, path = REGISTRY[name], Path(root)
+    load = spec.load_on_demand if on_demand and spec.load_on_demand is not None else spec.load
     if not (download and spec.download is not None and not spec.available(path)):
-        return spec.load(path)
+        return load(path)
     try:
         spec.download(path)
     except Exception as failure:  # network, disk or checksum problems all end as "not here"
         try:
-            return spec.load(path)  # the files may be in place even though the download step failed
+            return load(path)  # the files may be in place even though the download step failed
         except DatasetNotFoundError as missing:
             raise DatasetNotFoundError(
                 f"downloading {name!r} into {path} failed ({type(failure).__name__}: {failure}).\n{missing}"
             ) from failure
-    return spec.load(path)
+    return load(path)
 
 
 def clear_cache() -> None:

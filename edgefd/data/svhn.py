@@ -35,8 +35,9 @@ def _find(root: Path) -> Path | None:
     return None
 
 
-def load_svhn(root: Path) -> Dataset:
-    """SVHN: 73,257 + 26,032 RGB 32x32 house-number digits, 10 classes (``extra`` not used)."""
+def load_svhn(root: Path, on_demand: bool = False) -> Dataset:
+    """SVHN: 73,257 + 26,032 RGB 32x32 house-number digits, 10 classes (``extra`` not used).
+    ``on_demand``: see :func:`edgefd.data.dataset.image_dataset`."""
     folder = _find(root)
     if folder is None:
         raise DatasetNotFoundError(
@@ -48,4 +49,4 @@ def load_svhn(root: Path) -> Dataset:
         raise DatasetNotFoundError("SVHN needs scipy to read its .mat files: pip install scipy")
     train_x, train_y = read_svhn_mat(folder / SVHN_FILES[0])
     test_x, test_y = read_svhn_mat(folder / SVHN_FILES[1])
-    return image_dataset("svhn", train_x, train_y, test_x, test_y, 10)
+    return image_dataset("svhn", train_x, train_y, test_x, test_y, 10, on_demand=on_demand)

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from edgefd.algorithms.base import ClientData, ClientRole
+from edgefd.data import clear_cache as clear_dataset_cache
 from edgefd.deploy import checkpoint
 from edgefd.deploy import messages as wire
 from edgefd.deploy.mqtt_transport import (
@@ -48,7 +49,7 @@ from edgefd.deploy.mqtt_transport import (
 )
 from edgefd.protocol import Payload, encoded_size
 from edgefd.runtime import envelope
-from edgefd.runtime.build import build_client, prepare
+from edgefd.runtime.build import build_client, peak_rss_mb, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.training import resolve_device
 
@@ -165,7 +166,8 @@ class ClientRuntime:
         finally:
             self._say(wire.OFFLINE)
             self.endpoint.stop()
-        log.info("%s: stopped", self.cid)
+        # the device's own figure, for sizing a device (2 GB on a Raspberry Pi 4): its whole life's peak
+        log.info("%s: stopped; peak_rss_mb=%.1f", self.cid, peak_rss_mb())
         return 0
 
     # ------------------------------------------------------------------ messages
@@ -325,7 +327,7 @@ class ClientRuntime:
         dataset = data = None
         if self.settings.data_dir is not None:
             data, dataset = load_device_data(self.settings.data_dir)
-        pieces = prepare(config, dataset)
+        pieces = prepare(config, dataset, on_demand=True)  # only this client's share is made float
         index = pieces.client_ids.index(self.cid)
         self.config = config
         self.role = build_client(config, pieces, index, data)
@@ -335,16 +337,18 @@ class ClientRuntime:
             log.warning("%s: %s; starting afresh", self.cid, error)
             self.role = build_client(config, pieces, index, data)
             self.last_round, self.replies = 0, {}
+        clear_dataset_cache()  # the role holds its share; the rest of the dataset is not needed again
         self._say(wire.ONLINE)
         source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"
         log.info(
-            "%s: %s, model %s, %d training samples (%s), from round %d",
+            "%s: %s, model %s, %d training samples (%s), from round %d; peak_rss_mb=%.1f so far",
             self.cid,
             config.algo,
             pieces.model_names[index],
             len(self.role.data.train_y),
             source,
             self.last_round + 1,
+            peak_rss_mb(),
         )
 
     # ------------------------------------------------------------------ status and checkpoints

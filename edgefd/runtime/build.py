@@ -84,10 +84,11 @@ def client_ids_of(clients: int) -> list[str]:
     return [f"client-{i:0{width}d}" for i in range(clients)]
 
 
-def prepare(config: SimulationConfig, dataset: Any = None) -> RunPieces:
+def prepare(config: SimulationConfig, dataset: Any = None, on_demand: bool = False) -> RunPieces:
     """Validates the config, sets the kernel backend, loads and splits the data. A device that
     brings its own data passes `dataset` (anything with `input_shape` and `num_classes`): then
-    nothing is loaded or split."""
+    nothing is loaded or split. `on_demand`: for a process that builds one client (a deployed
+    device): 8-bit images stay bytes until its share is taken (`load_dataset(on_demand=True)`)."""
     config.validate()
     if config.kernels:
         kernels.set_backend(config.kernels)
@@ -96,7 +97,7 @@ def prepare(config: SimulationConfig, dataset: Any = None) -> RunPieces:
     params = make_params(method.params, config.params)
     splits = []
     if dataset is None:
-        dataset = load_dataset(config.dataset, root=config.data_root)
+        dataset = load_dataset(config.dataset, root=config.data_root, on_demand=on_demand)
         splits = partition(
             dataset,
             config.clients,
@@ -135,9 +136,9 @@ def client_data(pieces: RunPieces, index: int) -> ClientData:
     train_idx = torch.from_numpy(np.asarray(split.train_indices, dtype=np.int64))
     test_idx = torch.from_numpy(np.asarray(split.test_indices, dtype=np.int64))
     return ClientData(
-        dataset.train_x[train_idx],
+        dataset.train_rows(train_idx),
         dataset.train_y[train_idx],
-        dataset.test_x[test_idx],
+        dataset.test_rows(test_idx),
         dataset.test_y[test_idx],
         train_idx,
         dataset.num_classes,

@@ -197,3 +197,41 @@ def test_svhn_mat_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tv = tvd.SVHN(str(tmp_path), split="train", download=False)
     np.testing.assert_array_equal(tv.data, raw_pixels(ds, ds.train_x))
     np.testing.assert_array_equal(tv.labels, ds.train_y.numpy())
+
+
+@pytest.mark.parametrize("name", ["fmnist", "emnist", "cifar10"])
+def test_on_demand_rows_equal_the_whole_load(name: str, tmp_path: Path):
+    """A deployed client loads on demand (8-bit images kept, only its share made float): its rows
+    must be the simulation's, bit for bit, or a deployment would not reproduce `simulate`."""
+    if name == "fmnist":
+        write_mnist_like(tmp_path / "fashion", "", 10, gz=True)
+        root = tmp_path / "fashion"
+    elif name == "emnist":  # stored transposed: the raw images are a strided view
+        write_mnist_like(tmp_path / "EMNIST" / "raw", "emnist-balanced-", 47, gz=False)
+        root = tmp_path
+    else:
+        write_cifar10(tmp_path)
+        root = tmp_path
+    whole = load_dataset(name, root=root)
+    lazy = load_dataset(name, root=root, on_demand=True)
+    assert lazy is not whole and whole.raw is None and lazy.raw is not None
+    assert len(lazy.train_x) == len(lazy.test_x) == 0 and lazy.train_x.shape[1:] == whole.train_x.shape[1:]
+    assert (lazy.mean, lazy.std, lazy.input_shape) == (whole.mean, whole.std, whole.input_shape)
+    assert torch.equal(lazy.train_y, whole.train_y) and torch.equal(lazy.test_y, whole.test_y)
+    picked = torch.tensor([3, 0, 7, 7, len(whole.train_y) - 1])
+    assert torch.equal(lazy.train_rows(picked), whole.train_x[picked])
+    assert torch.equal(lazy.test_rows(picked[:3]), whole.test_x[picked[:3]])
+    assert torch.equal(whole.train_rows(picked), whole.train_x[picked])
+    assert lazy.raw.train.dtype == np.uint8  # a quarter of float32's bytes
+
+
+def test_uint8_stats_agree_with_the_float_stats():
+    from edgefd.data.dataset import channel_stats, uint8_channel_stats
+
+    raw = images(5000, 3, 8, 8)
+    scaled = raw.astype(np.float32) / np.float32(255)
+    mean, std = uint8_channel_stats(raw, 255.0)
+    reference_mean, reference_std = channel_stats(scaled, channel_axis=1)
+    np.testing.assert_allclose(mean, reference_mean, rtol=1e-12)
+    np.testing.assert_allclose(std, reference_std, rtol=1e-12)
+    assert np.array_equal(mean.astype(np.float32), reference_mean.astype(np.float32))

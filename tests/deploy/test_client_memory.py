@@ -1,0 +1,68 @@
+"""What keeps `edgefd client` small on a device (docs/DEPLOYMENT.md, "Device memory"): it reports its
+own peak RSS, loads only its share of the run's dataset as float, and imports nothing a device
+never uses."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from edgefd.data import clear_cache
+from edgefd.data.idx import write_idx
+from edgefd.deploy import messages as wire
+from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
+from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
+from edgefd.runtime.build import build_client, prepare
+from edgefd.runtime.config import SimulationConfig
+
+NEVER_ON_A_DEVICE = ("matplotlib", "hnswlib", "sklearn", "scipy", "onnx", "onnxruntime", "onnxscript", "torchvision")
+
+
+def test_the_client_command_imports_nothing_a_device_never_uses():
+    """Plots, the server's ANN index, export and the bundled-data packages stay out of a client
+    (torchvision is imported only by the models and encoders that need it)."""
+    probe = (
+        "import sys, edgefd.cli, edgefd.deploy.client, edgefd.deploy.client_runtime; "
+        f"print(sorted(m for m in {NEVER_ON_A_DEVICE!r} if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def fashion_like(folder: Path) -> None:
+    rng = np.random.default_rng(0)
+    folder.mkdir()
+    for name, n in (("train", 120), ("t10k", 40)):
+        write_idx(folder / f"{name}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+        write_idx(folder / f"{name}-labels-idx1-ubyte.gz", (np.arange(n) % 10).astype(np.uint8))
+
+
+def test_a_client_takes_its_share_on_demand_and_reports_its_peak(tmp_path, monkeypatch, caplog):
+    fashion_like(tmp_path / "fmnist")
+    config = SimulationConfig(
+        dataset="fmnist", data_root=str(tmp_path / "fmnist"), clients=3, rounds=1, samples_per_client=20, threads=1
+    )
+    device = ClientRuntime(ClientSettings("mem", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
+    for name in ("start", "stop", "publish"):
+        monkeypatch.setattr(device.endpoint, name, lambda *a, **k: None)
+    clear_cache()
+    with caplog.at_level(logging.INFO, logger="edgefd.deploy.client_runtime"):
+        device._handle(Incoming("down", "client-1", "config", wire.config_payload(config), nbytes=0))
+        device.stopping.set()
+        assert device.run() == 0
+    built, stopped = (r.getMessage() for r in caplog.records if "peak_rss_mb=" in r.getMessage())
+    assert "client-1: fd, model cnn2, 20 training samples" in built
+    assert float(stopped.rsplit("peak_rss_mb=", 1)[1]) >= float(built.rsplit("peak_rss_mb=", 1)[1].split()[0]) > 0
+
+    # the device's share is the simulation's, bit for bit, though only the share was made float
+    clear_cache()
+    simulated = build_client(config, prepare(config), 1).data
+    assert torch.equal(device.role.data.train_x, simulated.train_x)
+    assert torch.equal(device.role.data.test_x, simulated.test_x)
+    assert torch.equal(device.role.data.train_ids, simulated.train_ids)
+    clear_cache()
