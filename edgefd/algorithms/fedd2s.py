@@ -367,16 +367,19 @@ class FedD2SClient(ClientRole):
         model = self.model
         model.eval()
         x, step = self.data.train_x, self.context.train.eval_batch_size
-        h1s, hls = [], []
+        dims = model.layer_dims()
+        # written batch by batch into arrays made once (the features are the upload's bulk: a list of
+        # batches and its concatenation would hold them twice)
+        h1s = np.empty((len(x), dims[0]), np.float32)
+        hls = np.empty((len(x), dims[layer - 1]), np.float32) if layer > 1 else None
         for start in range(0, len(x), step):
             h1 = model.trunk(to_model(model, x[start : start + step]), 1)
-            h1s.append(h1.flatten(1).cpu())
-            if layer > 1:
-                hls.append(model.run_layers(h1, 1, layer).flatten(1).cpu())
-        dims = model.layer_dims()
-        arrays = {"h1": _concat(h1s, dims[0])}
-        if layer > 1:
-            arrays["hl"] = _concat(hls, dims[layer - 1])
+            h1s[start : start + len(h1)] = h1.flatten(1).cpu().numpy()
+            if hls is not None:
+                hls[start : start + len(h1)] = model.run_layers(h1, 1, layer).flatten(1).cpu().numpy()
+        arrays = {"h1": h1s}
+        if hls is not None:
+            arrays["hl"] = hls
         arrays["labels"] = self.data.train_y.numpy().astype(_label_dtype(self.data.num_classes))
         return Payload(UP_KIND, self.client_id, round, arrays, {"layer": layer, "samples": len(x)})
 
@@ -438,12 +441,6 @@ class FedD2SClient(ClientRole):
             self.batch_order,
         )
         return self.last_losses
-
-
-def _concat(parts: list[torch.Tensor], dim: int) -> np.ndarray:
-    if not parts:
-        return np.zeros((0, dim), dtype=np.float32)
-    return torch.cat(parts).numpy().astype(np.float32, copy=False)
 
 
 # ----------------------------------------------------------------------------------------------
