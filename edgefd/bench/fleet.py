@@ -32,13 +32,15 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgefd.deploy.broker import RunningBroker, start_broker
+from edgefd.deploy.broker import start_broker
+from edgefd.deploy.cluster import start_mosquitto_bridge, start_rabbitmq_cluster
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 
 METHODS = {
@@ -47,7 +49,9 @@ METHODS = {
     # small (the rounds, not the start-up, are what the load test measures)
     "fedcache": {"exchange": "round", "encoder": "projection:64"},
 }
-BROKER_LIMITS = "max_connections -1\nmax_queued_messages 10000\n"
+BROKER_LIMITS = "max_connections -1\nmax_inflight_messages 64\nmax_queued_messages 65536\n"
+"""The sizes of the shipped server/mosquitto/edgefd.conf: the server's one session must be able to
+queue a message from every device at once (at its start, every device's retained status)."""
 TICKS = os.sysconf("SC_CLK_TCK")
 MIN_MEASURED_SECONDS = 1.0
 """Rounds shorter than this in all are not given a CPU figure (/proc counts in 10 ms ticks)."""
@@ -66,6 +70,10 @@ class FleetPlan:
     round_timeout: float = 120.0
     deadline: float = 900.0
     """Seconds the whole size may take (start included) before it counts as broken."""
+    topology: str = "mosquitto"
+    """mosquitto (one broker), rabbitmq:N (an N-node RabbitMQ cluster: the server on node 1, the
+    device processes spread over the nodes) or bridge:N (N site Mosquittos bridged to a central one:
+    the server on the central, the devices on the sites)."""
     params: dict[str, Any] = field(default_factory=dict)
 
     def config(self, out: Path) -> SimulationConfig:
@@ -87,6 +95,7 @@ class FleetPlan:
 @dataclass
 class FleetResult:
     method: str
+    topology: str
     clients: int
     samples_per_client: int
     ok: bool
@@ -101,6 +110,7 @@ class FleetResult:
     """Cores each part used while the rounds ran (CPU seconds / wall seconds): server, broker, devices."""
     server_peak_rss_mb: float | None
     broker_peak_rss_mb: float | None
+    """The largest broker process (the busiest node of a cluster)."""
     devices_peak_rss_mb: float | None
     """The largest device process (each holds ``devices_per_process`` devices)."""
     messages_per_second: float | None
@@ -199,10 +209,46 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(float(np.percentile(values, 100 * q)), 4) if values else None
 
 
-def _start_devices(plan: FleetPlan, folder: Path, broker: str, run: str) -> list[subprocess.Popen]:
-    processes = []
+TOPOLOGIES = ("mosquitto", "rabbitmq:N", "bridge:N")
+
+
+@dataclass
+class Brokers:
+    """The brokers of one load test: where the server and the devices connect, what to watch."""
+
+    server_url: str
+    device_urls: list[str]
+    """The device processes take these in turn."""
+    pids: dict[str, int]
+    """broker-<name> -> the broker process (a RabbitMQ node's Erlang VM)."""
+    stop: Callable[[], None]
+
+
+def start_brokers(topology: str, folder: Path) -> Brokers:
+    """Start the brokers of ``topology`` (see FleetPlan.topology) on loopback."""
+    kind, _, count = topology.partition(":")
+    if kind == "mosquitto" and not count:
+        one = start_broker(kind="mosquitto", workdir=folder / "broker", extra_config=BROKER_LIMITS)
+        return Brokers(one.url, [one.url], {"broker": one.process.pid}, one.stop)
+    if kind not in ("rabbitmq", "bridge") or not count.isdigit() or int(count) < 1:
+        raise ValueError(f"topology {topology!r}: expected one of {', '.join(TOPOLOGIES)} (N >= 1)")
+    if kind == "rabbitmq":
+        cluster = start_rabbitmq_cluster(int(count), folder / "rabbitmq")
+        beams = {f"broker-{node.name.split('@')[0]}": node.beam_pid() for node in cluster.nodes}
+        pids = {name: pid for name, pid in beams.items() if pid is not None}
+        return Brokers(cluster.urls[0], cluster.urls, pids, cluster.stop)
+    bridge = start_mosquitto_bridge(int(count), folder / "bridge")
+    assert bridge.central is not None  # started, or start_mosquitto_bridge raised
+    pids = {"broker-central": bridge.central.process.pid}
+    pids.update({f"broker-site-{i + 1}": site.process.pid for i, site in enumerate(bridge.sites)})
+    return Brokers(bridge.central_url, bridge.site_urls, pids, bridge.stop)
+
+
+def _start_devices(plan: FleetPlan, folder: Path, urls: list[str], run: str) -> list[subprocess.Popen]:
+    processes: list[subprocess.Popen] = []
     for first in range(0, plan.clients, plan.devices_per_process):
         count = min(plan.devices_per_process, plan.clients - first)
+        broker = urls[len(processes) % len(urls)]
         command = [
             sys.executable, "-m", "edgefd.bench.fleet_devices", "--config", str(folder / "run.toml"),
             "--recorded", str(folder / "recorded.npz"), "--broker", broker, "--run", run,
@@ -249,30 +295,32 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
     try:
         record_payloads(config, folder / "recorded.npz")
     except ValueError as error:  # e.g. the dataset cannot give every device its samples
-        return _result(plan, folder / "server", None, None, [], f"no run: {error}", time.monotonic() - started)
-    broker: RunningBroker | None = None
+        return _result(plan, folder / "server", None, [], f"no run: {error}", time.monotonic() - started)
+    brokers: Brokers | None = None
     devices: list[subprocess.Popen] = []
     server: subprocess.Popen | None = None
     monitor: ProcessMonitor | None = None
     problem: str | None = None
     reports: list[dict[str, Any]] = []
     try:
-        broker = start_broker(kind="mosquitto", workdir=folder / "broker", extra_config=BROKER_LIMITS)
-        devices = _start_devices(plan, folder, broker.url, run)
+        brokers = start_brokers(plan.topology, folder)
+        devices = _start_devices(plan, folder, brokers.device_urls, run)
         say(f"  {plan.method}, {plan.clients} devices: {len(devices)} device processes connecting")
         ready = [_read_json_line(p, "ready", deadline) for p in devices]
         if any(r is None for r in ready):
-            problem = "devices did not all connect before the deadline"
+            failed = [i for i, r in enumerate(ready) if r is None]
+            first_log = folder / f"devices-{failed[0] * plan.devices_per_process}.log"
+            problem = f"{len(failed)} device process(es) not connected: {_last_line(devices[failed[0]], first_log)}"
             raise _Broken(problem)
         command = [
             sys.executable, "-m", "edgefd.cli", "server", "--config", str(folder / "run.toml"), "--run", run,
-            "--broker", broker.url, "--min-clients", str(plan.clients), "--round-timeout", str(plan.round_timeout),
-            "--hello-timeout", str(plan.round_timeout), "--eval-timeout", str(plan.round_timeout),
-            "--max-wait", str(plan.round_timeout), "--quiet",
+            "--broker", brokers.server_url, "--min-clients", str(plan.clients),
+            "--round-timeout", str(plan.round_timeout), "--hello-timeout", str(plan.round_timeout),
+            "--eval-timeout", str(plan.round_timeout), "--max-wait", str(plan.round_timeout), "--quiet",
         ]  # fmt: skip
         with open(folder / "server.log", "wb") as log:
             server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        pids = {"server": server.pid, "broker": broker.process.pid}
+        pids = {"server": server.pid, **brokers.pids}
         pids.update({f"devices-{i}": p.pid for i, p in enumerate(devices)})
         monitor = ProcessMonitor(pids, folder / "server" / "metrics.jsonl")
         monitor.start()
@@ -289,17 +337,26 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
         reports = [r for r in (_read_json_line(p, "report", time.monotonic() + 30) for p in devices) if r]
     except _Broken:
         pass
+    except RuntimeError as error:  # a broker that would not start
+        problem = f"brokers: {error}"
     finally:
         if monitor is not None and monitor._thread.is_alive():
             monitor.stop()
-        broker_peak = _peak_rss_mb(broker.process.pid) if broker is not None else None
         for process in [*devices, *([server] if server else [])]:
             if process.poll() is None:
                 process.kill()
             process.wait()
-        if broker is not None:
-            broker.stop()
-    return _result(plan, folder / "server", monitor, broker_peak, reports, problem, time.monotonic() - started)
+        if brokers is not None:
+            brokers.stop()
+    return _result(plan, folder / "server", monitor, reports, problem, time.monotonic() - started)
+
+
+def _last_line(process: subprocess.Popen, log: Path) -> str:
+    """Why a device process failed: the last line of its log (or that it is still connecting)."""
+    if process.poll() is None:
+        return "still connecting at the deadline"
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return f"exited with {process.returncode}: {lines[-1] if lines else 'no output'}"
 
 
 class _Broken(Exception):
@@ -310,7 +367,6 @@ def _result(
     plan: FleetPlan,
     out: Path,
     monitor: ProcessMonitor | None,
-    broker_peak: float | None,
     reports: list[dict[str, Any]],
     problem: str | None,
     wall: float,
@@ -329,16 +385,21 @@ def _result(
     if cores:
         cpu = {
             "server": cores["server"],
-            "broker": cores["broker"],
+            "broker": max(v for k, v in cores.items() if k.startswith("broker")),  # the busiest node
             "devices": round(sum(v for k, v in cores.items() if k.startswith("devices")), 3),
         }
     if problem is None and len(rounds) < plan.rounds:
         problem = f"only {len(rounds)} of {plan.rounds} rounds ran"
     if problem is None and late:
         problem = f"{late} uplink(s) missed their round"
-    device_peaks = [v for k, v in (monitor.peak_rss_mb if monitor else {}).items() if k.startswith("devices")]
+    if problem is None:
+        problem = _first_error(out.parent / "server.log")
+    peaks = monitor.peak_rss_mb if monitor else {}
+    device_peaks = [v for k, v in peaks.items() if k.startswith("devices")]
+    broker_peaks = [v for k, v in peaks.items() if k.startswith("broker")]
     return FleetResult(
         plan.method,
+        plan.topology,
         plan.clients,
         plan.samples_per_client,
         problem is None,
@@ -351,7 +412,7 @@ def _result(
         latency.get("p95"),
         cpu,
         deployment.get("peak_rss_mb"),
-        round(broker_peak, 1) if broker_peak else None,
+        round(max(broker_peaks), 1) if broker_peaks else None,
         round(max(device_peaks), 1) if device_peaks else None,
         round(frames / sum(seconds), 1) if seconds else None,
         late,
@@ -360,6 +421,19 @@ def _result(
         saturated_part(cpu),
         round(wall, 1),
     )
+
+
+def _first_error(log: Path) -> str | None:
+    """The server's first logged error (e.g. clients it never saw online), None if it logged none."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    errors = [line.split(" ERROR ", 1)[1] for line in lines if " ERROR " in line]
+    if not errors:
+        return None
+    more = f" (and {len(errors) - 1} more errors)" if len(errors) > 1 else ""
+    return f"server: {errors[0]}{more}"
 
 
 def saturated_part(cpu: dict[str, float], cores: int | None = None) -> str:
@@ -420,6 +494,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rounds", type=int, default=3, help="rounds per size (default: %(default)s)")
     parser.add_argument(
+        "--topology",
+        default="mosquitto",
+        metavar="KIND",
+        help="the brokers: mosquitto (one), rabbitmq:N (an N-node RabbitMQ cluster with its MQTT plugin; the "
+        "server on node 1, the device processes spread over the nodes) or bridge:N (N site Mosquittos bridged "
+        "to a central one that the server uses) (default: %(default)s)",
+    )
+    parser.add_argument(
         "--dataset", default="fmnist", help="the run's dataset (the devices' shares) (default: %(default)s)"
     )
     parser.add_argument(
@@ -459,6 +541,10 @@ def run(args: argparse.Namespace) -> int:
     if any(n < 1 for n in args.clients) or args.rounds < 1 or args.devices_per_process < 1:
         print("edgefd bench fleet: --clients, --rounds and --devices-per-process must be >= 1", file=sys.stderr)
         return 2
+    kind, _, count = args.topology.partition(":")
+    if not (args.topology == "mosquitto" or (kind in ("rabbitmq", "bridge") and count.isdigit() and int(count) >= 1)):
+        print(f"edgefd bench fleet: --topology {args.topology!r}: expected {', '.join(TOPOLOGIES)}", file=sys.stderr)
+        return 2
     root = args.out or Path(tempfile.mkdtemp(prefix="edgefd-fleet-"))
     from edgefd.data import load_dataset
 
@@ -475,6 +561,7 @@ def run(args: argparse.Namespace) -> int:
                 devices_per_process=args.devices_per_process,
                 round_timeout=args.round_timeout,
                 deadline=args.deadline,
+                topology=args.topology,
             )
             result = run_plan(plan, root / f"{method}-{clients}")
             results.append(result)
@@ -483,7 +570,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {method} stops growing at {clients} devices: {result.problem}", flush=True)
                 break
     print(
-        f"\nFleet load test on {os.cpu_count()} cores, loopback Mosquitto, {args.dataset}, "
+        f"\nFleet load test on {os.cpu_count()} cores, brokers: {args.topology} on loopback, {args.dataset}, "
         f"{args.samples_per_client} samples per device, {args.rounds} rounds (runs in {root}):\n"
     )
     print(format_table(results))
