@@ -30,7 +30,15 @@ from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
 
-from edgefd.protocol import Payload, ProtocolError, Reassembler, ReassemblyBudget, decode, encode, split
+from edgefd.protocol import (
+    Payload,
+    ProtocolError,
+    Reassembler,
+    ReassemblyBudget,
+    decode,
+    encode_buffers,
+    split,
+)
 
 log = logging.getLogger(__name__)
 
@@ -201,8 +209,9 @@ class WireStats:
 
 
 def encode_frames(payload: Payload, chunk_size: int) -> list[bytes]:
-    """The frames that carry `payload` (what :meth:`MqttEndpoint.publish` sends)."""
-    return split(encode(payload), chunk_size)
+    """The frames that carry `payload` (what :meth:`MqttEndpoint.publish` sends), cut from the
+    encoded buffers: the encoded message is never held whole beside its frames."""
+    return split(encode_buffers(payload), chunk_size)
 
 
 def _no_delay(sock) -> None:

@@ -120,23 +120,38 @@ def chunked_size(nbytes: int, chunk_size: int) -> int:
     return nbytes + CHUNK_HEADER_SIZE * chunk_count(nbytes, chunk_size)
 
 
-def split(data: bytes | bytearray | memoryview, chunk_size: int, message_id: bytes | int | None = None) -> list[bytes]:
+def split(
+    data: bytes | bytearray | memoryview | list, chunk_size: int, message_id: bytes | int | None = None
+) -> list[bytes]:
     """Cut ``data`` into frames of at most ``chunk_size`` bytes each, *header included* (so
-    ``chunk_size`` can be a broker's message limit). ``message_id``: 16 bytes, an int < 2**128, or
-    None for a random one. Always returns at least one frame."""
-    mv = _as_bytes_view(data)
+    ``chunk_size`` can be a broker's message limit). ``data`` may also be a list of buffers, cut as
+    their concatenation without making it (:func:`~edgefd.protocol.encode_buffers`' output).
+    ``message_id``: 16 bytes, an int < 2**128, or None for a random one. Always returns at least
+    one frame."""
+    views = [_as_bytes_view(part) for part in (data if isinstance(data, list) else [data])]
     per = _per_chunk(chunk_size)
-    total = len(mv)
+    total = sum(len(view) for view in views)
     count = chunk_count(total, chunk_size)
     if count > _U32_MAX:
         raise ValueError(f"{total} bytes at chunk_size={chunk_size} need {count} frames (> 2**32-1)")
     mid = _message_id(message_id)
     frames = []
+    part, offset = 0, 0  # where the next frame's data starts: views[part][offset:]
     for i in range(count):
-        piece = mv[i * per : (i + 1) * per]
-        prefix = CHUNK_HEADER.pack(CHUNK_MAGIC, CHUNK_VERSION, 0, mid, i, count, total, len(piece), 0)[:_CRC_OFFSET]
-        crc = zlib.crc32(piece, zlib.crc32(prefix))
-        frames.append(b"".join([prefix, struct.pack("<I", crc), piece]))
+        pieces, size = [], min(per, total - i * per)
+        while size > 0:
+            take = views[part][offset : offset + size]
+            pieces.append(take)
+            size -= len(take)
+            offset += len(take)
+            if offset == len(views[part]):
+                part, offset = part + 1, 0
+        length = sum(len(piece) for piece in pieces)
+        prefix = CHUNK_HEADER.pack(CHUNK_MAGIC, CHUNK_VERSION, 0, mid, i, count, total, length, 0)[:_CRC_OFFSET]
+        crc = zlib.crc32(prefix)
+        for piece in pieces:
+            crc = zlib.crc32(piece, crc)
+        frames.append(b"".join([prefix, struct.pack("<I", crc), *pieces]))
     return frames
 
 

@@ -317,6 +317,14 @@ def _wire_data(name: str, arr: np.ndarray, dt: np.dtype, enc: int) -> list:
 
 def encode(payload: Payload) -> bytes:
     """Serialise ``payload`` (validated first; raises :class:`PayloadError`). See the module doc."""
+    return b"".join(encode_buffers(payload))
+
+
+def encode_buffers(payload: Payload) -> list:
+    """:func:`encode` as a list of buffers whose concatenation is its bytes, without that
+    concatenation: the arrays' data are views of the arrays where their dtype is the wire's, so a
+    sender that cuts the message into frames (:func:`~edgefd.protocol.split`) never holds the
+    encoded message whole beside its frames (a 328 MB upload would need 656 MB)."""
     if not isinstance(payload, Payload):
         raise TypeError(f"encode() takes a Payload, got {type(payload).__name__}")
     payload.validate()
@@ -349,9 +357,7 @@ def encode(payload: Payload) -> bytes:
     crc = zlib.crc32(prefix)
     for p in parts:
         crc = zlib.crc32(p, crc)
-    out = b"".join([prefix, struct.pack("<I", crc), *parts])
-    assert len(out) == HEADER_SIZE + body_len
-    return out
+    return [prefix + struct.pack("<I", crc), *parts]
 
 
 # ====================================================================== decode

@@ -344,3 +344,23 @@ def test_a_shared_budget_bounds_every_reassembler_using_it():
         r.timeout = 1e-9
         r.evict_stale()
     assert budget.used == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 700), min_size=0, max_size=4),
+    precision=st.sampled_from(["fp32", "fp16", "int8"]),
+    chunk_size=st.integers(CHUNK_HEADER_SIZE + 1, 2000),
+)
+def test_frames_cut_from_the_encoded_buffers_are_those_of_the_encoded_bytes(sizes, precision, chunk_size):
+    """A sender cuts frames from encode_buffers (never holding the encoded message beside its
+    frames): the frames must be the bytes' frames, exactly."""
+    from edgefd.protocol import encode_buffers
+
+    rng = np.random.default_rng(len(sizes) * 1000 + chunk_size)
+    arrays = {f"a{i}": rng.standard_normal(n).astype(np.float32) for i, n in enumerate(sizes)}
+    arrays["ids"] = np.arange(sum(sizes), dtype=np.int64)
+    payload = Payload("logits", "client-1", 3, arrays, {"n": 7}).with_precision(precision, list(arrays)[:-1])
+    buffers = encode_buffers(payload)
+    assert b"".join(buffers) == encode(payload)
+    assert split(buffers, chunk_size, message_id=5) == split(encode(payload), chunk_size, message_id=5)
