@@ -50,6 +50,18 @@ def _missing(
     )
 
 
+def _stack(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``, freeing each part once copied: the pages of the result are touched
+    as they are written, so the images are held about once (150 MB for CIFAR-10), not twice."""
+    out = np.empty((sum(len(p) for p in parts), *parts[0].shape[1:]), dtype=parts[0].dtype)
+    start = 0
+    while parts:
+        part = parts.pop(0)  # the list lets go of it: freed once copied
+        out[start : start + len(part)] = part
+        start += len(part)
+    return out
+
+
 def load_cifar10(root: Path, on_demand: bool = False) -> Dataset:
     """CIFAR-10: 50,000 + 10,000 RGB 32x32 images, 10 classes. ``on_demand``: see
     :func:`edgefd.data.dataset.image_dataset`."""
@@ -57,9 +69,13 @@ def load_cifar10(root: Path, on_demand: bool = False) -> Dataset:
     folder = root / CIFAR10_FOLDER
     if not all((folder / f).is_file() for f in files):
         raise _missing("CIFAR-10", "cifar10", root, CIFAR10_FOLDER, files, "cifar-10-python.tar.gz")
-    parts = [read_cifar_batch(folder / f, "labels") for f in CIFAR10_TRAIN]
-    train_x = np.concatenate([p[0] for p in parts])
-    train_y = np.concatenate([p[1] for p in parts])
+    images, labels = [], []
+    for file in CIFAR10_TRAIN:
+        x, y = read_cifar_batch(folder / file, "labels")
+        images.append(x)
+        labels.append(y)
+    del x
+    train_x, train_y = _stack(images), np.concatenate(labels)
     test_x, test_y = read_cifar_batch(folder / CIFAR10_TEST[0], "labels")
     names = _read_meta_names(folder / "batches.meta", "label_names")
     return image_dataset("cifar10", train_x, train_y, test_x, test_y, 10, class_names=names, on_demand=on_demand)
