@@ -120,6 +120,8 @@ class FleetResult:
     connection_losses: int
     saturated: str
     wall_seconds: float
+    broker_urls: dict[str, Any] = field(default_factory=dict)
+    """Where the server and each device process connected."""
 
 
 class ProcessMonitor:
@@ -244,11 +246,13 @@ def start_brokers(topology: str, folder: Path) -> Brokers:
     return Brokers(bridge.central_url, bridge.site_urls, pids, bridge.stop)
 
 
-def _start_devices(plan: FleetPlan, folder: Path, urls: list[str], run: str) -> list[subprocess.Popen]:
+def _start_devices(plan: FleetPlan, folder: Path, urls: list[str], run: str, used: list[str]) -> list[subprocess.Popen]:
+    """The device processes, taking ``urls`` in turn (appended to ``used``, one per process)."""
     processes: list[subprocess.Popen] = []
     for first in range(0, plan.clients, plan.devices_per_process):
         count = min(plan.devices_per_process, plan.clients - first)
         broker = urls[len(processes) % len(urls)]
+        used.append(broker)
         command = [
             sys.executable, "-m", "edgefd.bench.fleet_devices", "--config", str(folder / "run.toml"),
             "--recorded", str(folder / "recorded.npz"), "--broker", broker, "--run", run,
@@ -295,8 +299,9 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
     try:
         record_payloads(config, folder / "recorded.npz")
     except ValueError as error:  # e.g. the dataset cannot give every device its samples
-        return _result(plan, folder / "server", None, [], f"no run: {error}", time.monotonic() - started)
+        return _result(plan, folder / "server", None, [], f"no run: {error}", time.monotonic() - started, {})
     brokers: Brokers | None = None
+    urls: dict[str, Any] = {"server": None, "devices": []}
     devices: list[subprocess.Popen] = []
     server: subprocess.Popen | None = None
     monitor: ProcessMonitor | None = None
@@ -304,7 +309,8 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
     reports: list[dict[str, Any]] = []
     try:
         brokers = start_brokers(plan.topology, folder)
-        devices = _start_devices(plan, folder, brokers.device_urls, run)
+        urls["server"] = brokers.server_url
+        devices = _start_devices(plan, folder, brokers.device_urls, run, urls["devices"])
         say(f"  {plan.method}, {plan.clients} devices: {len(devices)} device processes connecting")
         ready = [_read_json_line(p, "ready", deadline) for p in devices]
         if any(r is None for r in ready):
@@ -348,7 +354,7 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
             process.wait()
         if brokers is not None:
             brokers.stop()
-    return _result(plan, folder / "server", monitor, reports, problem, time.monotonic() - started)
+    return _result(plan, folder / "server", monitor, reports, problem, time.monotonic() - started, urls)
 
 
 def _last_line(process: subprocess.Popen, log: Path) -> str:
@@ -370,6 +376,7 @@ def _result(
     reports: list[dict[str, Any]],
     problem: str | None,
     wall: float,
+    urls: dict[str, Any],
 ) -> FleetResult:
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] if out.exists() else []
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
@@ -420,6 +427,7 @@ def _result(
         sum(r.get("connection_losses", 0) for r in reports),
         saturated_part(cpu),
         round(wall, 1),
+        urls,
     )
 
 

@@ -70,3 +70,24 @@ def test_the_part_that_saturates_first_is_named_from_the_cpu_it_used():
     assert saturated_part({"server": 0.6, "broker": 0.2, "devices": 1.0}, cores=2).startswith("the machine's 2 cores")
     assert saturated_part({"server": 0.3, "broker": 0.1, "devices": 0.2}, cores=2).startswith("none")
     assert saturated_part({}, cores=2).startswith("-")
+
+
+@needs_mosquitto
+def test_the_load_test_spreads_its_devices_over_bridged_site_brokers(tmp_path):
+    out = tmp_path / "fleet.json"
+    argv = [
+        "bench", "fleet", "--methods", "fd", "--clients", "20", "--rounds", "2", "--topology", "bridge:2",
+        "--samples-per-client", "20", "--devices-per-process", "10", "--dataset", "digits",
+        "--out", str(tmp_path / "runs"), "--json", str(out),
+    ]  # fmt: skip
+    assert cli.main(argv) == 0
+    (result,) = json.loads(out.read_text())
+    assert result["ok"], result["problem"]
+    assert result["topology"] == "bridge:2" and result["rounds_done"] == 2 and result["late_uplinks"] == 0
+    urls = result["broker_urls"]  # the two device processes dialled the two sites, the server the central
+    assert len(set(urls["devices"])) == 2 and urls["server"] not in urls["devices"]
+
+
+def test_an_unknown_topology_is_refused_with_the_choices(capsys):
+    assert cli.main(["bench", "fleet", "--topology", "rabbit"]) == 2
+    assert "mosquitto, rabbitmq:N, bridge:N" in capsys.readouterr().err
