@@ -217,9 +217,13 @@ class Device:
                 self.fleet.report.stopped += 1
                 self._publish(self.fleet.topics.status(cid), wire.status_payload(cid, wire.OFFLINE), retain=True)
             return
-        else:  # config (retained: the device already knows the run), steps (not a round-batched method)
-            if verb == "steps":
-                log.error("%s: a steps request; the load test replays round-batched methods only", cid)
+        elif verb == "config":
+            # as `edgefd client` does: a config sent again means the server has not seen this device
+            # online (a broker that hands retained statuses to exact-topic subscriptions only)
+            self._publish(self.fleet.topics.status(cid), wire.status_payload(cid, wire.ONLINE), retain=True)
+            return
+        else:  # steps: not a round-batched method
+            log.error("%s: a %s request; the load test replays round-batched methods only", cid, verb)
             return
         self._publish(self.fleet.topics.up(cid, verb), answer)
         self.fleet.report.answered[verb] += 1

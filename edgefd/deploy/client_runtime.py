@@ -318,6 +318,10 @@ class ClientRuntime:
         if self.config is not None:
             if asdict(config) != asdict(self.config):
                 log.warning("%s: the server sent another config; keeping the one this run started with", self.cid)
+            # The server sends a config again only to clients it does not see online: its broker did
+            # not hand it this client's retained status (RabbitMQ's MQTT plugin hands retained
+            # messages to exact-topic subscriptions only, and the server's is status/+). Say it again.
+            self._say(wire.ONLINE)
             return
         if self.cid not in _client_ids(config):
             raise ValueError(

@@ -100,6 +100,19 @@ def test_a_stop_left_retained_by_an_earlier_run_does_not_stop_a_new_client():
     assert not device.stopping.is_set()
 
 
+def test_a_client_sent_its_config_again_says_again_that_it_is_online(monkeypatch):
+    """The server sends a config again only to clients it does not see online (RabbitMQ hands the
+    retained statuses to no wildcard subscription): the client must answer with its status."""
+    device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
+    sent = []
+    monkeypatch.setattr(device.endpoint, "publish", lambda topic, payload, retain=False: sent.append(payload))
+    config = wire.config_payload(SimulationConfig(dataset="digits", clients=2, rounds=1, threads=1))
+    device._handle(Incoming("down", "client-1", "config", config, nbytes=0))
+    assert [p.scalars["state"] for p in sent] == [wire.ONLINE]  # built, and said so
+    device._handle(Incoming("down", "client-1", "config", config, nbytes=0))
+    assert [p.scalars["state"] for p in sent] == [wire.ONLINE, wire.ONLINE]  # not rebuilt; said so again
+
+
 def test_a_password_file_others_can_read_is_refused(tmp_path):
     from edgefd.deploy.flags import read_password
 
