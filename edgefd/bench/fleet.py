@@ -15,10 +15,12 @@ round. The table gives, per N: the start-up (round 0: every hello, the server's 
 evaluation), round seconds p50 / p95, the server's uplink latency p50 / p95 (request sent to
 uplink decoded), the CPU each part used while the rounds ran (1.0 = one core), the server's and
 the broker's peak memory, messages per second through the server, late uplinks and refused
-messages, and which part saturated first. Sizes grow until one breaks (a round with a late uplink,
-a failed server, or the deadline), so the run is bounded in count and in time; everything is on
-127.0.0.1 and stops by itself. The devices share the machine's cores with the broker and the
-server: on a small machine the load generator is part of what saturates, and the table says so.
+messages, and which part ran out of CPU first. (What gives first here does so below one core: the
+server's one Python interpreter, its lock held most of the time; docs/DEPLOYMENT.md.) Sizes grow
+until one breaks (a round with a late uplink, a server error, or the deadline), so the run is
+bounded in count and in time; everything is on 127.0.0.1 and stops by itself. The devices share
+the machine's cores with the broker and the server: on a small machine the load generator is part
+of what saturates, and the table says so.
 """
 
 from __future__ import annotations
@@ -467,7 +469,7 @@ def format_table(results: list[FleetResult]) -> str:
 
     header = (
         "| method | devices | samples each | ok | start s | round s p50 / p95 | uplink latency s p50 / p95 "
-        "| CPU cores server / broker / devices | server MB | broker MB | msg/s | late | refused | saturated first |"
+        "| CPU cores server / broker / devices | server MB | broker MB | msg/s | late | refused | out of CPU first |"
     )
     rows = [header, "|" + "---|" * 14]
     for r in results:
