@@ -173,25 +173,33 @@ def image_dataset(
     if train_x.ndim != 4 or test_x.ndim != 4:
         raise ValueError(f"{name}: expected (N, C, H, W) images, got {train_x.shape} and {test_x.shape}")
     shape = tuple(int(s) for s in train_x.shape[1:])
-    common = {
-        "name": name,
-        "train_y": torch.from_numpy(np.asarray(train_y, dtype=np.int64)),
-        "test_y": torch.from_numpy(np.asarray(test_y, dtype=np.int64)),
-        "num_classes": int(num_classes),
-        "input_shape": shape,
-        "input_scale": float(input_scale),
-        "class_names": class_names,
-    }
+
+    def made(
+        train: torch.Tensor, test: torch.Tensor, mean: np.ndarray, std: np.ndarray, raw: RawImages | None
+    ) -> Dataset:
+        return Dataset(
+            name=name,
+            train_x=train,
+            train_y=torch.from_numpy(np.asarray(train_y, dtype=np.int64)),
+            test_x=test,
+            test_y=torch.from_numpy(np.asarray(test_y, dtype=np.int64)),
+            num_classes=int(num_classes),
+            input_shape=shape,
+            mean=tuple(float(m) for m in mean),
+            std=tuple(float(s) for s in std),
+            input_scale=float(input_scale),
+            class_names=class_names,
+            raw=raw,
+        )
+
     if train_x.dtype == np.uint8 and test_x.dtype == np.uint8:
         mean, std = uint8_channel_stats(train_x, input_scale)
         raw = RawImages(train_x, test_x, float(input_scale), mean.astype(np.float32), std.astype(np.float32))
-        stats = {"mean": tuple(float(m) for m in mean), "std": tuple(float(s) for s in std)}
         if on_demand:
             empty = torch.empty((0, *shape), dtype=torch.float32)
-            return Dataset(train_x=empty, test_x=empty, raw=raw, **stats, **common)
+            return made(empty, empty, mean, std, raw)
         # a full-size float32 copy of the images is the only one made (Fashion-MNIST: 188 MB)
-        train, test = raw.normalise(train_x), raw.normalise(test_x)
-        return Dataset(train_x=torch.from_numpy(train), test_x=torch.from_numpy(test), **stats, **common)
+        return made(torch.from_numpy(raw.normalise(train_x)), torch.from_numpy(raw.normalise(test_x)), mean, std, None)
     # in place: a full-size float32 copy of the images is the only one made
     train = train_x.astype(np.float32)
     test = test_x.astype(np.float32)
@@ -201,10 +209,6 @@ def image_dataset(
     for images in (train, test):
         images -= mean.reshape(1, -1, 1, 1).astype(np.float32)
         images /= std.reshape(1, -1, 1, 1).astype(np.float32)
-    return Dataset(
-        train_x=torch.from_numpy(np.ascontiguousarray(train, dtype=np.float32)),
-        test_x=torch.from_numpy(np.ascontiguousarray(test, dtype=np.float32)),
-        mean=tuple(float(m) for m in mean),
-        std=tuple(float(s) for s in std),
-        **common,
-    )
+    train_t = torch.from_numpy(np.ascontiguousarray(train, dtype=np.float32))
+    test_t = torch.from_numpy(np.ascontiguousarray(test, dtype=np.float32))
+    return made(train_t, test_t, mean, std, None)

@@ -44,7 +44,7 @@ def _final_accuracy(setting: str, algo: str, models: str, out) -> float:
     original = run_build.load_dataset
     try:
         if setting == "label-ordered":
-            run_build.load_dataset = lambda name, root=None: label_ordered(original(name, root=root))
+            run_build.load_dataset = lambda name, root=None, **kw: label_ordered(original(name, root=root, **kw))
         accuracy = float(simulate.run(config, progress=False)["final_accuracy"])
     finally:
         run_build.load_dataset = original

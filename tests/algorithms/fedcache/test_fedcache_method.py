@@ -191,7 +191,9 @@ def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypat
     import edgefd.runtime.build as run_build
 
     original = run_build.load_dataset
-    monkeypatch.setattr(run_build, "load_dataset", lambda name, root=None: label_ordered(original(name, root=root)))
+    monkeypatch.setattr(
+        run_build, "load_dataset", lambda name, root=None, **kw: label_ordered(original(name, root=root, **kw))
+    )
     sim = build(SimulationConfig(**{**PER_BATCH, "clients": 2, "partition": "iid"}))
     client = sim.clients["client-0"]
     labels_of = dict(zip(client.ids.tolist(), client.data.train_y.tolist()))
