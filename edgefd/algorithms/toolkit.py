@@ -1,10 +1,12 @@
 """Chores every method shares, written once: the wire precision of knowledge, matching knowledge
-to samples by stable id, and averaging model states."""
+to samples by stable id, averaging model states, and what the clients of one process share."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -151,3 +153,23 @@ def robust_states(states: list[dict[str, np.ndarray]], how: str, trim: float = 0
         dtype = np.asarray(first).dtype
         out[name] = np.rint(combined).astype(dtype) if np.issubdtype(dtype, np.integer) else combined.astype(dtype)
     return out
+
+
+_Shared = TypeVar("_Shared", bound=Callable[..., Any])
+_SHARED_CACHES: list[Any] = []
+
+
+def shared_by_clients(function: _Shared) -> _Shared:
+    """``functools.lru_cache(maxsize=1)`` for something the clients of one process build once and
+    share (FedCache's mobilenet encoder: an ONNX export and an onnxruntime session, ~100 MB): a
+    simulation's clients reuse it; a deployed client, alone in its process, lets it go with
+    :func:`release_shared` once its hello is answered."""
+    cached = functools.lru_cache(maxsize=1)(function)
+    _SHARED_CACHES.append(cached)
+    return cached  # type: ignore[return-value]  # lru_cache's wrapper calls like the function
+
+
+def release_shared() -> None:
+    """Forget what :func:`shared_by_clients` keeps (a later call builds it again)."""
+    for cached in _SHARED_CACHES:
+        cached.cache_clear()

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from edgefd.algorithms.base import ClientData, ClientRole
+from edgefd.algorithms.toolkit import release_shared
 from edgefd.data import clear_cache as clear_dataset_cache
 from edgefd.deploy import checkpoint
 from edgefd.deploy import messages as wire
@@ -199,6 +200,7 @@ class ClientRuntime:
         if msg.verb == "hello":
             role = self.role
             self._answer("hello", 0, lambda: envelope.hello(role), round)
+            release_shared()  # what simulated clients share (FedCache's hash encoder): this device is done with it
         elif msg.verb == "train":
             log.info("%s: train %d requested", self.cid, round)
             if ("train", round) not in self.replies and round <= self.last_round:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgefd.algorithms.toolkit import shared_by_clients
 from edgefd.data import clear_cache
 from edgefd.data.idx import write_idx
 from edgefd.deploy import messages as wire
@@ -51,8 +52,14 @@ def test_a_client_takes_its_share_on_demand_and_reports_its_peak(tmp_path, monke
     for name in ("start", "stop", "publish"):
         monkeypatch.setattr(device.endpoint, name, lambda *a, **k: None)
     clear_cache()
+    builds = []
+    shared = shared_by_clients(lambda: builds.append(1) or object())  # like FedCache's hash encoder
+    shared()
     with caplog.at_level(logging.INFO, logger="edgefd.deploy.client_runtime"):
         device._handle(Incoming("down", "client-1", "config", wire.config_payload(config), nbytes=0))
+        device._handle(Incoming("down", "client-1", "hello", wire.request(None, 0), nbytes=0))
+        shared()  # the device let go of what simulated clients share once its hello was answered
+        assert len(builds) == 2
         device.stopping.set()
         assert device.run() == 0
     built, stopped = (r.getMessage() for r in caplog.records if "peak_rss_mb=" in r.getMessage())

@@ -22,7 +22,6 @@ Every client must use the same encoder. Three are available, named by a spec str
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import torch
 from torch import nn
 
 from edgefd import progress
+from edgefd.algorithms.toolkit import shared_by_clients
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -178,10 +178,11 @@ def onnxruntime_function(module: nn.Module, shape: tuple[int, ...]) -> Callable[
     return run
 
 
-@functools.lru_cache(maxsize=1)
+@shared_by_clients
 def _shared_mobilenet_encoder(weights: str | None, stamp: int) -> HashEncoder:
     """One mobilenet encoder per process (``stamp``: the weights file's mtime, so a rewritten file
-    is read again): the simulated clients of a run share its ONNX export and session."""
+    is read again): the simulated clients of a run share its ONNX export and session (a deployed
+    client lets it go after its hello: toolkit.release_shared)."""
     return _mobilenet_encoder(weights)
 
 
