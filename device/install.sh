@@ -13,7 +13,9 @@
 #   2. a virtual environment in PREFIX/venv with the aarch64 CPU torch that PyPI has
 #      (torch 2.9.1 / torchvision 0.24.1), or the system's torch (--torch system, for NVIDIA's
 #      JetPack build on a Jetson);
-#   3. edgefd and its dependencies into that venv, compiling the kernels, and a check that they load;
+#   3. edgefd into that venv, compiling the kernels, with the dependencies a device uses
+#      (device/requirements.txt: not the workstation's plotting and export packages), and a check
+#      that they load;
 #   4. a service: system user `edgefd`, /etc/edgefd/client.toml (from client.example.toml, never
 #      overwritten), /etc/systemd/system/edgefd-client.service, and /usr/local/bin/edgefd.
 #      The service is installed but not started: edit the config first, then
@@ -155,10 +157,17 @@ else
   # Without build isolation the build tools come from the venv: scikit-build-core and pybind11 for
   # edgefd (setuptools and wheel for any sdist a dependency may bring).
   "${pip[@]}" install -q scikit-build-core pybind11 setuptools wheel
-  EDGEFD_CUDA="$cuda" "${pip[@]}" install -q --no-build-isolation "$target"
+  # --no-deps: a device gets what the client and predict use (device/requirements.txt), not the
+  # workstation's plotting and export packages, and pip never swaps the torch chosen above (a
+  # Jetson's) for a PyPI one to satisfy torchvision.
+  EDGEFD_CUDA="$cuda" "${pip[@]}" install -q --no-build-isolation --no-deps "$target"
+  say "pip install -r $here/requirements.txt (the device's dependencies)"
+  "${pip[@]}" install -q -r "$here/requirements.txt"
   [[ -z "$fingerprint" ]] || echo "$fingerprint" >"$stamp"
 fi
 "$venv/bin/python" -c "import edgefd, edgefd.kernels as k; assert k.cpp_available(), 'C++ kernels did not load'; print('[edgefd install] edgefd', edgefd.__version__, 'with C++ kernels')"
+"$venv/bin/python" -c 'import torchvision' 2>/dev/null \
+  || say "warning: no torchvision here: DFL's mobilenet_v2 and vgg16 and FedCache's encoder=mobilenet need it"
 
 # --- 4. the service -------------------------------------------------------------------------------
 if ((service)); then

@@ -73,3 +73,20 @@ def test_a_client_takes_its_share_on_demand_and_reports_its_peak(tmp_path, monke
     assert torch.equal(device.role.data.test_x, simulated.test_x)
     assert torch.equal(device.role.data.train_ids, simulated.train_ids)
     clear_cache()
+
+
+def test_the_device_install_takes_the_device_requirements_from_pyproject():
+    """device/install.sh installs edgefd with --no-deps, then device/requirements.txt: a subset of
+    pyproject's dependencies with the same bounds, without the workstation's plots and exporter."""
+    import tomllib
+
+    repo = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["dependencies"]
+    lines = (repo / "device" / "requirements.txt").read_text().splitlines()
+    device = [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+    assert device and set(device) <= set(project)
+    names = {r.split(">")[0].split("=")[0] for r in device}
+    assert {"numpy", "paho-mqtt", "onnxruntime"} <= names
+    assert not names & {"matplotlib", "onnxscript", "torch", "torchvision"}  # torch: pinned by install.sh
+    script = (repo / "device" / "install.sh").read_text()
+    assert "--no-deps" in script and '-r "$here/requirements.txt"' in script
