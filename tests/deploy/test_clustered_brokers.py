@@ -85,6 +85,7 @@ def deploy(tmp_path: Path, server_url: str, client_urls: list[str]) -> None:
         log=logs / "server.log",
     )  # fmt: skip
     processes = [server]
+    failed = lambda: any(p.poll() not in (None, 0) for p in processes[1:])  # noqa: E731
     try:
         stranger = configs_published(server_url)
         try:
@@ -95,12 +96,20 @@ def deploy(tmp_path: Path, server_url: str, client_urls: list[str]) -> None:
             url = client_urls[index % len(client_urls)]
             where = ["--broker", url, "--run", "past-one", "--client-id", cid, "--state-dir", tmp_path / "state"]
             processes.append(edgefd("client", *where, log=logs / f"{cid}.log"))
+        # until the server ends, or a client fails (the server would wait for it)
+        wait_for(lambda: server.poll() is not None or failed(), 150, "the end of the run")
     finally:
-        finish(processes, timeout=150)
-    for process, name in zip(processes, ["server", *CLIENTS]):
-        assert process.returncode == 0, (
-            f"{name} exited with {process.returncode}:\n" + ((logs / f"{name}.log").read_text()[-3000:])
-        )
+        if server.poll() is None:  # something failed: nothing to wait for
+            for process in processes:
+                process.kill()
+        finish(processes, timeout=30)
+    names = ["server", *CLIENTS]
+    failures = [
+        f"{name} exited with {process.returncode}:\n{(logs / f'{name}.log').read_text()[-1500:]}"
+        for process, name in zip(processes, names)
+        if process.returncode != 0
+    ]
+    assert not failures, "\n".join(failures)
     sim_lines, dep_lines = lines_of(simulated), lines_of(out)
     assert len(dep_lines) == CONFIG["rounds"] + 1  # round 0 (the start's evaluation) and each round
     assert [comparable(line) for line in dep_lines] == [comparable(line) for line in sim_lines]
