@@ -1,0 +1,249 @@
+"""Deployment overhead: `edgefd deploy-local` against `edgefd simulate`, per round after start-up.
+
+    python3 benchmarks/deploy_overhead.py                              # FD and FedCache, fmnist, 10 clients
+    python3 benchmarks/deploy_overhead.py --arms fd,fedcache-round --rounds 6 --json overhead.json
+    python3 benchmarks/deploy_overhead.py --quick                      # digits, tiny: checks it runs
+
+Each arm runs the same config twice, each time in processes of its own: `edgefd simulate` (one
+process, the clients one after another) and `edgefd deploy-local` (a Mosquitto broker, the server
+and one process per client, all on this machine). Both write metrics.jsonl with each round's
+`seconds` (train, aggregate, evaluate: the one round loop's own timer), so start-up is apart:
+it is reported as the wall time from launch until round 0 (the hellos and the first evaluation)
+is written. While a run goes, the benchmark reads the CPU time (user + system) of every process
+of the run (simulate; or deploy-local with its broker, server and clients) from /proc each time
+a round is written, so each round also has its CPU seconds: on a machine with fewer cores than
+clients the deployment's wall time per round is that of clients sharing the cores, and its CPU
+seconds show what the deployment costs beyond the simulation's work.
+
+Prints, per arm, the median over rounds 2..R (round 1 pays for warm-up) of wall and CPU seconds
+per round for each, and the ratios deploy / simulate; --json FILE writes everything, including
+every round's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+ARMS = {
+    "fd": ("fd", ()),
+    "fedcache-round": ("fedcache", ("exchange=round",)),
+    "fedcache-batch": ("fedcache", ("exchange=batch",)),
+}
+
+
+@dataclass
+class RunResult:
+    command: str
+    """simulate | deploy-local"""
+    startup_seconds: float
+    """Launch until round 0 is written (imports, data, models, hellos, the first evaluation)."""
+    total_seconds: float
+    round_seconds: list[float]
+    """metrics.jsonl's `seconds` of rounds 1..R."""
+    round_cpu_seconds: list[float]
+    """CPU seconds of all the run's processes between the lines of rounds r-1 and r, for r = 1..R."""
+    accuracy: float | None
+    processes: int
+    """The most processes the run had at once (deploy-local: itself, broker, server, clients)."""
+
+
+@dataclass
+class ArmResult:
+    arm: str
+    algo: str
+    params: list[str]
+    simulate: RunResult
+    deploy: RunResult
+    wall_ratio: float = 0.0
+    cpu_ratio: float = 0.0
+    same_accuracy: bool = False
+    settings: dict = field(default_factory=dict)
+
+
+def median_after_warmup(values: list[float]) -> float:
+    later = values[1:] or values
+    return statistics.median(later)
+
+
+# ------------------------------------------------------------------------------------- processes
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of a live process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def tree_cpu(root: int) -> tuple[float, int]:
+    """CPU seconds (user + system) of ``root`` and its live descendants, and their number."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                stats[int(entry)] = stat
+    members, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, _) in stats.items():
+            if ppid == parent and pid not in members:
+                members.add(pid)
+                frontier.append(pid)
+    return sum(stats[p][1] for p in members if p in stats), len(members & stats.keys())
+
+
+def run_one(command: str, settings: list[str], out: Path, timeout: float) -> RunResult:
+    """One run, watched: the CPU time of its processes is read whenever a round line is written."""
+    metrics = out / "metrics.jsonl"
+    extra = ["--round-timeout", "600", "--hello-timeout", "600"] if command == "deploy-local" else []
+    argv = [sys.executable, "-m", "edgefd.cli", command, *settings, *extra, "--out", str(out), "--quiet"]
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cpu_at_line: list[float] = []
+    startup = None
+    most = 1
+    try:
+        while process.poll() is None:
+            if time.perf_counter() - started > timeout:
+                raise RuntimeError(f"{command} did not finish within {timeout:.0f} s")
+            lines = metrics.read_text().count("\n") if metrics.exists() else 0
+            cpu, count = tree_cpu(process.pid)
+            most = max(most, count)
+            while len(cpu_at_line) < lines:  # usually one new line; the CPU read is within 0.1 s of it
+                cpu_at_line.append(cpu)
+                if startup is None:
+                    startup = time.perf_counter() - started
+            time.sleep(0.1)
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # deploy-local stops its broker, server and clients
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    output = process.stdout.read() if process.stdout else ""
+    if process.returncode != 0:
+        raise RuntimeError(f"{command} exited {process.returncode}:\n{output[-2000:]}")
+    total = time.perf_counter() - started
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rounds = [r for r in records if r["round"] >= 1]
+    cpu = [b - a for a, b in zip(cpu_at_line, cpu_at_line[1:])]
+    return RunResult(
+        command,
+        round(startup or total, 2),
+        round(total, 2),
+        [round(r["seconds"], 3) for r in rounds],
+        [round(c, 2) for c in cpu],
+        records[-1].get("accuracy"),
+        most,
+    )
+
+
+def settings_of(algo: str, params: tuple[str, ...], args: argparse.Namespace) -> list[str]:
+    flags = [
+        "--algo", algo, "--dataset", args.dataset, "--clients", str(args.clients), "--rounds", str(args.rounds),
+        "--samples-per-client", str(args.samples_per_client), "--threads", str(args.threads), "--seed", "0",
+    ]  # fmt: skip
+    for param in (*params, *args.param):
+        flags += ["--param", param]
+    return flags
+
+
+def run_arm(name: str, args: argparse.Namespace, folder: Path) -> ArmResult:
+    algo, params = ARMS[name]
+    settings = settings_of(algo, params, args)
+    simulate = run_one("simulate", settings, folder / f"{name}-simulate", args.timeout)
+    deploy = run_one("deploy-local", settings, folder / f"{name}-deploy", args.timeout)
+    result = ArmResult(name, algo, list(params), simulate, deploy, settings={"flags": settings})
+    result.wall_ratio = round(
+        median_after_warmup(deploy.round_seconds) / median_after_warmup(simulate.round_seconds), 3
+    )
+    sim_cpu, dep_cpu = median_after_warmup(simulate.round_cpu_seconds), median_after_warmup(deploy.round_cpu_seconds)
+    result.cpu_ratio = round(dep_cpu / sim_cpu, 3) if sim_cpu else 0.0
+    result.same_accuracy = simulate.accuracy == deploy.accuracy
+    return result
+
+
+def table(results: list[ArmResult], args: argparse.Namespace) -> str:
+    lines = [
+        f"{args.dataset}, {args.clients} clients, {args.samples_per_client} samples each, {args.rounds} rounds, "
+        f"--threads {args.threads} in every process, seed 0; medians over rounds 2..{args.rounds}",
+        "",
+        "| arm | start-up s, simulate | start-up s, deploy | s / round, simulate | s / round, deploy | wall ratio | "
+        "CPU s / round, simulate | CPU s / round, deploy | CPU ratio | same final accuracy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        s, d = r.simulate, r.deploy
+        lines.append(
+            f"| {r.arm} | {s.startup_seconds:.1f} | {d.startup_seconds:.1f} | "
+            f"{median_after_warmup(s.round_seconds):.2f} | {median_after_warmup(d.round_seconds):.2f} | "
+            f"{r.wall_ratio:.2f} | {median_after_warmup(s.round_cpu_seconds):.2f} | "
+            f"{median_after_warmup(d.round_cpu_seconds):.2f} | {r.cpu_ratio:.2f} | "
+            f"{'yes' if r.same_accuracy else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def _interrupted(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arms", default="fd,fedcache-round,fedcache-batch", help=f"of {', '.join(ARMS)}")
+    parser.add_argument("--dataset", default="fmnist")
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--samples-per-client", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5, help="rounds; the medians skip round 1 (default: 5)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in every process (default: 1)")
+    parser.add_argument("--param", action="append", default=[], help="extra --param NAME=VALUE for every run")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds before a run is abandoned")
+    parser.add_argument("--quick", action="store_true", help="digits, 2 clients, 2 rounds: checks that it runs")
+    parser.add_argument("--keep", metavar="DIR", help="keep the run folders here")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)
+    if args.quick:
+        args.dataset, args.clients, args.samples_per_client, args.rounds = "digits", 2, 40, 2
+    names = [n.strip() for n in args.arms.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(ARMS))
+    if unknown or args.rounds < 2:
+        parser.error(f"--arms: unknown {', '.join(unknown)}" if unknown else "--rounds must be >= 2")
+    scratch = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="edgefd-deploy-overhead-"))
+    results = []
+    try:
+        for name in names:
+            print(f"{name}: simulate, then deploy-local", flush=True)
+            result = run_arm(name, args, scratch)
+            print(f"  wall ratio {result.wall_ratio}, CPU ratio {result.cpu_ratio}", flush=True)
+            results.append(result)
+    finally:
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+    print()
+    print(table(results, args))
+    if args.json:
+        document = {k: v for k, v in vars(args).items() if k not in ("json", "keep")}
+        Path(args.json).write_text(json.dumps({**document, "arms": [asdict(r) for r in results]}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
