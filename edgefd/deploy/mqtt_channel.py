@@ -99,7 +99,8 @@ class ClientStats:
 
     online: bool = False
     connects: int = 0
-    """"online" statuses seen (first connection and every reconnection)."""
+    """Times the client came online: its first connection and every reconnection (an "online" after
+    an "offline"; a client says "online" again while online when it is sent its config again)."""
     disconnects: int = 0
     """"offline" statuses seen (clean stops and last wills)."""
     selected: int = 0
@@ -499,8 +500,8 @@ class MqttChannel:
             return
         stats = self.stats[cid]
         if state == wire.ONLINE:
-            stats.connects += 1
-            if not stats.online:
+            if not stats.online:  # an "online" repeated while online (a config sent again) is no new connection
+                stats.connects += 1
                 log.info("%s is online", cid)
             stats.online = True
             phase = self.phase
