@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from edgefd.deploy.broker import start_broker
-from edgefd.deploy.cluster import start_mosquitto_bridge, start_rabbitmq_cluster
+from edgefd.deploy.cluster import rss_mb, start_mosquitto_bridge, start_rabbitmq_cluster
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 
 METHODS = {
@@ -152,7 +152,7 @@ class ProcessMonitor:
         lines = 0
         while not self._stop.wait(0.05):
             for name, pid in self.pids.items():
-                self.peak_rss_mb[name] = max(self.peak_rss_mb.get(name, 0.0), _peak_rss_mb(pid))
+                self.peak_rss_mb[name] = max(self.peak_rss_mb.get(name, 0.0), rss_mb(pid, peak=True) or 0.0)
             now = _count_lines(self.metrics)
             if now > lines:
                 lines = now
@@ -176,16 +176,6 @@ def _cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICKS  # fields 14 and 15 of stat(5)
-
-
-def _peak_rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def _count_lines(path: Path) -> int:
