@@ -40,6 +40,8 @@ ARMS = {
     "fedcache-round": ("fedcache", ("exchange=round",)),
     "fedcache-batch": ("fedcache", ("exchange=batch",)),
 }
+CONTROLLED = ("fd", "fedcache-round")
+"""Arms whose clients train with train_round, which the control (K processes, no MQTT) can run."""
 
 
 @dataclass
@@ -65,8 +67,12 @@ class ArmResult:
     params: list[str]
     simulate: RunResult
     deploy: RunResult
+    processes: RunResult | None = None
+    """The control: the clients' work in K processes at once, no broker, server or messages."""
     wall_ratio: float = 0.0
     cpu_ratio: float = 0.0
+    wall_ratio_to_processes: float | None = None
+    cpu_ratio_to_processes: float | None = None
     same_accuracy: bool = False
     settings: dict = field(default_factory=dict)
 
@@ -86,6 +92,11 @@ def _stat(pid: int) -> tuple[int, float] | None:
         return None
     fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
     return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _cpu(pid: int) -> float:
+    stat = _stat(pid)
+    return 0.0 if stat is None else stat[1]
 
 
 def tree_cpu(root: int) -> tuple[float, int]:
@@ -153,6 +164,71 @@ def run_one(command: str, settings: list[str], out: Path, timeout: float) -> Run
     )
 
 
+def _control_worker(config: dict, index: int, barrier) -> None:
+    """One client of the control: its role as `edgefd client` builds it, trained and evaluated round
+    after round with no server (no downlink: the methods' first-round path), in step with the others."""
+    import torch
+
+    from edgefd.runtime import envelope
+    from edgefd.runtime.build import build_client, prepare
+    from edgefd.runtime.config import SimulationConfig
+
+    torch.set_num_threads(config["threads"])
+    run = SimulationConfig(**config)
+    role = build_client(run, prepare(run, on_demand=True), index)
+    barrier.wait()
+    for r in range(1, run.rounds + 1):
+        envelope.train_round(role, r, None)
+        role.evaluate(None)
+        barrier.wait()
+
+
+def run_control(algo: str, params: tuple[str, ...], args: argparse.Namespace) -> RunResult:
+    """The clients' own work in K processes at once, without broker, server or messages: what
+    K processes on this machine's cores cost by themselves, to tell the deployment's own overhead
+    (deploy-local against this) from the machine's (this against simulate)."""
+    import multiprocessing
+
+    values = dict(p.split("=", 1) for p in (*params, *args.param))
+    config = dict(
+        algo=algo, dataset=args.dataset, clients=args.clients, rounds=args.rounds, threads=args.threads, seed=0,
+        samples_per_client=args.samples_per_client, params=values,
+    )  # fmt: skip
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(args.clients + 1)
+    env = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # as deploy-local sets it for its processes
+    started = time.perf_counter()
+    try:
+        workers = [context.Process(target=_control_worker, args=(config, i, barrier)) for i in range(args.clients)]
+        for worker in workers:
+            worker.start()
+    finally:
+        if env is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = env
+    walls, cpus = [], []
+    try:
+        barrier.wait(timeout=args.timeout)
+        startup = time.perf_counter() - started
+        before, at = sum(_cpu(w.pid) for w in workers), time.perf_counter()
+        for _ in range(args.rounds):
+            barrier.wait(timeout=args.timeout)
+            now, cpu = time.perf_counter(), sum(_cpu(w.pid) for w in workers)
+            walls.append(round(now - at, 3))
+            cpus.append(round(cpu - before, 2))
+            before, at = cpu, now
+    finally:
+        for worker in workers:
+            worker.join(timeout=30)
+            if worker.is_alive():
+                worker.kill()
+    return RunResult(
+        "processes", round(startup, 2), round(time.perf_counter() - started, 2), walls, cpus, None, args.clients
+    )
+
+
 def settings_of(algo: str, params: tuple[str, ...], args: argparse.Namespace) -> list[str]:
     flags = [
         "--algo", algo, "--dataset", args.dataset, "--clients", str(args.clients), "--rounds", str(args.rounds),
@@ -168,32 +244,48 @@ def run_arm(name: str, args: argparse.Namespace, folder: Path) -> ArmResult:
     settings = settings_of(algo, params, args)
     simulate = run_one("simulate", settings, folder / f"{name}-simulate", args.timeout)
     deploy = run_one("deploy-local", settings, folder / f"{name}-deploy", args.timeout)
-    result = ArmResult(name, algo, list(params), simulate, deploy, settings={"flags": settings})
+    processes = run_control(algo, params, args) if name in CONTROLLED and not args.no_control else None
+    result = ArmResult(name, algo, list(params), simulate, deploy, processes, settings={"flags": settings})
     result.wall_ratio = round(
         median_after_warmup(deploy.round_seconds) / median_after_warmup(simulate.round_seconds), 3
     )
     sim_cpu, dep_cpu = median_after_warmup(simulate.round_cpu_seconds), median_after_warmup(deploy.round_cpu_seconds)
     result.cpu_ratio = round(dep_cpu / sim_cpu, 3) if sim_cpu else 0.0
     result.same_accuracy = simulate.accuracy == deploy.accuracy
+    if processes is not None:
+        result.wall_ratio_to_processes = round(
+            median_after_warmup(deploy.round_seconds) / median_after_warmup(processes.round_seconds), 3
+        )
+        proc_cpu = median_after_warmup(processes.round_cpu_seconds)
+        result.cpu_ratio_to_processes = round(dep_cpu / proc_cpu, 3) if proc_cpu else None
     return result
 
 
 def table(results: list[ArmResult], args: argparse.Namespace) -> str:
+    def fig(run: RunResult | None, cpu: bool = False) -> str:
+        if run is None:
+            return "-"
+        return f"{median_after_warmup(run.round_cpu_seconds if cpu else run.round_seconds):.2f}"
+
+    def ratio(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
     lines = [
         f"{args.dataset}, {args.clients} clients, {args.samples_per_client} samples each, {args.rounds} rounds, "
-        f"--threads {args.threads} in every process, seed 0; medians over rounds 2..{args.rounds}",
+        f"--threads {args.threads} in every process, seed 0; medians over rounds 2..{args.rounds}. "
+        f"processes = the clients' own work in {args.clients} processes at once, no broker, server or messages",
         "",
-        "| arm | start-up s, simulate | start-up s, deploy | s / round, simulate | s / round, deploy | wall ratio | "
-        "CPU s / round, simulate | CPU s / round, deploy | CPU ratio | same final accuracy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| arm | start-up s, simulate / deploy | s / round: simulate | processes | deploy | deploy / simulate | "
+        "deploy / processes | CPU s / round: simulate | processes | deploy | deploy / simulate | "
+        "deploy / processes | same final accuracy |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
-        s, d = r.simulate, r.deploy
+        s, p, d = r.simulate, r.processes, r.deploy
         lines.append(
-            f"| {r.arm} | {s.startup_seconds:.1f} | {d.startup_seconds:.1f} | "
-            f"{median_after_warmup(s.round_seconds):.2f} | {median_after_warmup(d.round_seconds):.2f} | "
-            f"{r.wall_ratio:.2f} | {median_after_warmup(s.round_cpu_seconds):.2f} | "
-            f"{median_after_warmup(d.round_cpu_seconds):.2f} | {r.cpu_ratio:.2f} | "
+            f"| {r.arm} | {s.startup_seconds:.1f} / {d.startup_seconds:.1f} | {fig(s)} | {fig(p)} | {fig(d)} | "
+            f"{r.wall_ratio:.2f} | {ratio(r.wall_ratio_to_processes)} | {fig(s, True)} | {fig(p, True)} | "
+            f"{fig(d, True)} | {r.cpu_ratio:.2f} | {ratio(r.cpu_ratio_to_processes)} | "
             f"{'yes' if r.same_accuracy else 'no'} |"
         )
     return "\n".join(lines)
@@ -213,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads in every process (default: 1)")
     parser.add_argument("--param", action="append", default=[], help="extra --param NAME=VALUE for every run")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds before a run is abandoned")
+    parser.add_argument(
+        "--no-control", action="store_true", help="skip the control (the clients' work in K processes, no MQTT)"
+    )
     parser.add_argument("--quick", action="store_true", help="digits, 2 clients, 2 rounds: checks that it runs")
     parser.add_argument("--keep", metavar="DIR", help="keep the run folders here")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")

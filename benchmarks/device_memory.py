@@ -20,7 +20,10 @@ The cases are each method's largest client model of its zoo, on its paper's data
 the paper's per-client data size and batch size: Fashion-MNIST is real (Debian's
 dataset-fashion-mnist); CIFAR-10 / CIFAR-100 are read from --data-root when there, else written
 as synthetic files of the official format and size (random pixels: the same arrays, the same
-loader, the same memory). Prints a table; --json FILE writes the rows.
+loader, the same memory). Variants beside the papers' settings show what fits a device: `--cases
+fedcache-onnx,fedict-int8,fedzkt-cifar-b32` (the hash encoder exported beforehand; FedICT's
+features as int8; FedZKT's MobileNetV2 in batches of 32). Prints a table; --json FILE writes the
+rows.
 """
 
 from __future__ import annotations
@@ -76,6 +79,17 @@ CASES = (
         ("encoder=mobilenet", "hash_cache=off", "knn=exact", "exchange=round"),
     ),
     Case(
+        "fedcache-onnx",
+        "fedcache",
+        "resnet20",
+        "fmnist",
+        3000,
+        8,
+        "as above, with the hash encoder exported beforehand (edgefd export-encoder) and run by onnxruntime: "
+        "encoder=onnx:FILE, the device's way (no torch.onnx export and no torchvision on the device)",
+        ("encoder=onnx:@ENCODER@", "hash_cache=off", "knn=exact", "exchange=round"),
+    ),
+    Case(
         "fedict",
         "fedict",
         "fedict_c3",
@@ -84,6 +98,17 @@ CASES = (
         256,
         "A^C_3, the largest client; CIFAR-10 over 10 clients (uploads 16x32x32 fp32 features of every sample); "
         "batch 256",
+        max_message_bytes=GIB,
+    ),
+    Case(
+        "fedict-int8",
+        "fedict",
+        "fedict_c3",
+        "cifar10",
+        5000,
+        256,
+        "as above, the features sent as int8 (feature_precision=int8: a quarter of the bytes)",
+        ("feature_precision=int8",),
         max_message_bytes=GIB,
     ),
     Case(
@@ -132,7 +157,18 @@ CASES = (
         256,
         "device C MobileNetV2 x0.8, the largest CIFAR device; CIFAR-10 over 10 devices; batch 256",
     ),
+    Case(
+        "fedzkt-cifar-b32",
+        "fedzkt",
+        "mobilenetv2_x0_8",
+        "cifar10",
+        5000,
+        32,
+        "as above, with mini-batches of 32 instead of the paper's 256",
+    ),
 )
+VARIANTS = ("fedcache-onnx", "fedict-int8", "fedzkt-cifar-b32")
+"""Cases that are a setting beside a paper's, not the paper's own: run only when named in --cases."""
 QUICK = (Case("quick", "fd", "cnn2", "digits", 40, 16, "smoke test"),)
 
 
@@ -227,6 +263,7 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
     from edgefd.deploy.broker import start_broker
     from edgefd.runtime.config import SimulationConfig, config_to_toml
 
+    params = [p.replace("@ENCODER@", encoder_file(folder.parent)) if "@ENCODER@" in p else p for p in case.params]
     config = SimulationConfig(
         algo=case.method,
         dataset=case.dataset,
@@ -242,7 +279,7 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
         seed=0,
         device="cpu",
         out=str(folder / "server"),
-        params=dict(p.split("=", 1) for p in case.params),
+        params=dict(p.split("=", 1) for p in params),
     )
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     (folder / "run.toml").write_text(config_to_toml(config))
@@ -259,7 +296,8 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
     try:
         with open(folder / "logs" / "server.log", "wb") as log:
             processes["server"] = subprocess.Popen(
-                edgefd(args.python, "server", "--config", str(folder / "run.toml"), "--quiet", *shared,
+                edgefd(args.server_python or args.python, "server", "--config", str(folder / "run.toml"), "--quiet",
+                       *shared,
                        "--round-timeout", str(args.timeout), "--hello-timeout", str(args.timeout),
                        "--eval-timeout", str(args.timeout), "--min-clients", str(args.clients)),
                 stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -308,6 +346,16 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
     row.client_peak_mb = max(peaks) if peaks else None
 
 
+def encoder_file(scratch: Path) -> str:
+    """FedCache's MobileNetV3 hash encoder for 1x28x28 inputs as an ONNX file (random trunk: the
+    memory is the same with ImageNet weights), written once with `edgefd export-encoder`."""
+    path = scratch / "encoder.onnx"
+    if not path.exists():
+        command = edgefd(sys.executable, "export-encoder", "--input-shape", "1,28,28", "--out", str(path))
+        subprocess.run(command, check=True, capture_output=True)
+    return str(path)
+
+
 PREDICT_PROBE = """
 import sys
 from edgefd.cli import main
@@ -341,7 +389,7 @@ def predict_memory(case: Case, args: argparse.Namespace, data_root: str | None, 
     )  # fmt: skip
     out = folder / "exported"
     written = export_client(checkpoint, out, ExportConfig(int8=True))
-    row.onnx_mb = round(written["onnx"].stat().st_size / 2**20, 1)
+    row.onnx_mb = round(written["onnx"].stat().st_size / 2**20, 2)
     sample = folder / "sample.npy"
     np.save(sample, dataset.test_x[:1].numpy())
     del dataset, model, checkpoint
@@ -372,15 +420,16 @@ def table(rows: list[Row], floor: float, python: str) -> str:
         f"Interpreter of the server, clients and predict: {python}; "
         f"client runtime imported, nothing built: {floor:,.0f} MB",
         "",
-        "| method | client model | parameters | dataset | samples / client | batch | client after build, MB | "
+        "| case | method | client model | parameters | dataset | samples / client | batch | client after build, MB | "
         "client peak in a round, MB | ONNX fp32, MB | predict fp32, MB | predict int8, MB |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         data = r.dataset if r.data == "real" else f"{r.dataset} (synthetic)"
         peak = mb(r.client_peak_mb) if not r.error else f"{mb(r.client_peak_mb)} ({r.error[:60]})"
         lines.append(
-            f"| {r.method} | {r.model} | {r.parameters:,} | {data} | {r.samples_per_client:,} | {r.batch_size} | "
+            f"| {r.case} | {r.method} | {r.model} | {r.parameters:,} | {data} | {r.samples_per_client:,} | "
+            f"{r.batch_size} | "
             f"{mb(r.client_after_build_mb)} | {peak} | {r.onnx_mb if r.onnx_mb is not None else '-'} | "
             f"{mb(r.predict_fp32_mb)} | {mb(r.predict_int8_mb)} |"
         )
@@ -396,7 +445,11 @@ def _interrupted(*_) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     names = [c.name for c in CASES]
-    parser.add_argument("--cases", default=",".join(names), help=f"comma-separated, of {', '.join(names)}")
+    parser.add_argument(
+        "--cases",
+        default=",".join(n for n in names if n not in VARIANTS),
+        help=f"comma-separated, of {', '.join(names)} (default: all but {', '.join(VARIANTS)})",
+    )
     parser.add_argument("--clients", type=int, default=2, help="client processes per deployment (default: 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process (default: 2)")
     parser.add_argument(
@@ -404,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
         default=sys.executable,
         help="the interpreter that runs the server, the clients and predict, e.g. a venv with the CPU-only torch "
         "a device gets (default: this one)",
+    )
+    parser.add_argument(
+        "--server-python",
+        help="the interpreter of the server (default: --python's), e.g. the workstation's where --python is a "
+        "device's without plotting",
     )
     parser.add_argument("--data-root", help="where real CIFAR-10 / CIFAR-100 files are (default: synthetic ones)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before a deployment is abandoned")

@@ -120,6 +120,8 @@ class FleetResult:
     late_uplinks: int
     rejected: int
     connection_losses: int
+    asked_again: int
+    """Requests the server sent devices to answer again (it had not received their answer)."""
     saturated: str
     wall_seconds: float
     broker_urls: dict[str, Any] = field(default_factory=dict)
@@ -417,6 +419,7 @@ def _result(
         late,
         rejected,
         sum(r.get("connection_losses", 0) for r in reports),
+        sum(r.get("asked_again", 0) for r in reports),
         saturated_part(cpu),
         round(wall, 1),
         urls,

@@ -130,6 +130,8 @@ class DeviceReport:
     stopped: int = 0
     answered: Counter = field(default_factory=Counter)
     """Answers sent, per verb."""
+    asked_again: int = 0
+    """Requests to send an answer again (the server had not received it), each answered again."""
     bytes_sent: int = 0
     connection_losses: int = 0
     bad_messages: int = 0
@@ -205,6 +207,8 @@ class Device:
 
     def _answer(self, verb: str, request: Payload) -> None:
         round, cid, script = request.round, self.cid, self.script
+        if request.kind == wire.AGAIN:  # answered at once, so its answer went out before the asking
+            self.fleet.report.asked_again += 1
         if verb == "hello":
             answer = wire.or_empty(script.hello, cid, round)
         elif verb == "train":
@@ -226,7 +230,8 @@ class Device:
             log.error("%s: a %s request; the load test replays round-batched methods only", cid, verb)
             return
         self._publish(self.fleet.topics.up(cid, verb), answer)
-        self.fleet.report.answered[verb] += 1
+        if request.kind != wire.AGAIN:
+            self.fleet.report.answered[verb] += 1
 
 
 class Fleet:

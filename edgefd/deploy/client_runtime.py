@@ -23,6 +23,7 @@ last will) when the client dies.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import signal
 import threading
@@ -141,6 +142,8 @@ class ClientRuntime:
         self.role: ClientRole | None = None
         self.last_round = 0
         self.replies: dict[tuple[str, int], Payload] = {}
+        self.answered_at: dict[tuple[str, int], float] = {}
+        """When each cached reply last went out (monotonic): see `_send_again`."""
         self.stopping = threading.Event()
         self._backlog: list[Incoming] = []
 
@@ -197,6 +200,9 @@ class ClientRuntime:
             self._backlog.append(msg)
             return
         round = msg.payload.round
+        if msg.payload.kind == wire.AGAIN:
+            self._send_again(msg.verb, 0 if msg.verb == "hello" else round, msg.received_at)
+            return
         if msg.verb == "hello":
             role = self.role
             self._answer("hello", 0, lambda: envelope.hello(role), round)
@@ -255,6 +261,21 @@ class ClientRuntime:
         else:
             log.info("%s: %s %d answered again from cache", self.cid, verb, round)
         self.endpoint.publish(self.topics.up(self.cid, verb), payload)
+        self.answered_at = {k: v for k, v in self.answered_at.items() if k in self.replies}
+        self.answered_at[key] = time.monotonic()
+
+    def _send_again(self, verb: str, key_round: int, asked_at: float) -> None:
+        """The server has not received this answer: send it again from the cache. Nothing is
+        computed here: a request still being worked on when it was asked is answered once done, and
+        an answer sent after it was asked is on its way already."""
+        key = (verb, key_round)
+        payload = self.replies.get(key)
+        if payload is None or self.answered_at.get(key, -math.inf) >= asked_at:
+            log.debug("%s: asked again for %s %d, which was answered since or is not answered yet", self.cid, *key)
+            return
+        log.info("%s: %s %d sent again from cache (the server has not received it)", self.cid, *key)
+        self.endpoint.publish(self.topics.up(self.cid, verb), payload)
+        self.answered_at[key] = time.monotonic()
 
     def _train_steps(self, round: int) -> Payload | None:
         """Drive the role's step generator: each request goes to the server, each answer back in."""

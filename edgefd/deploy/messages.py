@@ -31,6 +31,8 @@ STOP = "stop"
 ONLINE = "online"
 OFFLINE = "offline"
 STEP = "_step"
+AGAIN = "again"
+"""The kind of a request to send an answer again from the client's cache (nothing is recomputed)."""
 """The scalar that numbers a client's step requests and the server's answers within a round."""
 
 
@@ -57,6 +59,12 @@ def stamped(payload: Payload | None, sender: str, round: int) -> Payload:
 
 def request(payload: Payload | None, round: int) -> Payload:
     return stamped(payload, SERVER, round)
+
+
+def again(round: int) -> Payload:
+    """The server's "send your answer to this request again": a few bytes where the request itself
+    may carry a whole model. A client answers it only from its cache."""
+    return Payload(AGAIN, SERVER, round)
 
 
 def numbered(payload: Payload, sender: str, round: int, step: int) -> Payload:

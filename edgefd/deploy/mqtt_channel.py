@@ -7,6 +7,8 @@ the answers (`up/<id>/...`) until every one arrived or the phase's deadline pass
   status says so); an uplink that comes after its round closed is counted as late and discarded;
 - a client that comes online while its request is outstanding, or a reconnection of the server
   itself (a broker restart), gets the outstanding requests again;
+- an online client without an answer after `ask_again` seconds is asked, in a few bytes, to send
+  its answer again (a broker under load may have dropped it); the client answers from its cache;
 - while the server waits, it publishes again, every few seconds, the configs of the clients it does
   not see online (a broker may not hand a retained config to every client: RabbitMQ's MQTT plugin);
 - an evaluation does not wait for clients that are offline;
@@ -52,6 +54,10 @@ restarting)."""
 CONFIG_RESEND_SECONDS = 3.0
 """While the server waits, how often it publishes again the configs of the clients it does not see
 online: a retained config does not reach every client on every broker (see `_resend_configs`)."""
+QUIET_BEFORE_ASKING_AGAIN = 1.0
+"""Seconds with nothing received before the server asks anyone to answer again: while messages
+still arrive, the missing answers may be queued behind them (a large fleet), and asking would only
+add duplicates to the queue."""
 CONFIG_RESEND_RATE = 100.0
 """Configs a second, on average, at most: with more clients not online the interval grows (1,000 of
 them: every 10 s)."""
@@ -81,12 +87,17 @@ class DeploymentSettings:
     least this many hellos (all of them until `hello_timeout`)."""
     max_wait: float = 3600.0
     """Seconds the run waits for `min_clients` before it goes on with fewer (logged as an error)."""
+    ask_again: float = 10.0
+    """Seconds without an answer from an online client after which the server asks it, and then
+    asks again this often, to send its answer again (at most a third of the phase's timeout, so that
+    every phase asks at least twice): a broker that drops messages under load (a full session queue)
+    would otherwise lose an honest uplink for the whole round."""
     chunk_size: int = DEFAULT_CHUNK_SIZE
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     connect_timeout: float = 60.0
 
     def validate(self) -> None:
-        for name in ("round_timeout", "eval_timeout", "hello_timeout", "max_wait", "connect_timeout"):
+        for name in ("round_timeout", "eval_timeout", "hello_timeout", "max_wait", "connect_timeout", "ask_again"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
         if self.min_clients < 1:
@@ -137,6 +148,7 @@ class _Phase:
     sent_at: float
     got: dict[str, Incoming] = field(default_factory=dict)
     last_sent: dict[str, float] = field(default_factory=dict)
+    last_asked_again: dict[str, float] = field(default_factory=dict)
     answer: Callable[[Payload], Payload] | None = None
     """The server's answer to a step request (a ``steps`` phase only)."""
     last_step: int = 0
@@ -187,6 +199,8 @@ class MqttChannel:
         self._bytes: dict[int, list[int]] = {}
         self._wire_at_begin: dict[str, int] = {}
         self._configs_due = time.monotonic() + CONFIG_RESEND_SECONDS
+        self._last_received = 0.0
+        """When the server's thread last took a message (see `_ask_again`)."""
 
     def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
         """What the server takes on a topic, decided from the topic alone, before any byte of the
@@ -352,15 +366,21 @@ class MqttChannel:
         for cid in expected:
             self._send_request(cid)
         warned = False
-        offline_checked = now
+        scanned = now
         while len(phase.got) < len(expected):
             now = time.monotonic()
             deadline = phase.active_at + timeout
             hard_deadline = deadline + self.settings.max_wait
-            # twice a second, not at every message: the scan is over every client still waited for
-            if stop_when_rest_offline and now > phase.sent_at + 1.0 and now - offline_checked >= 0.5:
-                offline_checked = now
-                if not any(self.stats[c].online for c in expected if c not in phase.got):
+            # twice a second, not at every message: the scans are over every client still waited for
+            if now - scanned >= 0.5:
+                scanned = now
+                if verb != "steps":  # a client in the middle of its steps asks, and is answered, by itself
+                    self._ask_again(phase, now, min(self.settings.ask_again, timeout / 3))
+                if (
+                    stop_when_rest_offline
+                    and now > phase.sent_at + 1.0
+                    and not any(self.stats[c].online for c in expected if c not in phase.got)
+                ):
                     break
             if now >= deadline and len(phase.got) >= min_needed:
                 break
@@ -417,6 +437,7 @@ class MqttChannel:
             msg = self.endpoint.inbox.get(timeout=timeout)
         except queue.Empty:
             return
+        self._last_received = time.monotonic()
         self._handle(msg)
 
     def _handle(self, msg: Incoming) -> None:
@@ -518,6 +539,32 @@ class MqttChannel:
                 log.info("%s went offline", cid)
             stats.disconnects += stats.online
             stats.online = False
+
+    def _ask_again(self, phase: _Phase, now: float, interval: float) -> None:
+        """Ask online clients silent for `interval` seconds to send their answer again. One still
+        working ignores it (it answers once done); one whose answer was lost sends it from its cache;
+        a repeat of an answer already taken is ignored here."""
+        if now - self._last_received < QUIET_BEFORE_ASKING_AGAIN:
+            return
+        again = [
+            cid
+            for cid in phase.expected
+            if cid not in phase.got
+            and self.stats[cid].online
+            and now - max(phase.last_sent.get(cid, now), phase.last_asked_again.get(cid, 0.0)) >= interval
+        ]
+        for cid in again:
+            topic, _ = phase.requests[cid]
+            phase.last_asked_again[cid] = now
+            self.endpoint.publish(topic, wire.again(phase.round))
+        if again:
+            log.info(
+                "%s %d: asked %d silent client(s) to answer again: %s",
+                phase.verb,
+                phase.round,
+                len(again),
+                ", ".join(again[:5]),
+            )
 
     def _send_request(self, cid: str) -> None:
         assert self.phase is not None  # only called while a phase is open

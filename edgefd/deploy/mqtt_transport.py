@@ -48,6 +48,9 @@ UP_VERBS = ("hello", "train", "steps", "step", "eval")
 QOS = 1
 DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+REJECTION_LOG_SECONDS = 10.0
+"""At most one log line per topic and reason this often: a flood of bad frames is counted in full
+(`WireStats.rejected`) but writing a line for each would stall the process that reads them."""
 
 
 TopicLimit = Callable[[str, str, str], "int | None"]
@@ -267,6 +270,8 @@ class MqttEndpoint:
         """Message ids published and not yet acknowledged by the broker (QoS 1)."""
         self._acked_early: set[int] = set()
         """Acknowledgements that came before `publish` returned their id."""
+        self._rejection_log: dict[tuple[str, str], tuple[float, int]] = {}
+        """(topic, reason) -> when it was last logged, and how many were not logged since."""
         self._client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=True, protocol=mqtt.MQTTv311
         )
@@ -381,10 +386,19 @@ class MqttEndpoint:
     # ------------------------------------------------------------------ receiving
     def reject(self, reason: str, topic: str, detail: str, nbytes: int = 0) -> None:
         """Count and log a refused frame or message (also used by the runtimes for their checks)."""
+        now = time.monotonic()
         with self._lock:
             self.stats.rejected[reason] += 1
             self.stats.rejected_bytes += nbytes
-        log.warning("rejected a message on %s: %s: %s", topic, reason, detail)
+            last, unlogged = self._rejection_log.get((topic, reason), (-REJECTION_LOG_SECONDS, 0))
+            if now - last < REJECTION_LOG_SECONDS:
+                self._rejection_log[topic, reason] = (last, unlogged + 1)
+                return
+            if len(self._rejection_log) >= 4096:  # topics are the senders' to choose: keep this bounded
+                self._rejection_log.clear()
+            self._rejection_log[topic, reason] = (now, 0)
+        more = f" ({unlogged} more like it since the last line)" if unlogged else ""
+        log.warning("rejected a message on %s: %s: %s%s", topic, reason, detail, more)
 
     def _on_message(self, client, userdata, message) -> None:
         topic, data = message.topic, bytes(message.payload)

@@ -6,7 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from edgefd.metrics.plots import plot_curves
 from edgefd.metrics.results import load_run
 
 
@@ -50,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
             f"{s.get('bytes_up_total', 0) / 1e6:>10.3f} {s.get('bytes_down_total', 0) / 1e6:>10.3f} "
             f"{s.get('wall_seconds', float('nan')):>8.1f}"
         )
+    from edgefd.metrics.plots import plot_curves  # matplotlib: a device install has none
+
     plot_curves(runs, args.plot)
     print(f"plot: {args.plot}")
     return 0

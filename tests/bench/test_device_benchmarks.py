@@ -34,7 +34,7 @@ def test_device_memory_quick(tmp_path):
     assert 0 < row["client_after_build_mb"] <= row["client_peak_mb"]
     assert row["predict_fp32_mb"] > 0 and row["predict_int8_mb"] > 0
     assert row["predict_imports_torch"] is False
-    assert "| fd | cnn2 |" in out
+    assert "| quick | fd | cnn2 |" in out
 
 
 @needs_mosquitto
@@ -42,8 +42,10 @@ def test_deploy_overhead_quick(tmp_path):
     out = run("deploy_overhead.py", "--quick", "--arms", "fd", "--json", str(tmp_path / "overhead.json"))
     (arm,) = json.loads((tmp_path / "overhead.json").read_text())["arms"]
     assert arm["arm"] == "fd" and arm["same_accuracy"]  # one config, in-process and over MQTT
-    for run_ in (arm["simulate"], arm["deploy"]):
+    # the control: the clients' own work in as many processes, without broker, server or messages
+    for run_ in (arm["simulate"], arm["deploy"], arm["processes"]):
         assert len(run_["round_seconds"]) == 2 and len(run_["round_cpu_seconds"]) == 2
         assert 0 < run_["startup_seconds"] <= run_["total_seconds"]
+    assert arm["wall_ratio_to_processes"] > 0
     assert arm["deploy"]["processes"] >= 1 + 1 + 1 + 2  # deploy-local, broker, server, two clients
     assert "| fd |" in out

@@ -35,6 +35,25 @@ def test_the_client_command_imports_nothing_a_device_never_uses():
     assert done.stdout.strip() == "[]"
 
 
+def test_the_command_runs_without_the_workstation_packages():
+    """A device install has no matplotlib or onnxscript: `edgefd --version` (which builds every
+    subcommand's parser) and the device's own commands still run."""
+    probe = """
+import sys
+sys.modules.update(matplotlib=None, onnxscript=None)
+from edgefd.cli import main
+for argv in (["--version"], ["client", "--help"], ["predict", "--help"], ["report", "--help"]):
+    try:
+        main(argv)
+    except SystemExit as done:
+        assert done.code == 0, argv
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("edgefd ")
+    assert done.stdout.count("usage: edgefd") == 3
+
+
 def fashion_like(folder: Path) -> None:
     rng = np.random.default_rng(0)
     folder.mkdir()

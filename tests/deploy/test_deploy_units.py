@@ -210,3 +210,64 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     monkeypatch.setattr(fleet.endpoint, "publish", lambda topic, payload, retain=False: None)
     fleet.publish_configs()
     assert fleet._configs_due - time.monotonic() > 1000 / CONFIG_RESEND_RATE - 1  # a large fleet: less often
+
+
+def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_answer_once(monkeypatch):
+    """A broker under load drops messages for a session whose queue is full, honest uplinks too:
+    after `ask_again` seconds the server asks an online client without an answer, a few bytes, to
+    send it again, once nothing has arrived for a second (an answer may be queued behind others).
+    Clients that answered or are offline are not asked; a repeat is taken once."""
+    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
+    from edgefd.deploy.mqtt_transport import Topics
+    from edgefd.protocol import encoded_size
+    from edgefd.simulate import SimulationConfig
+
+    clients = ["client-0", "client-1", "client-2"]
+    channel = MqttChannel(SimulationConfig(clients=3), DeploymentSettings(run="r", ask_again=0.6), clients, Topics("r"))
+    for cid in clients[:2]:
+        channel._handle(Incoming("status", cid, "", wire.status_payload(cid, wire.ONLINE), nbytes=10))
+    asked_again = []
+
+    def answer(cid):
+        knowledge = wire.stamped(None, cid, 4)
+        channel.endpoint.inbox.offer(Incoming("up", cid, "train", knowledge, nbytes=10))
+
+    def publish(topic, payload, retain=False):
+        cid = Topics("r").parse(topic)[1]
+        if payload.kind == wire.AGAIN:
+            assert payload.round == 4 and encoded_size(payload) < 100  # not the request again
+            asked_again.append(cid)
+            answer(cid)  # client-1's first answer was lost; this one arrives
+            answer(cid)  # and a duplicate, as when the first was only late
+        elif cid == "client-0":
+            answer(cid)
+
+    monkeypatch.setattr(channel.endpoint, "publish", publish)
+    requests = {cid: (Topics("r").down(cid, "train"), wire.request(None, 4)) for cid in clients}
+    started = time.monotonic()
+    phase = channel._collect("train", 4, clients, requests, timeout=3.0, min_needed=1)
+    assert sorted(phase.got) == ["client-0", "client-1"]
+    assert asked_again == ["client-1"]  # once: it answered; client-2 is offline, client-0 had answered
+    assert time.monotonic() - started >= 3.0  # client-2 was waited for until the deadline
+    assert channel.stats["client-1"].on_time == 1
+
+
+def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before_the_asking(monkeypatch):
+    device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
+    sent = []
+    monkeypatch.setattr(device.endpoint, "publish", lambda topic, payload, retain=False: sent.append((topic, payload)))
+    device.role = object()  # built (nothing of it is used to answer from the cache)
+    uplink = wire.stamped(None, "client-1", 3)
+
+    def asked_again(at: float) -> None:
+        message = Incoming("down", "client-1", "train", wire.again(3), nbytes=0, received_at=at)
+        device._handle(message)
+
+    asked_again(10.0)
+    assert sent == []  # nothing answered yet: still working, or the request never came
+    device.replies[("train", 3)], device.answered_at[("train", 3)] = uplink, 20.0
+    asked_again(15.0)
+    assert sent == []  # asked while it was working: the answer went out after the asking
+    asked_again(25.0)
+    assert sent == [("edgefd/u/up/client-1/train", uplink)]
+    assert device.answered_at[("train", 3)] > 25.0

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mqtt_helpers import ENV, client, finish, lines_of, needs_mosquitto, server, wait_for
 
+from edgefd.bench.fleet import BROKER_LIMITS
 from edgefd.deploy.broker import start_broker
 
 pytestmark = needs_mosquitto
@@ -66,7 +67,8 @@ EXPECTED = {
 
 
 def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_path):
-    with start_broker(workdir=tmp_path / "broker") as broker:
+    # the shipped server/mosquitto/edgefd.conf's queue sizes, as a deployment runs it
+    with start_broker(workdir=tmp_path / "broker", extra_config=BROKER_LIMITS) as broker:
         out = tmp_path / "out"
         processes = [
             server(

@@ -234,3 +234,26 @@ def test_the_inbox_refuses_what_would_pass_its_byte_bound():
     assert inbox.get_nowait() is message and inbox.bytes == 0
     huge = Incoming("up", "client-1", "train", Payload("k", "client-1", 1), nbytes=5_000)
     assert inbox.offer(huge)  # an empty inbox takes anything the topic allowed
+
+
+def test_a_flood_of_rejections_is_counted_in_full_and_logged_sparingly(monkeypatch, caplog):
+    """200,000 bad frames must not become 200,000 log lines: writing them stalled a server's intake
+    for a minute, and every honest uplink of that round came too late."""
+    from edgefd.deploy import mqtt_transport
+
+    clock = [1000.0]
+    monkeypatch.setattr(mqtt_transport.time, "monotonic", lambda: clock[0])
+    point = MqttEndpoint(BrokerSettings("mqtt://127.0.0.1:1"), Topics(RUN), "server")
+    topic = Topics(RUN).up("client-2", "train")
+    with caplog.at_level("WARNING", logger="edgefd.deploy.mqtt_transport"):
+        for _ in range(1000):
+            point.reject("OversizedError", topic, "too big", nbytes=10)
+        point.reject("shape", topic, "another reason is its own line")
+        clock[0] += mqtt_transport.REJECTION_LOG_SECONDS
+        point.reject("OversizedError", topic, "too big")
+    assert point.stats.rejected == {"OversizedError": 1001, "shape": 1}
+    assert point.stats.rejected_bytes == 10_000
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3
+    assert "another reason" in lines[1]
+    assert lines[2].endswith("(999 more like it since the last line)")
