@@ -25,8 +25,9 @@ import math
 import os
 import sys
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -42,15 +43,23 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be written or read back into this role (named in the message)."""
 
 
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write `data` to `path` so that readers see the old file or the new one, whole."""
+def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], None]) -> None:
+    """Write `data` (bytes, or a function that writes to the open file) to `path` so that readers
+    see the old file or the new one, whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(tmp, "wb") as handle:
+            if callable(data):
+                data(handle)
+            else:
+                handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     folder = os.open(path.parent, os.O_RDONLY)
     try:
@@ -125,18 +134,25 @@ class _Writer:
         raise CheckpointError(f"{where}: a {cls.__module__}.{cls.__qualname__} cannot be checkpointed")
 
 
-def dumps(state: dict[str, Any], references: dict[str, Any]) -> bytes:
-    """The checkpoint of `state` (a dict of named parts) as bytes; `references` are not written."""
+def write(file: BinaryIO, state: dict[str, Any], references: dict[str, Any]) -> None:
+    """Write the checkpoint of `state` (a dict of named parts) to `file`; `references` are not
+    written. The arrays go to the file in pieces, never copied whole: a client's last answer is in
+    its checkpoint, and FedICT's is 312 MB of features (5,000 CIFAR samples)."""
     writer = _Writer(references)
     tree = {"format": FORMAT, "state": {key: writer.node(value, key) for key, value in state.items()}}
-    buffer = io.BytesIO()
     arrays = {f"a{i}": array for i, array in enumerate(writer.arrays)}
-    np.savez(buffer, __json__=np.array(json.dumps(tree)), **arrays)  # type: ignore[arg-type]
+    np.savez(file, __json__=np.array(json.dumps(tree)), **arrays)  # type: ignore[arg-type]
+
+
+def dumps(state: dict[str, Any], references: dict[str, Any]) -> bytes:
+    """The checkpoint of `state` as bytes (see `write`)."""
+    buffer = io.BytesIO()
+    write(buffer, state, references)
     return buffer.getvalue()
 
 
 def save(path: str | os.PathLike, state: dict[str, Any], references: dict[str, Any]) -> None:
-    atomic_write(path, dumps(state, references))
+    atomic_write(path, lambda file: write(file, state, references))
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -3,6 +3,8 @@ the original would (same uplink next round), without writing its data."""
 
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +137,22 @@ def test_a_crafted_checkpoint_cannot_run_code(tmp_path):
     ).value("x")
     assert type(made).__name__ == "RunningBroker" and vars(made) == {}  # no __init__: nothing started
     assert not marker.exists()
+
+
+def test_saving_writes_the_arrays_in_pieces_never_a_whole_copy(tmp_path):
+    """A client's checkpoint holds its last answer (FedICT: 312 MB of features): building the file
+    in memory first held the checkpoint twice, at the client's peak."""
+    probe = f"""
+import resource
+import numpy as np
+from edgefd.deploy import checkpoint
+answer = np.ones((2048, 16384), np.float32)  # 128 MiB
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+checkpoint.save({str(tmp_path / "c.ckpt")!r}, {{"replies": {{"train": answer}}}}, {{}})
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+back = checkpoint.load({str(tmp_path / "c.ckpt")!r}, {{}}).value("replies")["train"]
+assert np.array_equal(back, answer)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) < 48  # MB above the array while saving it (a whole copy: 128)
