@@ -216,15 +216,34 @@ def _data_len(dt: np.dtype, enc: int, shape: tuple[int, ...]) -> int:
     return 4 * rows + n
 
 
+QUANTISE_BLOCK_ELEMENTS = 1 << 20
+"""Elements quantised at a time: the float64 arithmetic's temporaries stay a few MB where the
+whole array's would be several times its size (FedICT's 312 MB of features needed 3 GB)."""
+
+
 def quantise_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric per-row int8 quantisation (row = last axis; a rank-0 array is one row).
 
     Returns ``(scales, q)``: float32 scales of shape ``(R,)`` and int8 ``q`` of shape ``(R, C)``.
     ``scale = max|row| / 127``; zero rows get scale 0; rows holding NaN/Inf get scale NaN and q 0.
-    Raises :class:`PayloadError` if a finite row's scale overflows float32.
+    Raises :class:`PayloadError` if a finite row's scale overflows float32. Rows are independent,
+    so they are quantised a block at a time (see ``QUANTISE_BLOCK_ELEMENTS``).
     """
     rows, cols = _rows_cols(tuple(x.shape))
-    xf = np.asarray(x, dtype=np.float64).reshape(rows, cols)
+    matrix = np.asarray(x).reshape(rows, cols)
+    scales = np.empty(rows, dtype=np.float32)
+    q = np.zeros((rows, cols), dtype=np.int8)
+    step = max(1, QUANTISE_BLOCK_ELEMENTS // max(cols, 1))
+    for start in range(0, rows, step):
+        block = slice(start, start + step)
+        scales[block] = _quantise_rows(matrix[block], q[block])
+    return scales, q
+
+
+def _quantise_rows(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """`quantise_int8` of the rows ``x`` (R, C): writes ``q`` and returns the scales."""
+    rows, cols = x.shape
+    xf = np.asarray(x, dtype=np.float64)
     with np.errstate(all="ignore"):
         finite = np.isfinite(xf).all(axis=1) if cols else np.ones(rows, dtype=bool)
         amax = np.abs(xf).max(axis=1) if cols else np.zeros(rows)
@@ -232,12 +251,11 @@ def quantise_int8(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if np.any(finite & ~np.isfinite(scales)):
         raise PayloadError("int8 scale overflows float32 (|x| > 4.3e40)")
     scales[~finite] = np.nan
-    q = np.zeros((rows, cols), dtype=np.int8)
     ok = finite & (scales > 0)
     if ok.any():
         s = scales[ok].astype(np.float64)[:, None]
         q[ok] = np.clip(np.rint(xf[ok] / s), -127, 127).astype(np.int8)
-    return scales, q
+    return scales
 
 
 def dequantise_int8(scales: np.ndarray, q: np.ndarray) -> np.ndarray:
