@@ -31,9 +31,9 @@ STOP = "stop"
 ONLINE = "online"
 OFFLINE = "offline"
 STEP = "_step"
+"""The scalar that numbers a client's step requests and the server's answers within a round."""
 AGAIN = "again"
 """The kind of a request to send an answer again from the client's cache (nothing is recomputed)."""
-"""The scalar that numbers a client's step requests and the server's answers within a round."""
 
 
 def empty(sender: str, round: int) -> Payload:
