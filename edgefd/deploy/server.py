@@ -65,15 +65,11 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds to wait for --min-clients clients (online, or past a deadline) before going on with "
         "fewer, logged as an error (default: %(default)g)",
     )
-    _add_ask_again(group)
-
-
-def _add_ask_again(group) -> None:
     group.add_argument(
         "--ask-again",
         type=float,
         metavar="SECONDS",
-        default=DeploymentSettings(run="x").ask_again,
+        default=defaults.ask_again,
         help="seconds without an answer from an online client before the server asks it, a few bytes, to "
         "send its answer again from its cache (a broker under load may drop an uplink) (default: %(default)g)",
     )
