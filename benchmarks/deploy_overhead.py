@@ -164,17 +164,20 @@ def run_one(command: str, settings: list[str], out: Path, timeout: float) -> Run
     )
 
 
-def _control_worker(config: dict, index: int, barrier) -> None:
-    """One client of the control: its role as `edgefd client` builds it, trained and evaluated round
-    after round with no server (no downlink: the methods' first-round path), in step with the others."""
+def _control_worker(settings: list[str], index: int, barrier) -> None:
+    """One client of the control: its role as `edgefd client` builds it, from the same flags as the
+    simulate and deploy-local runs, trained and evaluated round after round with no server (no
+    downlink: the methods' first-round path), in step with the others."""
     import torch
 
     from edgefd.runtime import envelope
     from edgefd.runtime.build import build_client, prepare
-    from edgefd.runtime.config import SimulationConfig
+    from edgefd.runtime.flags import add_config_arguments, config_from_args
 
-    torch.set_num_threads(config["threads"])
-    run = SimulationConfig(**config)
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    run = config_from_args(parser.parse_args(settings))
+    torch.set_num_threads(run.threads)
     role = build_client(run, prepare(run, on_demand=True), index)
     barrier.wait()
     for r in range(1, run.rounds + 1):
@@ -183,24 +186,19 @@ def _control_worker(config: dict, index: int, barrier) -> None:
         barrier.wait()
 
 
-def run_control(algo: str, params: tuple[str, ...], args: argparse.Namespace) -> RunResult:
+def run_control(settings: list[str], args: argparse.Namespace) -> RunResult:
     """The clients' own work in K processes at once, without broker, server or messages: what
     K processes on this machine's cores cost by themselves, to tell the deployment's own overhead
     (deploy-local against this) from the machine's (this against simulate)."""
     import multiprocessing
 
-    values = dict(p.split("=", 1) for p in (*params, *args.param))
-    config = dict(
-        algo=algo, dataset=args.dataset, clients=args.clients, rounds=args.rounds, threads=args.threads, seed=0,
-        samples_per_client=args.samples_per_client, params=values,
-    )  # fmt: skip
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(args.clients + 1)
     env = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # as deploy-local sets it for its processes
     started = time.perf_counter()
     try:
-        workers = [context.Process(target=_control_worker, args=(config, i, barrier)) for i in range(args.clients)]
+        workers = [context.Process(target=_control_worker, args=(settings, i, barrier)) for i in range(args.clients)]
         for worker in workers:
             worker.start()
     finally:
@@ -244,7 +242,7 @@ def run_arm(name: str, args: argparse.Namespace, folder: Path) -> ArmResult:
     settings = settings_of(algo, params, args)
     simulate = run_one("simulate", settings, folder / f"{name}-simulate", args.timeout)
     deploy = run_one("deploy-local", settings, folder / f"{name}-deploy", args.timeout)
-    processes = run_control(algo, params, args) if name in CONTROLLED and not args.no_control else None
+    processes = run_control(settings, args) if name in CONTROLLED and not args.no_control else None
     result = ArmResult(name, algo, list(params), simulate, deploy, processes, settings={"flags": settings})
     result.wall_ratio = round(
         median_after_warmup(deploy.round_seconds) / median_after_warmup(simulate.round_seconds), 3

@@ -54,13 +54,13 @@ restarting)."""
 CONFIG_RESEND_SECONDS = 3.0
 """While the server waits, how often it publishes again the configs of the clients it does not see
 online: a retained config does not reach every client on every broker (see `_resend_configs`)."""
+CONFIG_RESEND_RATE = 100.0
+"""Configs a second, on average, at most: with more clients not online the interval grows (1,000 of
+them: every 10 s)."""
 QUIET_BEFORE_ASKING_AGAIN = 1.0
 """Seconds with nothing received before the server asks anyone to answer again: while messages
 still arrive, the missing answers may be queued behind them (a large fleet), and asking would only
 add duplicates to the queue."""
-CONFIG_RESEND_RATE = 100.0
-"""Configs a second, on average, at most: with more clients not online the interval grows (1,000 of
-them: every 10 s)."""
 STATUS_MAX_BYTES = 4 * 1024
 """Largest status message the server takes (an online/offline payload is ~100 bytes)."""
 EVAL_MAX_BYTES = 64 * 1024
