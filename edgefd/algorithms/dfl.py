@@ -255,7 +255,7 @@ class DFLClient(ClientRole):
         """E7: per-class mean output of the updated model over all local training samples (eval
         mode, no grad, no RNG), grouped by true label; absent classes give zero rows."""
         classes = self.data.num_classes
-        if len(self.data.train_x) == 0:
+        if self.data.num_train == 0:
             return np.zeros((classes, classes), np.float32), np.zeros(classes, np.int64)
         logits = predict_logits(self.model, self.data.train_x, self.context.train.eval_batch_size)
         if self.params.soft_targets == "probs":

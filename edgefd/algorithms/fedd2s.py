@@ -406,7 +406,7 @@ class FedD2SClient(ClientRole):
         """Phase B (§3.6): KL towards t through the frozen global head (layers 1..l only), then CE on
         the whole local model, per batch. Returns the mean J and Q of the last pass."""
         layer = int(downlink.scalars.get("layer", -1))
-        L, n, C = self.model.num_layers, len(self.data.train_x), self.data.num_classes
+        L, n, C = self.model.num_layers, self.data.num_train, self.data.num_classes
         if not 1 <= layer <= L:
             raise ValueError(f"fedd2s client {self.client_id}: downlink layer must be in [1, {L}], got {layer}")
         t = np.asarray(downlink.arrays.get("t", np.empty(0)), dtype=np.float32)

@@ -78,9 +78,20 @@ class ArraySpec:
                 raise UplinkRejected(
                     "out-of-range", f"array {name!r} spans [{smallest}, {largest}], allowed [{self.low}, {self.high}]"
                 )
-        if self.members is not None and not np.isin(array, self.members).all():
-            outside = array[~np.isin(array, self.members)].reshape(-1)[:3].tolist()
-            raise UplinkRejected("foreign-ids", f"array {name!r} names values this client does not own: {outside}")
+        if self.members is not None:
+            owned = is_member(array, self.members)
+            if not owned.all():
+                outside = array[~owned].reshape(-1)[:3].tolist()
+                raise UplinkRejected("foreign-ids", f"array {name!r} names values this client does not own: {outside}")
+
+
+def is_member(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Which of ``values`` are in ``members`` (sorted), by binary search: a request of 8 ids against
+    a client's 3,000 costs a few microseconds, where ``np.isin`` sorts both every time."""
+    if len(members) == 0:
+        return np.zeros(values.shape, bool)
+    positions = np.minimum(np.searchsorted(members, values), len(members) - 1)
+    return members[positions] == values
 
 
 @dataclass(frozen=True)

@@ -107,28 +107,42 @@ STATS_BLOCK = 4096
 
 
 @dataclass(frozen=True, eq=False)
-class RawImages:
-    """8-bit ``(N, C, H, W)`` images and the normalisation that makes a Dataset's float32 inputs of them.
+class ImageNormaliser:
+    """``(raw / input_scale - mean) / std`` in float32, element by element: the same numbers for a
+    few rows as for the whole set. It holds only the statistics, so a client that keeps its share
+    of the images as bytes can carry it (`ClientData.normalise`) without the whole set."""
 
-    Fashion-MNIST's training images are 47 MB as bytes and 188 MB as float32: a process that needs a
-    few hundred of them (a deployed client) keeps the bytes and normalises its rows."""
-
-    train: np.ndarray
-    test: np.ndarray
     input_scale: float
     mean: np.ndarray
     """float32, one per channel."""
     std: np.ndarray
     """float32, one per channel."""
 
-    def normalise(self, images: np.ndarray) -> np.ndarray:
-        """``(raw / input_scale - mean) / std`` in float32, element by element: the same numbers for a
-        few rows as for the whole set."""
+    def array(self, images: np.ndarray) -> np.ndarray:
         x = images.astype(np.float32)
         x /= np.float32(self.input_scale)
         x -= self.mean.reshape(1, -1, 1, 1)
         x /= self.std.reshape(1, -1, 1, 1)
         return x
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(self.array(images.numpy())))
+
+
+@dataclass(frozen=True, eq=False)
+class RawImages:
+    """8-bit ``(N, C, H, W)`` images and the normalisation that makes a Dataset's float32 inputs of them.
+
+    Fashion-MNIST's training images are 47 MB as bytes and 188 MB as float32: a process that needs
+    only some of them (a deployed client), or that hands them out to clients that keep them as
+    bytes (a simulation), keeps the bytes and normalises rows when they are used."""
+
+    train: np.ndarray
+    test: np.ndarray
+    normaliser: ImageNormaliser
+
+    def normalise(self, images: np.ndarray) -> np.ndarray:
+        return self.normaliser.array(images)
 
     def rows(self, images: np.ndarray, indices: torch.Tensor) -> torch.Tensor:
         picked = images[np.asarray(indices, dtype=np.int64)]
@@ -194,7 +208,8 @@ def image_dataset(
 
     if train_x.dtype == np.uint8 and test_x.dtype == np.uint8:
         mean, std = uint8_channel_stats(train_x, input_scale)
-        raw = RawImages(train_x, test_x, float(input_scale), mean.astype(np.float32), std.astype(np.float32))
+        normaliser = ImageNormaliser(float(input_scale), mean.astype(np.float32), std.astype(np.float32))
+        raw = RawImages(train_x, test_x, normaliser)
         if on_demand:
             empty = torch.empty((0, *shape), dtype=torch.float32)
             return made(empty, empty, mean, std, raw)

@@ -44,7 +44,7 @@ class ServerRuntime:
         self.config = config
         self.settings = settings
         self.resume = resume
-        self.pieces = prepare(config)
+        self.pieces = prepare(config, on_demand=True)  # the server takes shapes and classes, no rows
         role = build_server(config, self.pieces)
         if config.score_full_test:
             raise ValueError(

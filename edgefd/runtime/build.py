@@ -135,6 +135,17 @@ def client_data(pieces: RunPieces, index: int) -> ClientData:
     dataset, split = pieces.dataset, pieces.splits[index]
     train_idx = torch.from_numpy(np.asarray(split.train_indices, dtype=np.int64))
     test_idx = torch.from_numpy(np.asarray(split.test_indices, dtype=np.int64))
+    raw = dataset.raw
+    if raw is not None:  # 8-bit images: the client keeps its share as bytes, normalised when used
+        return ClientData(
+            torch.from_numpy(raw.train[train_idx.numpy()]),
+            dataset.train_y[train_idx],
+            torch.from_numpy(raw.test[test_idx.numpy()]),
+            dataset.test_y[test_idx],
+            train_idx,
+            dataset.num_classes,
+            normalise=raw.normaliser,
+        )
     return ClientData(
         dataset.train_rows(train_idx),
         dataset.train_y[train_idx],
@@ -213,12 +224,15 @@ def without_training_arrays(dataset: Any) -> Any:
 
 def build(config: SimulationConfig) -> Simulation:
     """Loads the data, splits it, builds every client's model and role, and the server."""
-    pieces = prepare(config)
+    pieces = prepare(config, on_demand=True)  # 8-bit images stay bytes: each client keeps its share so
     clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
     if pieces.dataset.train_x.nbytes > KEEP_TRAINING_ARRAYS_BELOW:
         pieces.dataset = without_training_arrays(pieces.dataset)
     server = build_server(config, pieces)
-    full_test = (pieces.dataset.test_x, pieces.dataset.test_y) if config.score_full_test else None
+    full_test = None
+    if config.score_full_test:
+        everything = torch.arange(len(pieces.dataset.test_y))
+        full_test = (pieces.dataset.test_rows(everything), pieces.dataset.test_y)
     channel = InProcessChannel(clients, InProcessTransport(), full_test)
     federation = Federation(server, channel, config.loop_config(), selection_rng(config))
     return Simulation(

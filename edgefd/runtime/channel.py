@@ -17,6 +17,7 @@ from typing import Protocol
 import torch
 
 from edgefd.algorithms.base import ClientRole
+from edgefd.algorithms.toolkit import release_shared
 from edgefd.protocol import Payload
 from edgefd.runtime import envelope
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
@@ -98,6 +99,7 @@ class InProcessChannel:
             payload = self.transport.upload(envelope.hello(self.clients[cid]), HELLO_ROUND, cid)
             if payload is not None:
                 hellos[cid] = payload
+        release_shared()  # what the clients shared for their hellos (FedCache's hash encoder) is done with
         return hellos
 
     def begin(self, round: int) -> None:

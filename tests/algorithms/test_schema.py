@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from edgefd.algorithms import schema
-from edgefd.algorithms.schema import ArraySpec, MessageSchema, ScalarSpec, UplinkRejected, check_payload
+from edgefd.algorithms.schema import ArraySpec, MessageSchema, ScalarSpec, UplinkRejected, check_payload, is_member
 from edgefd.protocol import Payload, encode
 
 C = 4
@@ -136,3 +136,11 @@ def test_counts_a_client_declared_first_cannot_change():
         declared.check("c1", samples=4000, counts=np.array([30, 10]))
     with pytest.raises(UplinkRejected, match="counts-changed: counts"):
         declared.check("c1", samples=40, counts=np.array([3000, 10]))
+
+
+def test_is_member_agrees_with_isin():
+    rng = np.random.default_rng(3)
+    members = np.unique(rng.integers(0, 500, 200))
+    values = rng.integers(-5, 510, (7, 9))
+    np.testing.assert_array_equal(is_member(values, members), np.isin(values, members))
+    assert not is_member(np.array([1, 2]), np.array([], np.int64)).any()

@@ -76,7 +76,7 @@ class FedICTClient(ClientRole):
     @torch.no_grad()
     def feature_shape(self) -> tuple[int, ...]:
         """Per-sample shape of H^k (the server checks that its model takes it)."""
-        if len(self.data.train_x) == 0:
+        if self.data.num_train == 0:
             return tuple(getattr(self.model, "feature_shape", ()))
         training = self.model.training
         self.model.eval()
