@@ -57,8 +57,8 @@ class ClientData:
 
     The inputs may be kept as 8-bit images with the function that normalises them
     (``normalise``): ``train_x`` and ``test_x`` then give float32 tensors made on each access, the
-    same numbers a float copy would hold. Fashion-MNIST's 60,000 training images are 47 MB so
-    against 188 MB as float32, which is what a 20-client simulation on the whole set keeps."""
+    same numbers a float copy would hold. Fashion-MNIST's 60,000 training images take 47 MB as
+    bytes against 188 MB as float32: what 20 simulated clients holding the whole set save."""
 
     def __init__(
         self,

@@ -209,9 +209,10 @@ def selection_rng(config: SimulationConfig) -> np.random.Generator:
 
 
 KEEP_TRAINING_ARRAYS_BELOW = 64 * 2**20
-"""A training set larger than this (bytes) is not kept once every client holds its share (the
-clients' copies are the only ones; the loader forgets it too): Fashion-MNIST's 188 MB is then in
-memory once, not twice. Smaller ones stay cached for the next run in this process."""
+"""A float training set larger than this (bytes) is not kept once every client holds its share (the
+clients' copies are the only ones; the loader forgets it too), so it is in memory once, not twice.
+Smaller ones stay cached for the next run in this process. (Sets of 8-bit images are loaded as
+bytes and never made float whole: their clients keep their shares as bytes.)"""
 
 
 def without_training_arrays(dataset: Any) -> Any:
