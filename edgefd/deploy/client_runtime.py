@@ -354,7 +354,7 @@ class ClientRuntime:
         dataset = data = None
         if self.settings.data_dir is not None:
             data, dataset = load_device_data(self.settings.data_dir)
-        pieces = prepare(config, dataset, on_demand=True)  # only this client's share is made float
+        pieces = prepare(config, dataset, on_demand=True)  # 8-bit images stay bytes; this client keeps its share so
         index = pieces.client_ids.index(self.cid)
         self.config = config
         self.role = build_client(config, pieces, index, data)
