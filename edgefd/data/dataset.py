@@ -141,12 +141,8 @@ class RawImages:
     test: np.ndarray
     normaliser: ImageNormaliser
 
-    def normalise(self, images: np.ndarray) -> np.ndarray:
-        return self.normaliser.array(images)
-
     def rows(self, images: np.ndarray, indices: torch.Tensor) -> torch.Tensor:
-        picked = images[np.asarray(indices, dtype=np.int64)]
-        return torch.from_numpy(np.ascontiguousarray(self.normalise(picked)))
+        return self.normaliser(torch.from_numpy(images[np.asarray(indices, dtype=np.int64)]))
 
 
 def uint8_channel_stats(images: np.ndarray, input_scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +210,8 @@ def image_dataset(
             empty = torch.empty((0, *shape), dtype=torch.float32)
             return made(empty, empty, mean, std, raw)
         # a full-size float32 copy of the images is the only one made (Fashion-MNIST: 188 MB)
-        return made(torch.from_numpy(raw.normalise(train_x)), torch.from_numpy(raw.normalise(test_x)), mean, std, None)
+        whole_train, whole_test = (torch.from_numpy(normaliser.array(x)) for x in (train_x, test_x))
+        return made(whole_train, whole_test, mean, std, None)
     # in place: a full-size float32 copy of the images is the only one made
     train = train_x.astype(np.float32)
     test = test_x.astype(np.float32)

@@ -137,22 +137,17 @@ def client_data(pieces: RunPieces, index: int) -> ClientData:
     test_idx = torch.from_numpy(np.asarray(split.test_indices, dtype=np.int64))
     raw = dataset.raw
     if raw is not None:  # 8-bit images: the client keeps its share as bytes, normalised when used
-        return ClientData(
-            torch.from_numpy(raw.train[train_idx.numpy()]),
-            dataset.train_y[train_idx],
-            torch.from_numpy(raw.test[test_idx.numpy()]),
-            dataset.test_y[test_idx],
-            train_idx,
-            dataset.num_classes,
-            normalise=raw.normaliser,
-        )
+        train_x, test_x = torch.from_numpy(raw.train[train_idx.numpy()]), torch.from_numpy(raw.test[test_idx.numpy()])
+    else:
+        train_x, test_x = dataset.train_rows(train_idx), dataset.test_rows(test_idx)
     return ClientData(
-        dataset.train_rows(train_idx),
+        train_x,
         dataset.train_y[train_idx],
-        dataset.test_rows(test_idx),
+        test_x,
         dataset.test_y[test_idx],
         train_idx,
         dataset.num_classes,
+        normalise=None if raw is None else raw.normaliser,
     )
 
 
