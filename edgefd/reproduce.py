@@ -546,11 +546,30 @@ def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | Non
     return None
 
 
+def command_text(recipe: Recipe, seeds: tuple[int, ...], rounds: int | None, threads: int | None) -> str:
+    """The `edgefd reproduce` command that makes this table: the recipe's name and every option that
+    moved it off the recipe's own seeds, rounds or threads."""
+    options = []
+    if seeds != recipe.seeds:
+        options.append("--seeds " + " ".join(map(str, seeds)))
+    if rounds is not None and rounds != recipe.base.rounds:
+        options.append(f"--rounds {rounds}")
+    if threads is not None and threads != recipe.base.threads:
+        options.append(f"--threads {threads}")
+    return " ".join(["edgefd reproduce", recipe.name, *options])
+
+
 def run_recipe(
-    recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | None = None, rerun: bool = False
+    recipe: Recipe,
+    out: Path,
+    seeds: tuple[int, ...],
+    rounds: int | None = None,
+    rerun: bool = False,
+    threads: int | None = None,
 ) -> str:
     """Runs every arm and seed (keeping a finished run of the same config unless ``rerun``), then
-    writes and returns the table."""
+    writes and returns the table. ``threads`` overrides the recipe's CPU threads (not part of the
+    setting: 1 lets two recipes share two cores)."""
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
     for arm in recipe.arms:
         for seed in seeds:
@@ -562,6 +581,7 @@ def run_recipe(
                 seed=seed,
                 out=str(folder),
                 rounds=rounds or recipe.base.rounds,
+                threads=threads or recipe.base.threads,
             )
             summary = None if rerun else finished_run(folder, config)
             if summary is not None:
@@ -581,7 +601,7 @@ def run_recipe(
     full = all("best_accuracy_full" in s for runs in results.values() for s, _ in runs)
     rows = [
         f"Recipe `{recipe.name}`: {recipe.source}; ran {rounds_run} rounds, seeds {', '.join(map(str, seeds))}.",
-        f'Command: `edgefd reproduce {recipe.name}`. Target accuracy for "bytes to target": '
+        f'Command: `{command_text(recipe, seeds, rounds, threads)}`. Target accuracy for "bytes to target": '
         f"{100 * target:.2f}% (lowest mean best accuracy of {', '.join(recipe.target_from)}, minus 1 point).",
         *settings_text({label: arm_settings(runs[0][0]) for label, runs in results.items()}),
         "",
@@ -655,6 +675,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the recipe's)",
     )
     parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads for every run instead of the recipe's (1 lets two recipes share two cores; "
+        "not part of the compared setting) (default: the recipe's)",
+    )
+    parser.add_argument(
         "--rerun",
         action="store_true",
         help="run every arm again; by default a run whose folder holds a finished run of the same config "
@@ -664,6 +691,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     recipe = RECIPES[args.recipe]
-    table = run_recipe(recipe, Path(args.out), tuple(args.seeds or recipe.seeds), args.rounds, args.rerun)
+    if args.threads is not None and args.threads < 1:
+        print(f"edgefd reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
+    seeds = tuple(args.seeds or recipe.seeds)
+    table = run_recipe(recipe, Path(args.out), seeds, args.rounds, args.rerun, args.threads)
     print(table)
     return 0

@@ -98,3 +98,21 @@ def test_a_finished_run_of_the_same_config_is_kept_and_a_changed_one_is_run_agai
     run_recipe(recipe, tmp_path, (0,), rounds=2)  # another config: run again, never the old summary
     assert metrics.stat().st_mtime_ns > rerun
     assert len(metrics.read_text().splitlines()) == 3  # rounds 0, 1 and 2
+
+
+def test_the_command_line_names_every_option_that_moved_the_table_off_the_recipe(tmp_path):
+    base = SimulationConfig(dataset="digits", clients=2, rounds=1, models="mlp", samples_per_client=30, threads=2)
+    recipe = Recipe("cmd", "test", base, [Arm("Local", "local")], ["Local"], seeds=(0, 1))
+    assert reproduce.command_text(recipe, (0, 1), None, None) == "edgefd reproduce cmd"
+    assert reproduce.command_text(recipe, (0, 1), 1, 2) == "edgefd reproduce cmd"  # the recipe's own values
+    table = run_recipe(recipe, tmp_path, (0,), threads=1)
+    assert "Command: `edgefd reproduce cmd --seeds 0 --threads 1`." in table
+    assert "threads = 1" in (tmp_path / "cmd" / "local-s0" / "run.toml").read_text()
+    assert "threads" not in table.split("Common to all arms:")[1].split("\n")[0]  # not part of the setting
+
+
+def test_reproduce_refuses_a_thread_count_below_one(capsys):
+    from edgefd.cli import main
+
+    assert main(["reproduce", "fedcache", "--threads", "0"]) == 2
+    assert "--threads must be >= 1, got 0" in capsys.readouterr().err
