@@ -475,6 +475,8 @@ def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
         f.name for f in fields(SimulationConfig) if f.name in config
     ]  # a summary.json read back is sorted
     settings = {name: str(config[name]) for name in in_field_order if name not in NOT_SHARED}
+    if config.get("optimizer") != "sgd":
+        settings.pop("momentum", None)  # SGD's alone: Adam never reads it
     settings["models"] = ", ".join(dict.fromkeys(summary["models"].values()))
     settings.update(summary["local_training"])
     return settings

@@ -116,3 +116,13 @@ def test_reproduce_refuses_a_thread_count_below_one(capsys):
 
     assert main(["reproduce", "fedcache", "--threads", "0"]) == 2
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_an_adam_recipe_does_not_list_sgds_momentum_among_its_settings():
+    summary = {
+        "config": {"dataset": "digits", "optimizer": "adam", "momentum": 0.9, "lr": 0.01},
+        "models": {"client-0": "mlp"},
+        "local_training": {"optimizer_lifecycle": "fresh", "batch_order": "reshuffle"},
+    }
+    assert "momentum" not in reproduce.arm_settings(summary)
+    assert reproduce.arm_settings({**summary, "config": {**summary["config"], "optimizer": "sgd"}})["momentum"] == "0.9"
