@@ -104,10 +104,13 @@ _DFL_BASE = SimulationConfig(
     optimizer_lifecycle="fresh",  # DFL's and FedAvg's code (§9.12), for every arm
     batch_order="reshuffle",
 )
+# R of Eq. 6 is each recipe's own length (Alg. 1; spec §11: rho reaches 0.6 at round 40 of 100), not
+# DFL's default 200-round horizon.
+_DFL_RUN_LENGTH = {"horizon": None}
 _DFL_ARMS = [
     Arm("FedAvg", "fedavg"),
-    Arm("DFL", "dfl", {"threshold": 0.6}),
-    Arm("DFL-DRw/T (threshold 0)", "dfl", {"threshold": 0.0}, folder="dfl-threshold0"),
+    Arm("DFL", "dfl", {"threshold": 0.6, **_DFL_RUN_LENGTH}),
+    Arm("DFL-DRw/T (threshold 0)", "dfl", {"threshold": 0.0, **_DFL_RUN_LENGTH}, folder="dfl-threshold0"),
     Arm("DFL-FR (fixed 0.6)", "dfl", {"threshold": 0.6, "schedule": "fixed"}, folder="dfl-fixed"),
 ]
 for _name, _partition in (("dfl-iid", "iid"), ("dfl-noniid", "dominant:0.8")):
@@ -143,7 +146,7 @@ RECIPES["dfl-fmnist"] = Recipe(
         optimizer_lifecycle="fresh",
         batch_order="reshuffle",
     ),
-    [Arm("FedAvg", "fedavg"), Arm("DFL", "dfl", {"threshold": 0.6})],
+    [Arm("FedAvg", "fedavg"), Arm("DFL", "dfl", {"threshold": 0.6, **_DFL_RUN_LENGTH})],
     target_from=["FedAvg", "DFL"],
 )
 

@@ -7,7 +7,8 @@ Every selected client receives the global model ``w`` and the global soft-target
     loss = rho_r * CE(z, y) + (1 - rho_r) * kappa * KL(teacher(Y[y]) || softmax(z / tau))
 
 (the ``weighted_kl`` kernel, teacher row looked up by the sample's hard label), with the dynamic
-weight ``rho_r = max(1 - r / R, threshold)`` (paper Eq. 6, 1-based round r), then runs its updated
+weight ``rho_r = max(1 - r / R, threshold)`` (paper Eq. 6, 1-based round r, R the ``horizon``), then
+runs its updated
 model over its whole training set and uploads its model together with its label-wise mean table
 (the ``labelwise_mean`` kernel) and per-class counts. The server averages the models by sample
 count (Eq. 1) and the tables per row (Eq. 2 / E2b), replacing ``Y``. ``threshold=1`` is FedAvg,
@@ -20,8 +21,18 @@ Spec: ``specs/dfl.md``. Choices the spec makes where the paper is silent, all fo
   ``soft_targets="logits"``); ``"probs"`` averages softmax outputs instead.
 - KL(teacher || student) (§9.3), averaged over the batch ("batchmean", §9.4); ``kl_reduction=
   "torch_mean"`` divides the KL term by C as well (PyTorch's ``KLDivLoss()`` default).
-- rho is constant within a round, r is 1-based, R is the run's ``--rounds`` (§9.5, §9.6); with
-  rho == 1 the KL term is skipped entirely, so the loss is the very CE FedAvg computes (§4 notes).
+- rho is constant within a round and r is 1-based (§9.5); with rho == 1 the KL term is skipped
+  entirely, so the loss is the very CE FedAvg computes (§4 notes).
+- R of Eq. 6 is the param ``horizon``, 200 rounds by default: the paper never gives R and the spec
+  sets edgefd's default R to 200 (§9.6). Alg. 1 reads R as the run's length (``horizon=none``:
+  the run's ``--rounds``, what the recipes use), but then a short run compresses the ramp: at 3
+  rounds a third of round 1's loss is KL towards uniform teachers and 40% from round 2 on, while
+  the clients' models are still too unsure for their label-wise means to teach anything (their
+  table's diagonal softmax is 0.11-0.14), and DFL ends 10-15 points below FedAvg. With the
+  horizon fixed, the KD weight grows by 1/200 a round whatever the run's length: a short run
+  stays almost pure CE, as the paper wants of the early rounds (before Eq. 6: early on "the soft
+  targets will make the model optimize in the wrong direction, which will slow down the model
+  training").
 - ``Y`` starts at zeros (uniform teachers) in logits mode, 1/C in probs mode (§9.7, E8).
 - Classes a client lacks: the client sends zero rows plus its per-class counts, and the server
   weights row c of client k by ``n_k * [n_kc > 0]`` ("masked", the spec's default, §9.8 / E2b);
@@ -124,6 +135,11 @@ class DFLParams:
         "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the DFL-FR ablation, spec §6.4, §9.22)",
         choices=SCHEDULES,
     )
+    horizon: int | None = param(
+        200,
+        "R of Eq. 6, the rounds over which the KD weight ramps up to 1 - threshold (the paper never "
+        "gives R; spec §9.6: 200); none = the run's --rounds (Alg. 1 read literally)",
+    )
     soft_target_dtype: str = param(
         "float32",
         "wire dtype of the table: 'float32' (edgefd) or 'float64' (the paper's 8 B/element, spec §2.2)",
@@ -138,11 +154,17 @@ class DFLParams:
             raise ValueError(f"param temperature: must be a finite number > 0, got {self.temperature}")
         if self.kappa is not None and not (self.kappa >= 0 and np.isfinite(self.kappa)):
             raise ValueError(f"param kappa: must be a finite number >= 0, got {self.kappa}")
+        if self.horizon is not None and self.horizon < 1:
+            raise ValueError(f"param horizon: must be >= 1 (or none: the run's --rounds), got {self.horizon}")
 
     @property
     def kl_factor(self) -> float:
         """kappa; None means tau^2."""
         return self.temperature**2 if self.kappa is None else float(self.kappa)
+
+    def rho(self, round: int, run_rounds: int) -> float:
+        """The CE weight of ``round`` in a run of ``run_rounds`` (R = ``horizon``, or the run's length)."""
+        return rho(round, self.horizon or run_rounds, self.threshold, self.schedule)
 
 
 def rho(round: int, total_rounds: int, threshold: float, schedule: str = "dynamic") -> float:
@@ -227,7 +249,7 @@ class DFLClient(ClientRole):
         self.last_rho: float | None = None
 
     def rho(self, round: int) -> float:
-        return rho(round, self.context.total_rounds, self.params.threshold, self.params.schedule)
+        return self.params.rho(round, self.context.total_rounds)
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
         y = self.data.train_y
@@ -302,7 +324,7 @@ class DFLServer(ServerRole):
         return Payload(KIND, "server", round, arrays)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
-        metrics = {"rho": rho(round, self.context.total_rounds, self.params.threshold, self.params.schedule)}
+        metrics = {"rho": self.params.rho(round, self.context.total_rounds)}
         if not uplinks:
             return metrics
         ordered = [uplinks[c] for c in sorted(uplinks)]

@@ -145,7 +145,9 @@ class SimulationConfig:
 
 
 def config_to_toml(config: SimulationConfig) -> str:
-    """The config as `simulate --config` reads it (None values are left out: they are defaults)."""
+    """The config as `simulate --config` reads it. A None setting is left out (every one defaults to
+    None); a None param is written as "none" (a method's param may default to a value, and TOML has
+    no null: leaving it out would read back as that default)."""
 
     def value(v):
         if isinstance(v, bool):
@@ -157,5 +159,5 @@ def config_to_toml(config: SimulationConfig) -> str:
     values = asdict(config)
     params = values.pop("params")
     lines = [f"{k} = {value(v)}" for k, v in values.items() if v is not None]
-    lines += ["", "[params]"] + [f"{k} = {value(v)}" for k, v in params.items() if v is not None]
+    lines += ["", "[params]"] + [f"{k} = {value('none' if v is None else v)}" for k, v in params.items()]
     return "\n".join(lines) + "\n"

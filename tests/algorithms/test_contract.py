@@ -69,11 +69,6 @@ KNOWN_FAILURES = {
     # Open defects of the default path that this test found (measured 2026-11-25, 5 clients, 3 rounds;
     # the issue "Trustworthy results" stays open until each is explained and fixed). strict: a fix
     # makes the test pass, which fails the run until the entry is removed.
-    ("dfl", "label-ordered"): "DFL 0.296 vs FedAvg 0.429: rho_r = max(1 - r/R, 0.6) with R = 3 puts a third "
-    "of the loss on KL towards the uniform initial soft targets from round 1",
-    ("dfl", "iid"): "DFL 0.523 vs FedAvg 0.672, as above",
-    ("fedmd", "label-ordered"): "FedMD 0.400 vs Local 0.631: the digest step towards the consensus on resized "
-    "mnist5k pulls the models away from their own data in a short non-IID run",
     ("fedzkt", "iid"): "FedZKT 0.455 vs Local 0.684: transfer back distils the devices from a global model "
     "the CPU preset trains for only n_D = 100 steps a round",
 }

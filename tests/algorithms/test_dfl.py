@@ -51,6 +51,18 @@ def test_rho_schedule_matches_the_hand_computed_values():
         rho(1, 10, 0.6, "cosine")
 
 
+def test_the_ramps_horizon_is_200_rounds_by_default_or_the_runs_length():
+    default = DFLParams()
+    assert default.horizon == 200  # spec §9.6: the paper never gives R
+    assert [default.rho(r, 3) for r in (1, 2, 3)] == pytest.approx([0.995, 0.99, 0.985], abs=1e-12)
+    assert default.rho(80, 100) == pytest.approx(0.6) and default.rho(300, 300) == pytest.approx(0.6)
+    literal = make_params(DFLParams, {"horizon": "none"})  # Alg. 1 read literally: R = --rounds
+    assert [literal.rho(r, 3) for r in (1, 2, 3)] == pytest.approx([2 / 3, 0.6, 0.6], abs=1e-12)
+    assert make_params(DFLParams, {"horizon": "10"}).rho(2, 3) == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="param horizon: must be >= 1"):
+        DFLParams(horizon=0)
+
+
 def test_params_defaults_docs_and_text_conversion():
     p = DFLParams()
     assert (p.threshold, p.temperature, p.kl_factor) == (0.6, 1.0, 1.0)
@@ -129,7 +141,7 @@ def test_server_aggregates_models_like_fedavg_and_tables_per_row():
     np.testing.assert_allclose(server.soft_targets[0], 5.0)  # (10*2 + 30*6) / 40
     np.testing.assert_array_equal(server.soft_targets[3], 1.5)  # client-1 only
     np.testing.assert_array_equal(server.soft_targets[5], 0.0)  # nobody: previous (zeros)
-    assert metrics == {"rho": 0.6, "labels_covered": 2.0}  # R = 1: rho_1 = max(1 - 1/1, 0.6)
+    assert metrics == {"rho": 0.995, "labels_covered": 2.0}  # R = horizon 200: rho_1 = 1 - 1/200
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,7 +265,7 @@ def test_default_threshold_differs_from_fedavg():
     fedavg, dfl = simulation("fedavg", participation=0.6), simulation("dfl", participation=0.6)
     fedavg.federation.run()
     records = dfl.federation.run()[1:]
-    assert [r.server["rho"] for r in records] == pytest.approx([2 / 3, 0.6, 0.6])  # R = 3
+    assert [r.server["rho"] for r in records] == pytest.approx([0.995, 0.99, 0.985])  # R = horizon 200
     assert any(not np.array_equal(dfl.server.global_state[k], v) for k, v in fedavg.server.global_state.items())
 
 
@@ -326,7 +338,7 @@ def test_soft_targets_cost_cn_squared_plus_counts_over_fedavg():
 
 
 def test_client_uploads_label_wise_means_of_its_updated_model_in_eval_mode():
-    sim = simulation("dfl", clients=4, rounds=1, partition="dirichlet:0.1")
+    sim = simulation("dfl", {"horizon": None}, clients=4, rounds=1, partition="dirichlet:0.1")
     client = sim.clients["client-0"]
     payload = client.train_round(1, sim.server.downlink(1, "client-0"))
     data = client.data
@@ -340,7 +352,7 @@ def test_client_uploads_label_wise_means_of_its_updated_model_in_eval_mode():
         expected = logits[data.train_y == c].mean(0).numpy() if counts[c] else np.zeros(10)
         np.testing.assert_allclose(payload.arrays[SOFT_TARGETS][c], expected, rtol=1e-5, atol=1e-5)
     assert (counts == 0).any()  # a skewed client: its absent rows are zeros, masked by the server
-    assert client.last_rho == 0.6  # R = 1: max(1 - 1/1, 0.6)
+    assert client.last_rho == 0.6  # horizon none, so R = the run's 1 round: max(1 - 1/1, 0.6)
 
 
 def test_end_to_end_partial_participation_on_digits(tmp_path):
@@ -350,7 +362,7 @@ def test_end_to_end_partial_participation_on_digits(tmp_path):
         participation=0.5,
         epochs=2,
         partition="iid",
-        params={"threshold": "0.6"},
+        params={"threshold": "0.6", "horizon": "none"},  # the paper's Alg. 1: R = the run's 3 rounds
         out=str(tmp_path),
     )
     summary = run(config, progress=False)

@@ -78,7 +78,9 @@ def test_public_images_of_another_size_are_resized_to_the_private_size():
     sim = simulation({"public_dataset": "mnist5k", "alignment_size": 50})
     client = next(iter(sim.clients.values()))
     assert tuple(client.public_x.shape[1:]) == (1, 8, 8)
-    assert torch.isfinite(client.public_x).all() and client.public_x.std() > 0
+    assert torch.isfinite(client.public_x).all()
+    # standardised again after the resize (antialiasing left mnist5k at 8x8 with std 0.68)
+    assert abs(float(client.public_x.mean())) < 1e-4 and abs(float(client.public_x.std()) - 1.0) < 1e-4
     pool = fedmd.public_pool(fedmd.FedMDParams())[0]
     assert len(client.public_x) == len(pool)
 
@@ -112,6 +114,26 @@ def test_digest_moves_the_logits_towards_the_consensus():
     before = mae()
     client.digest(indices, consensus)
     assert mae() < before - 0.1
+
+
+def test_the_digest_trains_at_batch_256_and_the_revisit_at_the_runs_batch(monkeypatch):
+    sizes = []
+    real = fedmd.train_epochs
+
+    def spy(model, x, loss_fn, optimizer, config, *args, **kwargs):
+        sizes.append((len(x), config.batch_size))
+        return real(model, x, loss_fn, optimizer, config, *args, **kwargs)
+
+    monkeypatch.setattr(fedmd, "train_epochs", spy)
+    for params, digest_batch in (({}, 256), ({"digest_batch_size": "none"}, 32)):
+        sizes.clear()
+        sim = simulation(params, batch_size=32)
+        sim.federation.run()
+        private = {len(client.data.train_x) for client in sim.clients.values()}
+        assert {batch for n, batch in sizes if n == 200} == {digest_batch}  # the 200-sample alignment set
+        assert {batch for n, batch in sizes if n in private} == {32}
+    with pytest.raises(ValueError, match="digest_batch_size"):
+        make_params(FedMDParams, {"digest_batch_size": "0"})
 
 
 def test_bytes_per_round_are_the_logit_tables_plus_headers():
