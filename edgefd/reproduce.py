@@ -411,7 +411,8 @@ _ZKT_SOURCE = (
 )
 _ZKT_ARMS = [
     Arm("Local", "local"),
-    Arm("FedMD (public mnist5k)", "fedmd", {"public_dataset": "mnist5k", "alignment_size": 1000}),
+    # spec §6.5: no public-label pretraining (FedMD's transfer step) against FedZKT; the digest at batch 256
+    Arm("FedMD (public mnist5k)", "fedmd", {"public_dataset": "mnist5k", "alignment_size": 1000, "pretrain_epochs": 0}),
     Arm("FedZKT (SL)", "fedzkt", {**_ZKT_SERVER, "loss": "sl"}, folder="fedzkt-sl"),
 ]
 _ZKT_ABLATION = [

@@ -19,8 +19,12 @@ Per round r (runtime order: downlink, local work, uplink, aggregate):
 Round 1 is FedMD's initial private training plus the first communication, so the sequence of
 updates is FedMD's: private, then (communicate, aggregate, digest, revisit) per round. The run's
 optimiser is used for both steps (spec: "the same optimizer, batch size ... as FedZKT").
-Public-label pretraining (FedMD's transfer-learning step) is off by default because the label
-spaces differ (§6.5, §9.23); ``pretrain_epochs`` turns it on (needs the same class count).
+Public-label pretraining (FedMD's transfer-learning step) runs by default for
+``AUTO_PRETRAIN_EPOCHS`` epochs when the public set has as many classes as the private data, and
+cannot run otherwise. The spec turns it off (§6.5, §9.23: its pairings' label spaces differ, and
+CIFAR-100 has 100 classes); without it, the consensus on public data comes from models that never
+saw public labels, and on the default digits run (10 clients, 10 rounds) FedMD sat at 35% against
+Local's 84% (with 2 epochs of it: 90%). The FedZKT recipes set ``pretrain_epochs=0``, the spec's.
 Public images of another size than the private ones are resized to the private size
 (``resize_public``, on by default) and standardised again, so that the default public set (mnist5k,
 28x28) also serves the bundled 8x8 digits: an edgefd choice, not the paper's (whose public and
@@ -54,6 +58,8 @@ KIND = "fedmd"
 CONSENSUS = "consensus"
 LOGITS = "logits"
 PUBLIC_SPLITS = ("all", "train")
+AUTO_PRETRAIN_EPOCHS = 2
+"""Public-label epochs when ``pretrain_epochs`` is left to the default and the class counts match."""
 
 
 @dataclass
@@ -72,8 +78,11 @@ class FedMDParams:
         256,
         "batch size of the digest step (FedMD's reference code and spec §6.5: 256); none = the run's --batch-size",
     )
-    pretrain_epochs: int = param(
-        0, "epochs of public-label training before round 1 (FedMD's transfer step; off, spec §6.5)"
+    pretrain_epochs: int | None = param(
+        None,
+        "epochs of public-label training before round 1 (FedMD's transfer step); none = "
+        f"{AUTO_PRETRAIN_EPOCHS} when the public set has as many classes as the private data, else 0 (it cannot "
+        "run: spec §6.5 turns it off for its pairings)",
     )
     public_data_root: str | None = param(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
     resize_public: bool = param(
@@ -87,8 +96,9 @@ class FedMDParams:
         if self.alignment_size < 1:
             raise ValueError(f"param alignment_size: must be >= 1, got {self.alignment_size}")
         for name in ("digest_epochs", "pretrain_epochs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"param {name}: must be >= 0, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"param {name}: must be >= 0, got {value}")
         if self.digest_batch_size is not None and self.digest_batch_size < 1:
             raise ValueError(f"param digest_batch_size: must be >= 1 (or none), got {self.digest_batch_size}")
 
@@ -141,12 +151,15 @@ class FedMDClient(ClientRole):
                 f"fedmd: public dataset {params.public_dataset!r} has samples of shape "
                 f"{tuple(self.public_x.shape[1:])}, the private data {own_shape}"
             )
-        if params.pretrain_epochs and public_classes != context.data.num_classes:
+        same_classes = public_classes == context.data.num_classes
+        if params.pretrain_epochs and not same_classes:
             raise ValueError(
                 f"fedmd: pretrain_epochs needs the public dataset to have {context.data.num_classes} "
                 f"classes, {params.public_dataset!r} has {public_classes}"
             )
-        self.pretrained = params.pretrain_epochs == 0
+        auto = AUTO_PRETRAIN_EPOCHS if same_classes else 0
+        self.pretrain_epochs = auto if params.pretrain_epochs is None else params.pretrain_epochs
+        self.pretrained = self.pretrain_epochs == 0
         self.last_digest_loss: float | None = None
 
     def _train(
@@ -188,7 +201,7 @@ class FedMDClient(ClientRole):
             self._train(
                 self.public_x,
                 lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-                self.params.pretrain_epochs,
+                self.pretrain_epochs,
             )
             self.pretrained = True
         if CONSENSUS in downlink.arrays:

@@ -173,8 +173,28 @@ def test_end_to_end_tiny_run_with_partial_participation(tmp_path):
     assert lines[-1]["server"]["devices"] == 2.0
 
 
+def test_public_label_pretraining_is_on_by_default_when_the_class_counts_match(monkeypatch):
+    assert simulation().clients["client-0"].pretrain_epochs == fedmd.AUTO_PRETRAIN_EPOCHS  # digits: 10 and 10
+    assert simulation({"pretrain_epochs": "0"}).clients["client-0"].pretrained  # the FedZKT recipes' choice
+    real = load_dataset("digits")
+    five = Dataset(
+        "five",
+        real.train_x[:20],
+        real.train_y[:20] % 5,
+        real.test_x[:5],
+        real.test_y[:5] % 5,
+        5,
+        real.input_shape,
+        (0.0,),
+        (1.0,),
+    )
+    monkeypatch.setattr(fedmd, "load_dataset", lambda name, root=None: five if name == "five" else real)
+    assert simulation({"public_dataset": "five", "alignment_size": 10}).clients["client-0"].pretrained  # cannot run
+    with pytest.raises(ValueError, match="pretrain_epochs needs the public dataset to have 10 classes"):
+        simulation({"public_dataset": "five", "alignment_size": 10, "pretrain_epochs": "1"})
+
+
 def test_public_label_pretraining_runs_once_when_asked():
-    assert simulation().clients["client-0"].pretrained  # off by default: nothing to do
     client = simulation({"pretrain_epochs": 1}).clients["client-0"]
     calls = []
     original = client._train
