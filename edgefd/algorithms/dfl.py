@@ -28,7 +28,7 @@ Spec: ``specs/dfl.md``. Choices the spec makes where the paper is silent, all fo
   the run's ``--rounds``, what the recipes use), but then a short run compresses the ramp: at 3
   rounds a third of round 1's loss is KL towards uniform teachers and 40% from round 2 on, while
   the clients' models are still too unsure for their label-wise means to teach anything (their
-  table's diagonal softmax is 0.11-0.14), and DFL ends 10-15 points below FedAvg. With the
+  table's diagonal softmax is 0.11-0.14), and DFL ended 4-16 points below FedAvg. With the
   horizon fixed, the KD weight grows by 1/200 a round whatever the run's length: a short run
   stays almost pure CE, as the paper wants of the early rounds (before Eq. 6: early on "the soft
   targets will make the model optimize in the wrong direction, which will slow down the model
