@@ -14,10 +14,11 @@ import json
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from edgefd.algorithms.base import get_method, make_params
 from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.simulate import SimulationConfig, config_to_toml
 from edgefd.simulate import run as run_simulation
@@ -544,12 +545,32 @@ def per_round_table(results: dict[str, list[tuple[dict, list[dict]]]]) -> list[s
     return rows
 
 
+def changed_params(summary: dict[str, Any], config: SimulationConfig) -> list[str]:
+    """The method params that this code would set differently from the finished run's ``summary``:
+    a default that changed since the run (the run.toml names only the params a recipe pins). A
+    param the code leaves None is resolved when the run starts (from a preset, the run's length),
+    so it is not compared."""
+    current = asdict(make_params(get_method(config.algo).params, config.params))
+    recorded = summary.get("params", {})
+    return [
+        name
+        for name, value in current.items()
+        if value is not None and json.loads(json.dumps(value)) != recorded.get(name)
+    ]
+
+
 def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | None:
-    """The summary of a finished run in ``folder`` made from exactly ``config`` (its run.toml), else None."""
-    toml, summary = folder / "run.toml", folder / SUMMARY_FILE
-    if toml.is_file() and summary.is_file() and toml.read_text() == config_to_toml(config):
-        return json.loads(summary.read_text())
-    return None
+    """The summary of a finished run in ``folder`` made from exactly ``config`` (its run.toml) and
+    the method params this code would use, else None."""
+    toml, summary_file = folder / "run.toml", folder / SUMMARY_FILE
+    if not (toml.is_file() and summary_file.is_file() and toml.read_text() == config_to_toml(config)):
+        return None
+    summary = json.loads(summary_file.read_text())
+    changed = changed_params(summary, config)
+    if changed:
+        print(f"{folder}: params changed since this run ({', '.join(changed)}): running it again", flush=True)
+        return None
+    return summary
 
 
 def command_text(recipe: Recipe, seeds: tuple[int, ...], rounds: int | None, threads: int | None) -> str:

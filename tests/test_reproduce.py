@@ -126,3 +126,23 @@ def test_an_adam_recipe_does_not_list_sgds_momentum_among_its_settings():
     }
     assert "momentum" not in reproduce.arm_settings(summary)
     assert reproduce.arm_settings({**summary, "config": {**summary["config"], "optimizer": "sgd"}})["momentum"] == "0.9"
+
+
+def test_a_finished_run_made_under_other_method_defaults_is_run_again(tmp_path, capsys):
+    """The run.toml names only the params a recipe pins: a default changed since the run must not
+    keep a run the current code would not make."""
+    base = SimulationConfig(dataset="digits", clients=2, rounds=1, models="mlp", samples_per_client=30, threads=1)
+    recipe = Recipe("defaults", "test", base, [Arm("FD", "fd")], ["FD"], seeds=(0,))
+    run_recipe(recipe, tmp_path, (0,))
+    summary_file = tmp_path / "defaults" / "fd-s0" / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    assert reproduce.changed_params(summary, replace(base, algo="fd")) == []
+    name = next(name for name, value in summary["params"].items() if isinstance(value, float))
+    summary["params"][name] += 1.0  # as if the run was made when this param's default was another
+    summary_file.write_text(json.dumps(summary))
+    written = summary_file.stat().st_mtime_ns
+
+    run_recipe(recipe, tmp_path, (0,))
+    assert f"params changed since this run ({name}): running it again" in capsys.readouterr().out
+    assert summary_file.stat().st_mtime_ns > written
+    assert json.loads(summary_file.read_text())["params"][name] == summary["params"][name] - 1.0
