@@ -712,7 +712,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rerun",
         action="store_true",
         help="run every arm again; by default a run whose folder holds a finished run of the same config "
-        "(its run.toml and summary.json) is kept, so an interrupted recipe goes on where it stopped",
+        "(its run.toml and summary.json) made with the method params this code would use is kept, so an "
+        "interrupted recipe goes on where it stopped",
     )
 
 
