@@ -9,6 +9,7 @@ A method is two roles that exchange :class:`~edgefd.protocol.Payload` s in round
                   downlink(round, client_id) -> Payload | None
                   aggregate(round, uplinks) -> dict          update server state from what arrived
                   evaluation_state(client_id) -> Payload | None
+                  server_models() -> dict                    (diagnostic) models a simulation scores
 
 A method whose client asks the server during local training (FedCache's faithful per-batch
 exchange) sets ``ServerRole.step_exchange``; the loop then runs the selected clients one after
@@ -288,6 +289,13 @@ class ServerRole(ABC):
 
         A measurement hook, not a message: it is handed over in-process and not counted as sent."""
         return None
+
+    def server_models(self) -> dict[str, nn.Module]:
+        """Models the server trains for itself on the clients' inputs (FedZKT's global model), by
+        name: a simulation scores them on the whole test set every evaluated round (metrics.jsonl's
+        ``server_model_accuracy``), a diagnostic; a deployment's server holds no data and scores
+        none. Never sent. Default: none."""
+        return {}
 
 
 ModelFamily = Callable[[tuple[int, ...]], str]

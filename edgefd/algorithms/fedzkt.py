@@ -50,9 +50,11 @@ Where this module departs from the letter of the spec, and why:
   sent nothing new), as §IV-C3 treats inactive devices.
 - The whole ``state_dict`` travels, including BatchNorm's integer ``num_batches_tracked`` (8 bytes
   per BN layer; the spec allows dropping it). Weights always travel losslessly (fp32).
+- The global model's test accuracy (spec §11's logs) is scored only in a simulation
+  (``server_model_accuracy`` in metrics.jsonl): a deployment's server holds no data.
 - Not implemented: the spec's option of adding stale cached models of inactive devices to the
-  ensemble (§9.7), the persistent ("global") schedule scope (§9.6), and logging the global model's
-  test accuracy (the server holds no data).
+  ensemble (§9.7), the persistent ("global") schedule scope (§9.6), and logging the teacher
+  ensemble's test accuracy.
 """
 
 from __future__ import annotations
@@ -351,6 +353,11 @@ class FedZKTServer(ServerRole):
         device's own model, e.g. before its first upload)."""
         arrays = self.pending.get(client_id)
         return None if arrays is None else Payload(KIND, "server", 0, arrays)
+
+    def server_models(self) -> dict[str, nn.Module]:
+        """The global model F, which a simulation scores on the whole test set (spec §11's log of
+        F's accuracy): how much of the ensemble it caught, before the transfer back passes it on."""
+        return {"global_model": self.global_model}
 
     def rebuild_for_checkpoint(self, attribute: str, key: str) -> nn.Module:
         """A device model to restore a checkpoint into (its weights come from the checkpoint; built

@@ -26,7 +26,7 @@ import queue
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +43,9 @@ from edgefd.protocol import Payload, encoded_size
 from edgefd.runtime.channel import Scores
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+
+if TYPE_CHECKING:
+    from torch import nn
 
 log = logging.getLogger(__name__)
 
@@ -288,6 +291,10 @@ class MqttChannel:
             stop_when_rest_offline=True,
         ).got
         return {cid: {"accuracy": wire.accuracy_of(msg.payload)} for cid, msg in got.items()}  # checked on arrival
+
+    def score_server_models(self, models: dict[str, nn.Module]) -> dict[str, float]:
+        """None: a deployment's server holds no test data."""
+        return {}
 
     def round_bytes(self, round: int) -> tuple[int, int]:
         up, down = self._bytes.get(round, (0, 0))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import torch
+from torch import nn
 
 from edgefd.algorithms.base import ClientRole
 from edgefd.algorithms.toolkit import release_shared
@@ -22,6 +23,7 @@ from edgefd.protocol import Payload
 from edgefd.runtime import envelope
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger, InProcessTransport
+from edgefd.training import evaluate_model
 
 Scores = dict[str, float]
 """One client's evaluation: "accuracy" (on its local test split), and "accuracy_full" (on the
@@ -66,6 +68,11 @@ class Channel(Protocol):
         a client that does not answer is left out."""
         ...
 
+    def score_server_models(self, models: dict[str, nn.Module]) -> dict[str, float]:
+        """Each of the server's own models' accuracy on the whole test set where the channel holds
+        it (a simulation); {} where it does not (a deployment: the server holds no data)."""
+        ...
+
     def round_bytes(self, round: int) -> tuple[int, int]:
         """Payload bytes (as encoded, the codec's count) carried up and down in ``round``."""
         ...
@@ -82,12 +89,16 @@ class InProcessChannel:
         clients: dict[str, ClientRole],
         transport: InProcessTransport | None = None,
         full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
+        server_test: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
-        """``full_test`` (x, y): also score every client on it (the whole test set), besides its own split."""
+        """``full_test`` (x, y): also score every client on it (the whole test set), besides its own
+        split. ``server_test`` (x, y): the whole test set to score the server's own models on (None:
+        score none)."""
         self.clients = clients
         self.client_ids = sorted(clients)
         self.transport = transport if transport is not None else InProcessTransport()
         self.full_test = full_test
+        self.server_test = server_test
 
     @property
     def ledger(self) -> ByteLedger:
@@ -136,6 +147,17 @@ class InProcessChannel:
             scores[cid] = {"accuracy": float(client.evaluate(state)["accuracy"])}
             if self.full_test is not None:
                 scores[cid]["accuracy_full"] = float(client.evaluate(state, self.full_test)["accuracy"])
+        return scores
+
+    def score_server_models(self, models: dict[str, nn.Module]) -> dict[str, float]:
+        if self.server_test is None:
+            return {}
+        x, y = self.server_test
+        scores = {}
+        for name, model in models.items():
+            was_training = model.training
+            scores[name] = float(evaluate_model(model, x, y)["accuracy"])
+            model.train(was_training)  # a measurement: the server's model goes on as it was
         return scores
 
     def round_bytes(self, round: int) -> tuple[int, int]:

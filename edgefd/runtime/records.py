@@ -25,6 +25,9 @@ class RoundRecord:
     accuracy_full: float | None = None
     """The clients' mean accuracy on the whole test set (None unless the run asks for it)."""
     client_accuracy_full: dict[str, float] = field(default_factory=dict)
+    server_model_accuracy: dict[str, float] = field(default_factory=dict)
+    """Accuracy on the whole test set of each model the server trains for itself
+    (``ServerRole.server_models``); a simulation's diagnostic, empty in a deployment."""
     rejected: dict[str, str] = field(default_factory=dict)
     """Clients whose message of this round did not fit what the method accepts, and why
     (``edgefd.algorithms.schema``): dropped, the round went on without them."""

@@ -6,6 +6,7 @@ import copy
 import functools
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,8 +14,9 @@ import torch
 
 from edgefd import kernels
 from edgefd.algorithms.base import make_params
-from edgefd.algorithms.fedzkt import KIND, FedZKTParams, disagreement, prox_term
+from edgefd.algorithms.fedzkt import KIND, FedZKTParams, FedZKTServer, disagreement, prox_term
 from edgefd.algorithms.schema import UplinkRejected
+from edgefd.data import load_dataset
 from edgefd.models import count_bn_buffers, count_parameters
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
@@ -361,6 +363,34 @@ def test_end_to_end_tiny_run_records_server_timing(tmp_path, loss):
     assert server["loss_kernel_seconds"] <= server["server_seconds"]
     assert server["active_devices"] == 3.0
     assert all(math.isfinite(v) for v in server.values())
+
+
+def test_a_simulation_scores_the_global_model_on_the_whole_test_set_and_changes_nothing_else(tmp_path, monkeypatch):
+    """Spec §11's log of F's accuracy: every evaluated round, F on the whole test set, by the
+    simulation (the server holds no data); scoring it leaves the run as it was."""
+    config = SimulationConfig(algo="fedzkt", params=TINY_SERVER, **QUICK)
+    scored = run(replace(config, out=str(tmp_path / "scored")), progress=False)
+    lines = [json.loads(t) for t in (tmp_path / "scored" / "metrics.jsonl").read_text().splitlines()]
+    assert [sorted(line["server_model_accuracy"]) for line in lines] == [["global_model"]] * 3  # rounds 0-2
+
+    sim = simulation()
+    sim.federation.run()
+    channel, global_model = sim.federation.channel, sim.server.global_model
+    x, y = channel.server_test
+    assert len(y) == len(load_dataset("digits").test_y)  # the whole test set, not a client's split
+    with torch.no_grad():
+        by_hand = float((global_model.eval()(x).argmax(1) == y).double().mean())
+    assert lines[-1]["server_model_accuracy"]["global_model"] == pytest.approx(by_hand)
+    global_model.train()
+    assert channel.score_server_models({"global_model": global_model}) == {"global_model": pytest.approx(by_hand)}
+    assert global_model.training  # a measurement: F is left in the mode it was in
+
+    monkeypatch.setattr(FedZKTServer, "server_models", lambda self: {})
+    unscored = run(replace(config, out=str(tmp_path / "unscored")), progress=False)
+    assert unscored["final_accuracy"] == scored["final_accuracy"]
+    other = [json.loads(t) for t in (tmp_path / "unscored" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["client_accuracy"] for line in other] == [line["client_accuracy"] for line in lines]
+    assert all(line["server_model_accuracy"] == {} for line in other)
 
 
 def test_recipes_give_every_arm_its_own_run_folder():
