@@ -293,7 +293,7 @@ class MqttChannel:
         return {cid: {"accuracy": wire.accuracy_of(msg.payload)} for cid, msg in got.items()}  # checked on arrival
 
     def score_server_models(self, models: dict[str, nn.Module]) -> dict[str, float]:
-        """None: a deployment's server holds no test data."""
+        """Nothing to score with: a deployment's server holds no test data."""
         return {}
 
     def round_bytes(self, round: int) -> tuple[int, int]:
