@@ -225,12 +225,13 @@ def build(config: SimulationConfig) -> Simulation:
     if pieces.dataset.train_x.nbytes > KEEP_TRAINING_ARRAYS_BELOW:
         pieces.dataset = without_training_arrays(pieces.dataset)
     server = build_server(config, pieces)
+    scores_server_models = bool(server.server_models())
     full_test = server_test = None
-    if config.score_full_test or server.server_models():
+    if config.score_full_test or scores_server_models:
         everything = torch.arange(len(pieces.dataset.test_y))
         whole_test = (pieces.dataset.test_rows(everything), pieces.dataset.test_y)
         full_test = whole_test if config.score_full_test else None
-        server_test = whole_test if server.server_models() else None
+        server_test = whole_test if scores_server_models else None
     channel = InProcessChannel(clients, InProcessTransport(), full_test, server_test)
     federation = Federation(server, channel, config.loop_config(), selection_rng(config))
     return Simulation(
