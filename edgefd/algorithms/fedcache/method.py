@@ -61,8 +61,9 @@ from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
-from edgefd.algorithms.fedcache.hash_cache import HashCache, cache_base
+from edgefd.algorithms.fedcache.hash_cache import HashCache
 from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
 from edgefd.training import LocalTraining, epoch_batches, forward
