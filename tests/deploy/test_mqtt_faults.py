@@ -93,7 +93,7 @@ def test_broker_restart_mid_run(tmp_path, broker):
     """The broker goes down for a second after round 1; everyone reconnects, the run completes with
     every uplink, and its results are the simulation's. FedAvg: whole models, in 16 KiB chunks,
     and the global model sent for evaluation."""
-    config = dict(FAULT_RUN, algo="fedavg", rounds=6, epochs=30)  # ~1 s a round: the restart lands mid-run
+    config = dict(FAULT_RUN, algo="fedavg", rounds=4, epochs=20)  # ~0.7 s a round: the restart lands mid-run
     expected = simulated_lines(tmp_path, config)
     chunks = ("--chunk-size", 16384)
     out, processes = start_run(broker, tmp_path, "restart", config, "--round-timeout", 60, *chunks, client_flags=chunks)
