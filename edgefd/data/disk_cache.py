@@ -1,15 +1,15 @@
 """Bundled datasets kept on disk after their first load, so that later processes skip the parsing.
 
 Loading ``digits`` imports scikit-learn for its file and its stratified split (about 1 s of CPU and
-100 MB, most of a small process's start-up after torch), and ``mnist5k`` parses a 5,000-row CSV.
+120 MB, most of a small process's start-up after torch), and ``mnist5k`` parses a 5,000-row CSV.
 Every process of a deployment loads the same dataset again, as does every isolated arm of
 ``edgefd reproduce``. The first load stores the arrays as one ``.npz`` in
 ``$EDGEFD_CACHE_DIR/datasets`` (default ``~/.cache/edgefd/datasets``); later loads read that file.
 
 The file's name holds a digest of everything that made it: the dataset's name, the versions of the
 packages that bundle and split it, and the source of edgefd's loaders. A new package release or a
-changed loader therefore never reads an old file. A file that cannot be read is loaded again and rewritten;
-a cache folder that cannot be written only costs the speed-up.
+changed loader therefore never reads an old file. A file that cannot be read is loaded again and
+rewritten; a cache folder that cannot be written only costs the speed-up.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ FORMAT = "v1"
 LOADER_SOURCES = ("bundled.py", "dataset.py", "disk_cache.py")
 """The modules whose code decides the stored arrays: a change to any of them changes the digest."""
 
+SPLIT_PACKAGE = "scikit-learn"
+"""Every bundled dataset's train/test split is scikit-learn's (``bundled.stratified_split``)."""
+
 _TENSORS = ("train_x", "train_y", "test_x", "test_y", "train_groups", "test_groups")
 
 
@@ -44,10 +47,6 @@ def cache_base() -> Path:
     """Where edgefd keeps what it computed once: ``$EDGEFD_CACHE_DIR``, else ``~/.cache/edgefd``."""
     base = os.environ.get("EDGEFD_CACHE_DIR")
     return Path(base) if base else Path.home() / ".cache" / "edgefd"
-
-
-SPLIT_PACKAGE = "scikit-learn"
-"""Every bundled dataset's train/test split is scikit-learn's (``bundled.stratified_split``)."""
 
 
 def stored_path(name: str, package: str) -> Path:
