@@ -14,7 +14,8 @@ pytestmark = needs_mosquitto
 CONFIG = dict(dataset="digits", clients=2, rounds=1, seed=3, threads=1, samples_per_client=60)
 SETTINGS = {
     **LIGHT_SETTINGS,
-    "fedcache": dict(params={"knn": "exact"}),  # the paper's per-batch exchange; exact neighbours
+    # the round-batched exchange (test_mqtt_deployment.py runs the paper's per-batch one); exact neighbours
+    "fedcache": dict(params={"knn": "exact", "exchange": "round"}),
 }
 
 
