@@ -11,10 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from edgefd.data import DatasetNotFoundError, clear_cache, disk_cache, load_dataset
+from edgefd.data import DatasetNotFoundError, clear_cache, dataset_from_arrays, disk_cache, load_dataset
 from edgefd.data.bundled import load_digits_dataset
 
 FIELDS = ("name", "num_classes", "input_shape", "mean", "std", "input_scale", "class_names")
@@ -39,10 +40,10 @@ def counting(load):
 
 
 def assert_same(a, b):
-    for key in ("train_x", "train_y", "test_x", "test_y"):
-        assert getattr(a, key).dtype == getattr(b, key).dtype and torch.equal(getattr(a, key), getattr(b, key)), key
+    for key in ("train_x", "train_y", "test_x", "test_y", "train_groups", "test_groups"):
+        x, y = getattr(a, key), getattr(b, key)
+        assert (x is None and y is None) or (x.dtype == y.dtype and torch.equal(x, y)), key
     assert all(getattr(a, key) == getattr(b, key) for key in FIELDS)
-    assert a.train_groups is None and b.train_groups is None
 
 
 def test_the_stored_dataset_is_the_loaded_one_and_the_next_load_reads_it(cache):
@@ -53,6 +54,21 @@ def test_the_stored_dataset_is_the_loaded_one_and_the_next_load_reads_it(cache):
     assert_same(first, load_digits_dataset())
     assert_same(second, first)
     assert [p.name for p in (cache / "datasets").iterdir()] == [disk_cache.stored_path("digits", "scikit-learn").name]
+
+
+def test_groups_and_class_names_are_stored_too(cache):
+    rng = np.random.default_rng(0)
+
+    def load():
+        x, y, groups = rng.normal(size=(20, 6)), np.arange(20) % 3, np.arange(20) % 4
+        return dataset_from_arrays("toy", x, y, x[:6], y[:6], class_names=["a", "b", "c"], train_groups=groups,
+                                   test_groups=groups[:6])  # fmt: skip
+
+    load, calls = counting(load)
+    first = disk_cache.load_stored("toy", "scikit-learn", load)
+    second = disk_cache.load_stored("toy", "scikit-learn", load)
+    assert len(calls) == 1 and first.train_groups is not None and first.class_names == ("a", "b", "c")
+    assert_same(second, first)
 
 
 def test_the_registry_stores_digits(cache):
