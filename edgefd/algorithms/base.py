@@ -291,8 +291,8 @@ class ServerRole(ABC):
         return None
 
     def server_models(self) -> dict[str, nn.Module]:
-        """Models the server trains for itself on the clients' inputs (FedZKT's global model), by
-        name: a simulation scores them on the whole test set every evaluated round (metrics.jsonl's
+        """Models the server holds for itself (FedZKT's global model and the ensemble it learns
+        from), by name: a simulation scores them on the whole test set every evaluated round (metrics.jsonl's
         ``server_model_accuracy``), a diagnostic; a deployment's server holds no data and scores
         none. Never sent. Default: none."""
         return {}

@@ -296,6 +296,18 @@ class FedZKTClient(ClientRole):
 # Server
 
 
+class TeacherEnsemble(nn.Module):
+    """Device models voting by their mean softmax (uniform weights, Eq. 1): the teacher F distils.
+    Returns log-probabilities, so that its argmax and cross-entropy are the ensemble's."""
+
+    def __init__(self, members: list[nn.Module]) -> None:
+        super().__init__()
+        self.members = nn.ModuleList(members)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([member(x).softmax(1) for member in self.members]).mean(0).log()
+
+
 class FedZKTServer(ServerRole):
     """ServerUpdate (Alg. 3): ensemble -> global model by adversarial zero-shot distillation, then
     global model -> each received device model."""
@@ -330,6 +342,9 @@ class FedZKTServer(ServerRole):
         """Distilled weights not yet sent to their device."""
         self.state_schemas: dict[str, MessageSchema] = {}
         """The uplink schema of each device architecture (by zoo name), built on first use."""
+        self.last_uploads: dict[str, dict[str, np.ndarray]] = {}
+        """The last round's uploads as received (the teachers before the transfer back), for
+        `server_models`' ensemble."""
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -355,9 +370,17 @@ class FedZKTServer(ServerRole):
         return None if arrays is None else Payload(KIND, "server", 0, arrays)
 
     def server_models(self) -> dict[str, nn.Module]:
-        """The global model F, which a simulation scores on the whole test set (spec §11's log of
-        F's accuracy): how much of the ensemble it caught, before the transfer back passes it on."""
-        return {"global_model": self.global_model}
+        """What a simulation scores on the whole test set (spec §11's logs): the global model F and,
+        once devices have uploaded, the ensemble F learnt from. Their gap is how much of the
+        ensemble F caught, before the transfer back passes it on."""
+        models: dict[str, nn.Module] = {"global_model": self.global_model}
+        if self.last_uploads:
+            with torch.random.fork_rng(devices=[]):  # built aside: the run's random draws stay as they were
+                members = [self.context.build_model(self.context.client_models[cid]) for cid in self.last_uploads]
+            for member, arrays in zip(members, self.last_uploads.values()):
+                load_state_arrays(member, arrays)
+            models["teacher_ensemble"] = TeacherEnsemble(members).to(self.device)
+        return models
 
     def rebuild_for_checkpoint(self, attribute: str, key: str) -> nn.Module:
         """A device model to restore a checkpoint into (its weights come from the checkpoint; built
@@ -379,6 +402,7 @@ class FedZKTServer(ServerRole):
             if model is None:
                 model = self.device_models[cid] = self.context.build_model(self.context.client_models[cid])
             load_state_arrays(model, uplinks[cid].arrays)
+        self.last_uploads = {cid: uplinks[cid].arrays for cid in active}
         teachers = [self.device_models[cid] for cid in active]
         metrics = self.distill_global(teachers)
         metrics.update(self.transfer_back(teachers))

@@ -366,12 +366,17 @@ def test_end_to_end_tiny_run_records_server_timing(tmp_path, loss):
 
 
 def test_a_simulation_scores_the_global_model_on_the_whole_test_set_and_changes_nothing_else(tmp_path, monkeypatch):
-    """Spec §11's log of F's accuracy: every evaluated round, F on the whole test set, by the
-    simulation (the server holds no data); scoring it leaves the run as it was."""
+    """Spec §11's logs: every evaluated round, F and the ensemble of the devices' uploads on the
+    whole test set, by the simulation (the server holds no data); scoring leaves the run as it was."""
     config = SimulationConfig(algo="fedzkt", params=TINY_SERVER, **QUICK)
     scored = run(replace(config, out=str(tmp_path / "scored")), progress=False)
     lines = [json.loads(t) for t in (tmp_path / "scored" / "metrics.jsonl").read_text().splitlines()]
-    assert [sorted(line["server_model_accuracy"]) for line in lines] == [["global_model"]] * 3  # rounds 0-2
+    both = ["global_model", "teacher_ensemble"]
+    assert [sorted(line["server_model_accuracy"]) for line in lines] == [
+        ["global_model"],
+        both,
+        both,
+    ]  # no uploads in round 0
 
     sim = simulation()
     sim.federation.run()
@@ -384,6 +389,17 @@ def test_a_simulation_scores_the_global_model_on_the_whole_test_set_and_changes_
     global_model.train()
     assert channel.score_server_models({"global_model": global_model}) == {"global_model": pytest.approx(by_hand)}
     assert global_model.training  # a measurement: F is left in the mode it was in
+
+    # the ensemble: the last round's uploads as sent (not the devices after the transfer back), mean softmax
+    server, votes = sim.server, []
+    for cid, arrays in server.last_uploads.items():
+        assert any(not np.array_equal(arrays[k], v) for k, v in state_arrays(server.device_models[cid]).items())
+        member = copy.deepcopy(server.device_models[cid])
+        member.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()})
+        with torch.no_grad():
+            votes.append(member.eval()(x).softmax(1))
+    ensemble_by_hand = float((torch.stack(votes).mean(0).argmax(1) == y).double().mean())
+    assert lines[-1]["server_model_accuracy"]["teacher_ensemble"] == pytest.approx(ensemble_by_hand)
 
     monkeypatch.setattr(FedZKTServer, "server_models", lambda self: {})
     unscored = run(replace(config, out=str(tmp_path / "unscored")), progress=False)
