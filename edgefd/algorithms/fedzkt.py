@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -298,14 +299,15 @@ class FedZKTClient(ClientRole):
 
 class TeacherEnsemble(nn.Module):
     """Device models voting by their mean softmax (uniform weights, Eq. 1): the teacher F distils.
-    Returns log-probabilities, so that its argmax and cross-entropy are the ensemble's."""
+    Returns the log of that mean, so that its argmax and cross-entropy are the ensemble's."""
 
     def __init__(self, members: list[nn.Module]) -> None:
         super().__init__()
         self.members = nn.ModuleList(members)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([member(x).softmax(1) for member in self.members]).mean(0).log()
+        log_probs = torch.stack([member(x).log_softmax(1) for member in self.members])
+        return torch.logsumexp(log_probs, dim=0) - math.log(len(self.members))  # no log(0) where a softmax underflows
 
 
 class FedZKTServer(ServerRole):

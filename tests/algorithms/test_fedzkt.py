@@ -14,7 +14,7 @@ import torch
 
 from edgefd import kernels
 from edgefd.algorithms.base import make_params
-from edgefd.algorithms.fedzkt import KIND, FedZKTParams, FedZKTServer, disagreement, prox_term
+from edgefd.algorithms.fedzkt import KIND, FedZKTParams, FedZKTServer, TeacherEnsemble, disagreement, prox_term
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.data import load_dataset
 from edgefd.models import count_bn_buffers, count_parameters
@@ -407,6 +407,19 @@ def test_a_simulation_scores_the_global_model_on_the_whole_test_set_and_changes_
     other = [json.loads(t) for t in (tmp_path / "unscored" / "metrics.jsonl").read_text().splitlines()]
     assert [line["client_accuracy"] for line in other] == [line["client_accuracy"] for line in lines]
     assert all(line["server_model_accuracy"] == {} for line in other)
+
+
+def test_the_teacher_ensemble_is_the_log_of_the_mean_softmax_and_stays_finite():
+    a, b = torch.tensor([[2.0, 0.0, -1.0]]), torch.tensor([[0.0, 3.0, 0.0]])
+    members = [torch.nn.Linear(3, 3, bias=False) for _ in range(2)]
+    for member, logits in zip(members, (a, b)):
+        member.weight.data = torch.diag(logits[0])  # the member maps a row of ones to its logits
+    ensemble = TeacherEnsemble(members)
+    expected = ((a.softmax(1) + b.softmax(1)) / 2).log()
+    assert torch.allclose(ensemble(torch.ones(1, 3)), expected, atol=1e-6)
+    for member in members:
+        member.weight.data = torch.diag(torch.tensor([1000.0, -1000.0, 0.0]))  # softmax underflows to 0
+    assert torch.isfinite(ensemble(torch.ones(1, 3))).all()
 
 
 def test_recipes_give_every_arm_its_own_run_folder():
