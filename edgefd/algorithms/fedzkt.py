@@ -50,11 +50,11 @@ Where this module departs from the letter of the spec, and why:
   sent nothing new), as §IV-C3 treats inactive devices.
 - The whole ``state_dict`` travels, including BatchNorm's integer ``num_batches_tracked`` (8 bytes
   per BN layer; the spec allows dropping it). Weights always travel losslessly (fp32).
-- The global model's test accuracy (spec §11's logs) is scored only in a simulation
-  (``server_model_accuracy`` in metrics.jsonl): a deployment's server holds no data.
+- The test accuracy of the global model and of the teacher ensemble (spec §11's logs) is scored
+  only in a simulation (``server_model_accuracy`` in metrics.jsonl): a deployment's server holds
+  no data.
 - Not implemented: the spec's option of adding stale cached models of inactive devices to the
-  ensemble (§9.7), the persistent ("global") schedule scope (§9.6), and logging the teacher
-  ensemble's test accuracy.
+  ensemble (§9.7) and the persistent ("global") schedule scope (§9.6).
 """
 
 from __future__ import annotations

@@ -292,8 +292,8 @@ class MqttChannel:
         ).got
         return {cid: {"accuracy": wire.accuracy_of(msg.payload)} for cid, msg in got.items()}  # checked on arrival
 
-    def score_server_models(self, models: dict[str, nn.Module]) -> dict[str, float]:
-        """Nothing to score with: a deployment's server holds no test data."""
+    def score_server_models(self, models: Callable[[], dict[str, nn.Module]]) -> dict[str, float]:
+        """Nothing to score with: a deployment's server holds no test data (``models`` is not called)."""
         return {}
 
     def round_bytes(self, round: int) -> tuple[int, int]:

@@ -68,9 +68,10 @@ class Channel(Protocol):
         a client that does not answer is left out."""
         ...
 
-    def score_server_models(self, models: dict[str, nn.Module]) -> dict[str, float]:
+    def score_server_models(self, models: Callable[[], dict[str, nn.Module]]) -> dict[str, float]:
         """Each of the server's own models' accuracy on the whole test set where the channel holds
-        it (a simulation); {} where it does not (a deployment: the server holds no data)."""
+        it (a simulation); {} where it does not (a deployment: the server holds no data). ``models``
+        is called only where they are scored: building them may cost (FedZKT's ensemble)."""
         ...
 
     def round_bytes(self, round: int) -> tuple[int, int]:
@@ -149,12 +150,12 @@ class InProcessChannel:
                 scores[cid]["accuracy_full"] = float(client.evaluate(state, self.full_test)["accuracy"])
         return scores
 
-    def score_server_models(self, models: dict[str, nn.Module]) -> dict[str, float]:
+    def score_server_models(self, models: Callable[[], dict[str, nn.Module]]) -> dict[str, float]:
         if self.server_test is None:
             return {}
         x, y = self.server_test
         scores = {}
-        for name, model in models.items():
+        for name, model in models().items():
             was_training = model.training
             scores[name] = float(evaluate_model(model, x, y)["accuracy"])
             model.train(was_training)  # a measurement: the server's model goes on as it was

@@ -193,9 +193,7 @@ class Federation:
         if full:
             record.client_accuracy_full = full
             record.accuracy_full = _mean_std(full)[0]
-        server_models = self.server.server_models()
-        if server_models:
-            record.server_model_accuracy = self.channel.score_server_models(server_models)
+        record.server_model_accuracy = self.channel.score_server_models(self.server.server_models)
 
     def run(
         self, on_round: Callable[[RoundRecord], None] | None = None, resume_at: int | None = None
