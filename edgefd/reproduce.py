@@ -474,7 +474,7 @@ NOT_SHARED = ("algo", "params", "seed", "out", "data_root", "threads", "kernels"
 
 def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
     """What a run trained with, besides its method: every config field that shapes the result, the
-    models it got and its local optimiser lifecycle and batch order as resolved (never "method")."""
+    models it got and its local epochs, optimiser lifecycle and batch order as resolved (never "method")."""
     config = summary["config"]
     in_field_order = [
         f.name for f in fields(SimulationConfig) if f.name in config
@@ -483,7 +483,7 @@ def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
     if config.get("optimizer") != "sgd":
         settings.pop("momentum", None)  # SGD's alone: Adam never reads it
     settings["models"] = ", ".join(dict.fromkeys(summary["models"].values()))
-    settings.update(summary["local_training"])
+    settings.update({name: str(value) for name, value in summary["local_training"].items()})
     return settings
 
 

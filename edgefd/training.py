@@ -25,8 +25,9 @@ from torch import nn
 class TrainConfig:
     """Local optimisation settings shared by every method (a method may ignore some)."""
 
-    epochs: int = 1
-    """Local epochs per round."""
+    epochs: int | None = None
+    """Local epochs per round; None: the method's paper's (`LocalTraining.epochs`), resolved by
+    `for_method` before a client is built."""
     batch_size: int = 32
     lr: float = 0.01
     momentum: float = 0.9
@@ -56,16 +57,20 @@ BATCH_ORDERS = ("method", "fixed", "reshuffle")
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """What a method's paper code does with the local optimiser and the batch order, declared by its
-    client role (``ClientRole.local_training``). A run keeps it (``--optimizer-lifecycle method``, the
-    default) or sets one choice for every method, so that compared arms differ only in the method."""
+    """What a method's paper (and its code) does with the local optimiser, the batch order and the
+    local epochs of a round, declared by its client role (``ClientRole.local_training``). A run keeps
+    it (``--optimizer-lifecycle method``, ``--batch-order method`` and no ``--epochs``: the defaults)
+    or sets one choice for every method, so that compared arms differ only in the method."""
 
     optimizer_lifecycle: str = "kept"
     batch_order: str = "reshuffle"
+    epochs: int = 1
+    """Local epochs per round in the paper's experiments (1 where the paper gives none)."""
 
     def __post_init__(self) -> None:
         check_choice("optimizer_lifecycle", self.optimizer_lifecycle, OPTIMIZER_LIFECYCLES[1:])
         check_choice("batch_order", self.batch_order, BATCH_ORDERS[1:])
+        check_epochs(self.epochs)
 
 
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -73,16 +78,32 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name}: expected one of {', '.join(choices)}, got {value!r}")
 
 
+def check_epochs(epochs: int | None) -> None:
+    """Local epochs must be a whole number >= 1 (None: not chosen yet)."""
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+        raise ValueError(f"epochs: must be an integer >= 1, got {epochs!r}")
+
+
+def local_epochs(config: TrainConfig) -> int:
+    """The local epochs a round of a resolved config (`for_method` replaces None by the method's)."""
+    if config.epochs is None:
+        raise ValueError("local epochs are not resolved: pass the config through for_method first")
+    return config.epochs
+
+
 def for_method(config: TrainConfig, method: LocalTraining) -> TrainConfig:
-    """``config`` with "method" replaced by the method's own choices: what a client trains with."""
+    """``config`` with "method" (and epochs None) replaced by the method's own choices: what a client
+    trains with."""
     check_choice("optimizer_lifecycle", config.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
     check_choice("batch_order", config.batch_order, BATCH_ORDERS)
+    check_epochs(config.epochs)
     return replace(
         config,
         optimizer_lifecycle=method.optimizer_lifecycle
         if config.optimizer_lifecycle == "method"
         else config.optimizer_lifecycle,
         batch_order=method.batch_order if config.batch_order == "method" else config.batch_order,
+        epochs=method.epochs if config.epochs is None else config.epochs,
     )
 
 
@@ -225,9 +246,10 @@ def train_epochs(
     epochs: int | None = None,
     fixed_order: torch.Tensor | None = None,
 ) -> float:
-    """Runs `epochs` passes of minibatch training; returns the mean loss of the last epoch."""
+    """Runs `epochs` passes of minibatch training (default: the config's, which `for_method` resolved);
+    returns the mean loss of the last epoch."""
     last = 0.0
-    for _ in range(config.epochs if epochs is None else epochs):
+    for _ in range(local_epochs(config) if epochs is None else epochs):
         total, count = 0.0, 0
         for idx in epoch_batches(model, len(x), config, generator, fixed_order):
             optimizer.zero_grad(set_to_none=True)

@@ -1,11 +1,11 @@
 """`edgefd reproduce`: the table is computed from the runs it made."""
 
 import json
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 from edgefd import reproduce
 from edgefd.reproduce import Arm, Recipe, bytes_to_reach, run_recipe
-from edgefd.simulate import SimulationConfig
+from edgefd.simulate import SimulationConfig, local_training_of
 
 
 def test_bytes_to_reach_counts_cumulative_bytes_at_the_first_round_at_target():
@@ -51,10 +51,24 @@ def test_the_table_names_what_the_arms_share_and_where_they_differ(tmp_path):
     assert len(table.splitlines()[-1].split("|")) == len(table.splitlines()[-3].split("|"))  # a full row
 
 
-def test_every_recipe_gives_all_its_arms_one_optimiser_lifecycle_and_batch_order():
+def test_every_recipe_gives_all_its_arms_one_optimiser_lifecycle_batch_order_and_epochs():
     for recipe in reproduce.RECIPES.values():
         assert recipe.base.optimizer_lifecycle in ("fresh", "kept"), recipe.name
         assert recipe.base.batch_order in ("fixed", "reshuffle"), recipe.name
+        # a recipe that leaves --epochs to the methods must not mix papers with different epochs
+        epochs = {local_training_of(replace(recipe.base, algo=arm.algo))["epochs"] for arm in recipe.arms}
+        assert len(epochs) == 1, (recipe.name, epochs)
+
+
+def test_the_table_names_a_difference_in_local_epochs():
+    base = SimulationConfig(dataset="digits", clients=3, rounds=1, models="mlp", samples_per_client=30)
+    summaries = {
+        label: {"config": asdict(replace(base, algo=algo)), "models": {"client-0": "mlp"}}
+        | {"local_training": local_training_of(replace(base, algo=algo))}
+        for label, algo in (("FedAvg", "fedavg"), ("DFL", "dfl"))
+    }
+    lines = reproduce.settings_text({label: reproduce.arm_settings(s) for label, s in summaries.items()})
+    assert "Differences between arms: FedAvg: epochs 1; DFL: epochs 5." in lines
 
 
 def test_arms_of_one_recipe_never_share_a_run_folder():

@@ -1,4 +1,5 @@
-"""The shared trainer's run-level choices: the local optimiser's lifecycle and the batch order."""
+"""The shared trainer's run-level choices: the local epochs, the optimiser's lifecycle and the batch
+order."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from edgefd.training import (
     batches,
     draw_batch_order,
     for_method,
+    train_epochs,
 )
 
 
@@ -43,11 +45,32 @@ def test_method_resolves_to_the_methods_own_choice_and_an_explicit_choice_wins()
     assert (resolved.optimizer_lifecycle, resolved.batch_order) == ("kept", "reshuffle")
 
 
+def test_unset_epochs_resolve_to_the_papers_and_an_explicit_count_wins():
+    paper = LocalTraining(epochs=5)
+    assert for_method(TrainConfig(), paper).epochs == 5
+    assert for_method(TrainConfig(epochs=1), paper).epochs == 1
+    assert for_method(TrainConfig(), LocalTraining()).epochs == 1
+
+
+def test_training_on_unresolved_epochs_is_refused():
+    model = nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="local epochs are not resolved"):
+        train_epochs(
+            model,
+            torch.zeros(4, 2),
+            lambda logits, idx: logits.sum(),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            TrainConfig(),
+            torch.Generator(),
+        )
+
+
 @pytest.mark.parametrize(
     "config, message",
     [
         (TrainConfig(optimizer_lifecycle="sometimes"), "optimizer_lifecycle: expected one of method, fresh, kept"),
         (TrainConfig(batch_order="sorted"), "batch_order: expected one of method, fixed, reshuffle"),
+        (TrainConfig(epochs=0), "epochs: must be an integer >= 1, got 0"),
     ],
 )
 def test_unknown_choices_are_refused_by_name(config, message):
@@ -60,6 +83,7 @@ def test_every_method_declares_a_valid_local_training():
         training = method.client.local_training
         assert training.optimizer_lifecycle in ("fresh", "kept"), method.name
         assert training.batch_order in ("fixed", "reshuffle"), method.name
+        assert training.epochs >= 1, method.name
 
 
 def test_a_fixed_order_is_one_permutation_drawn_once_and_reshuffle_draws_every_epoch():
@@ -100,11 +124,23 @@ def test_the_run_sets_the_batch_order_of_every_method():
 
 def test_the_summary_records_the_resolved_choices(tmp_path):
     summary = run(_tiny("fedcache", out=str(tmp_path / "a"), params={"knn": "exact"}), progress=False)
-    assert summary["local_training"] == {"optimizer_lifecycle": "fresh", "batch_order": "fixed"}
-    summary = run(_tiny("fd", out=str(tmp_path / "b"), optimizer_lifecycle="fresh"), progress=False)
-    assert summary["local_training"] == {"optimizer_lifecycle": "fresh", "batch_order": "reshuffle"}
+    assert summary["local_training"] == {"epochs": 1, "optimizer_lifecycle": "fresh", "batch_order": "fixed"}
+    summary = run(_tiny("fd", out=str(tmp_path / "b"), optimizer_lifecycle="fresh", epochs=2), progress=False)
+    assert summary["local_training"] == {"epochs": 2, "optimizer_lifecycle": "fresh", "batch_order": "reshuffle"}
 
 
 def test_simulate_refuses_an_unknown_lifecycle():
     with pytest.raises(ValueError, match="optimizer_lifecycle: expected one of"):
         build(_tiny("fd", optimizer_lifecycle="never"))
+
+
+def test_simulate_refuses_a_count_of_epochs_below_one():
+    with pytest.raises(ValueError, match="epochs: must be an integer >= 1, got 0"):
+        build(_tiny("fd", epochs=0))
+
+
+def test_a_method_trains_its_papers_epochs_unless_the_run_sets_them():
+    sim = build(_tiny("fedzkt"))
+    assert {client.context.train.epochs for client in sim.clients.values()} == {5}  # FedZKT's T_l (§IV-A3)
+    sim = build(_tiny("fedzkt", epochs=2))
+    assert {client.context.train.epochs for client in sim.clients.values()} == {2}

@@ -58,8 +58,9 @@ def describe(method: MethodSpec) -> str:
     lines += ["  " + line for line in model_lines(method)]
     training = method.client.local_training
     lines.append("")
-    lines.append("local training, as the paper's code does it (the default; --optimizer-lifecycle, --batch-order):")
-    lines.append(f"  {LIFECYCLE_TEXT[training.optimizer_lifecycle]}; {ORDER_TEXT[training.batch_order]}")
+    lines.append("local training, as the paper does it (the default; --epochs, --optimizer-lifecycle, --batch-order):")
+    epochs = f"{training.epochs} local epoch{'s' if training.epochs > 1 else ''} a round"
+    lines.append(f"  {epochs}; {LIFECYCLE_TEXT[training.optimizer_lifecycle]}; {ORDER_TEXT[training.batch_order]}")
     lines.append("")
     params = describe_params(method.params)
     lines.append("params (--param NAME=VALUE, defaults shown):" if params else "params: none")

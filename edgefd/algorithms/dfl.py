@@ -43,8 +43,10 @@ Spec: ``specs/dfl.md``. Choices the spec makes where the paper is silent, all fo
   client's training samples, grouped by true label (§9.23, E7). This pass uses no RNG and does
   not touch BatchNorm statistics, so it cannot change the weights.
 - Plain SGD, fresh each round, batch reshuffled every epoch (§9.12, §9.13): the shared trainer,
-  called exactly as FedAvg calls it. The optimiser settings are the run's (``--momentum 0
-  --weight-decay 0`` gives the spec's plain SGD; the run's defaults are not the spec's).
+  called exactly as FedAvg calls it, for the paper's E = 5 local epochs a round (Sec. IV-A) unless
+  the run sets ``--epochs``. The optimiser settings are the run's (``--momentum 0 --weight-decay 0
+  --batch-size 50`` gives the spec's plain SGD at the paper's batch; the run's defaults are not the
+  spec's).
 - Partial participation and stragglers are the runtime's; the server renormalises over the
   uploads that arrived (§4 notes). The paper's 80/20 split is ``--partition dominant:0.8`` (§6.2).
 
@@ -239,7 +241,8 @@ def _check_state_names(state: dict[str, np.ndarray]) -> None:
 
 
 class DFLClient(ClientRole):
-    local_training = LocalTraining(optimizer_lifecycle="fresh")  # as FedAvg: the weights are replaced (§9.12)
+    # as FedAvg: the weights are replaced (§9.12); E = 5 local epochs (paper Sec. IV-A)
+    local_training = LocalTraining(optimizer_lifecycle="fresh", epochs=5)
     knowledge = (SOFT_TARGETS,)  # the weights stay lossless
 
     def __init__(self, context: ClientContext, params: DFLParams) -> None:

@@ -108,6 +108,7 @@ from edgefd.training import (
     batches,
     forward,
     load_state_arrays,
+    local_epochs,
     make_optimizer,
     state_arrays,
     to_model,
@@ -289,7 +290,7 @@ def distil_global_copy(
 
     ``global_model`` is the round-start global model (it is not changed). Returns the mean KL and
     CE of the last pass."""
-    epochs = params.phase_epochs or train.epochs
+    epochs = params.phase_epochs or local_epochs(train)
     with torch.no_grad():
         # p as logits; the kernel applies softmax_tau
         teacher = forward(lambda h: global_model.head(h, layer), hl, on=global_model) if len(hl) else hl
@@ -428,7 +429,7 @@ class FedD2SClient(ClientRole):
         def forward_ce(idx: torch.Tensor) -> torch.Tensor:
             return nn.functional.cross_entropy(forward(model, x[idx]), y[idx])
 
-        epochs = self.params.phase_epochs or self.context.train.epochs
+        epochs = self.params.phase_epochs or local_epochs(self.context.train)
         self.last_losses = _distil(
             forward_kd,
             forward_ce,

@@ -52,7 +52,7 @@ from edgefd.algorithms.schema import MessageSchema, knowledge
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
-from edgefd.training import LocalTraining, predict_logits, train_epochs
+from edgefd.training import LocalTraining, local_epochs, predict_logits, train_epochs
 
 KIND = "fedmd"
 CONSENSUS = "consensus"
@@ -219,7 +219,7 @@ class FedMDClient(ClientRole):
         self._train(
             self.data.train_x,
             lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]),
-            self.context.train.epochs,
+            local_epochs(self.context.train),
             self.batch_order,  # a fixed order covers the private data; public subsets are reshuffled
         )
         seed = int(downlink.scalars["alignment_seed"])

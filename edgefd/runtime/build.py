@@ -247,12 +247,16 @@ def build(config: SimulationConfig) -> Simulation:
     )
 
 
-def local_training_of(config: SimulationConfig) -> dict[str, str]:
-    """The clients' optimiser lifecycle and batch order as this run resolved them (``method`` made
-    concrete): the settings a comparison's arms must share."""
+def local_training_of(config: SimulationConfig) -> dict[str, Any]:
+    """The clients' local epochs, optimiser lifecycle and batch order as this run resolved them
+    (``method`` made concrete): the settings a comparison's arms must share."""
     method = get_method(config.algo).client.local_training
     resolved = for_method(config.train_config(), method)
-    return {"optimizer_lifecycle": resolved.optimizer_lifecycle, "batch_order": resolved.batch_order}
+    return {
+        "epochs": resolved.epochs,
+        "optimizer_lifecycle": resolved.optimizer_lifecycle,
+        "batch_order": resolved.batch_order,
+    }
 
 
 def peak_rss_mb() -> float:

@@ -15,6 +15,7 @@ from edgefd.training import (
     OPTIMIZER_LIFECYCLES,
     TrainConfig,
     check_choice,
+    check_epochs,
     resolve_device,
 )
 
@@ -70,7 +71,11 @@ class SimulationConfig:
     precision: str = setting(
         "fp32", "wire precision of knowledge arrays (logits, features): fp32, fp16 (half the bytes) or int8"
     )
-    epochs: int = setting(1, "local epochs per round")
+    epochs: int | None = setting(
+        None,
+        "local epochs per round (default: the method's paper's, 1 for most: `edgefd methods NAME` says; set it "
+        "to compare methods fairly)",
+    )
     batch_size: int = setting(32, "local mini-batch size")
     lr: float = setting(0.01, "local learning rate")
     momentum: float = setting(0.9, "SGD momentum (ignored by adam)")
@@ -141,6 +146,7 @@ class SimulationConfig:
         resolve_device(self.device)
         check_choice("optimizer_lifecycle", self.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
         check_choice("batch_order", self.batch_order, BATCH_ORDERS)
+        check_epochs(self.epochs)
         self.loop_config().validate()
 
 

@@ -33,6 +33,7 @@ QUICK = dict(
     dataset="digits",
     clients=3,
     rounds=2,
+    epochs=1,  # quick (the paper's 5, the default, is the contract test's)
     models=TINY_MODELS,
     lr=0.05,
     momentum=0.0,

@@ -66,7 +66,7 @@ from edgefd.algorithms.toolkit import SampleIndex
 from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
-from edgefd.training import LocalTraining, epoch_batches, forward
+from edgefd.training import LocalTraining, epoch_batches, forward, local_epochs
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class FedCacheClient(ClientRole):
         teachers of the same samples come back, and the step is taken."""
         x, y = self.data.train_x, self.data.train_y
         optimizer = self.optimizer.for_round()
-        for _ in range(self.context.train.epochs):
+        for _ in range(local_epochs(self.context.train)):
             for idx in epoch_batches(
                 self.model, len(y), self.context.train, self.context.torch_generator, self.batch_order
             ):
