@@ -270,6 +270,7 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
         data_root=data_root,
         clients=args.clients,
         rounds=1,
+        epochs=1,  # one local epoch for every method: a client's peak does not grow with more
         partition="iid",
         samples_per_client=case.samples,
         test_fraction=0.2,

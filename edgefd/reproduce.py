@@ -20,7 +20,7 @@ from typing import Any
 
 from edgefd.algorithms.base import get_method, make_params
 from edgefd.metrics.results import SUMMARY_FILE
-from edgefd.simulate import SimulationConfig, config_to_toml
+from edgefd.simulate import SimulationConfig, config_to_toml, local_training_of
 from edgefd.simulate import run as run_simulation
 
 
@@ -64,9 +64,10 @@ _FEDCACHE_ARMS = [
     Arm("FedAvg", "fedavg"),
 ]
 
-# Every arm trains as FedCache's code does (a new SGD optimiser every round, one fixed random batch
-# order per client), so that the arms differ only in the method (spec §9 A15, A17).
-_FEDCACHE_TRAINING: dict[str, Any] = {"optimizer_lifecycle": "fresh", "batch_order": "fixed"}
+# Every arm trains as FedCache's code does (one local epoch a round, a new SGD optimiser every round,
+# one fixed random batch order per client), so that the arms differ only in the method (spec §9 A15,
+# A17).
+_FEDCACHE_TRAINING: dict[str, Any] = {"epochs": 1, "optimizer_lifecycle": "fresh", "batch_order": "fixed"}
 
 RECIPES: dict[str, Recipe] = {
     "fedcache": Recipe(
@@ -199,6 +200,7 @@ _FEDICT_BASE = SimulationConfig(
     clients=5,
     models="fedict_c1",
     rounds=30,
+    epochs=1,  # FedICT's paper (§5.1.4), for every arm
     batch_size=32,
     lr=0.01,
     momentum=0.9,
@@ -561,7 +563,8 @@ def changed_params(summary: dict[str, Any], config: SimulationConfig) -> list[st
 
 def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | None:
     """The summary of a finished run in ``folder`` made from exactly ``config`` (its run.toml) and
-    the method params this code would use, else None."""
+    the method params and local training (epochs, optimiser lifecycle, batch order) this code would
+    use, else None."""
     toml, summary_file = folder / "run.toml", folder / SUMMARY_FILE
     if not (toml.is_file() and summary_file.is_file() and toml.read_text() == config_to_toml(config)):
         return None
@@ -569,6 +572,13 @@ def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | Non
     changed = changed_params(summary, config)
     if changed:
         print(f"{folder}: params changed since this run ({', '.join(changed)}): running it again", flush=True)
+        return None
+    # a summary written before epochs were recorded has none: its run.toml, which then always named
+    # them, already matched
+    recorded = summary.get("local_training", {})
+    moved = [name for name, value in local_training_of(config).items() if recorded.get(name, value) != value]
+    if moved:
+        print(f"{folder}: local training changed since this run ({', '.join(moved)}): running it again", flush=True)
         return None
     return summary
 

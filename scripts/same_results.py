@@ -33,6 +33,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "fedd2s": dict(models="fedd2s_m1", params={"phase_epochs": 1}),
     "fedzkt": dict(
         models="zkt_tiny_a,zkt_tiny_e",
+        epochs=1,
         params=dict(global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=2, server_batch_size=16),
     ),
 }

@@ -160,3 +160,28 @@ def test_a_finished_run_made_under_other_method_defaults_is_run_again(tmp_path, 
     assert f"params changed since this run ({name}): running it again" in capsys.readouterr().out
     assert summary_file.stat().st_mtime_ns > written
     assert json.loads(summary_file.read_text())["params"][name] == summary["params"][name] - 1.0
+
+
+def test_a_finished_run_made_under_other_local_training_defaults_is_run_again(tmp_path, capsys):
+    """A recipe that leaves --epochs to the method: a method whose paper's epochs changed since the
+    run must not keep it; a summary from before epochs were recorded is kept (its run.toml named them)."""
+    base = SimulationConfig(dataset="digits", clients=2, rounds=1, models="mlp", samples_per_client=30, threads=1)
+    recipe = Recipe("epochs", "test", base, [Arm("FD", "fd")], ["FD"], seeds=(0,))
+    run_recipe(recipe, tmp_path, (0,))
+    summary_file = tmp_path / "epochs" / "fd-s0" / "summary.json"
+    summary = json.loads(summary_file.read_text())
+    assert summary["local_training"]["epochs"] == 1
+    del summary["local_training"]["epochs"]
+    summary_file.write_text(json.dumps(summary))
+    written = summary_file.stat().st_mtime_ns
+    capsys.readouterr()
+    run_recipe(recipe, tmp_path, (0,))
+    assert "running it again" not in capsys.readouterr().out
+    assert summary_file.stat().st_mtime_ns == written  # kept
+
+    summary["local_training"]["epochs"] = 3  # as if FD's paper had said 3 when the run was made
+    summary_file.write_text(json.dumps(summary))
+    written = summary_file.stat().st_mtime_ns
+    run_recipe(recipe, tmp_path, (0,))
+    assert "local training changed since this run (epochs): running it again" in capsys.readouterr().out
+    assert summary_file.stat().st_mtime_ns > written

@@ -214,7 +214,8 @@ class ServerContext:
     build_model: Callable[[str], nn.Module]
     """Builds a fresh model by zoo name for this dataset (server-side models, global models)."""
     train: TrainConfig
-    """Optimisation settings for server-side training, where a method has any."""
+    """Optimisation settings for server-side training, where a method has any (resolved with the
+    method's `LocalTraining`, as the clients' are)."""
     seed: int
     precision: str = "fp32"
     """Wire precision for knowledge arrays."""

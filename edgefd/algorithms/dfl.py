@@ -12,7 +12,8 @@ runs its updated
 model over its whole training set and uploads its model together with its label-wise mean table
 (the ``labelwise_mean`` kernel) and per-class counts. The server averages the models by sample
 count (Eq. 1) and the tables per row (Eq. 2 / E2b), replacing ``Y``. ``threshold=1`` is FedAvg,
-bit for bit. The deliverable is the global model, evaluated like FedAvg's.
+bit for bit, at the same ``--epochs`` (DFL's default is its paper's 5 local epochs a round). The
+deliverable is the global model, evaluated like FedAvg's.
 
 Spec: ``specs/dfl.md``. Choices the spec makes where the paper is silent, all followed here:
 

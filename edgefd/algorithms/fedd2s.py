@@ -165,7 +165,7 @@ class FedD2SParams:
     phase_epochs: int | None = param(
         4,
         "passes per phase (C2S per client copy, S2C per client), each a "
-        "J-step and a Q-step per batch (E = 4, §9-12); None = the run's --epochs",
+        "J-step and a Q-step per batch (E = 4, §9-12); None = the run's --epochs (FedD2S's default: 4)",
     )
     optimizer: str = param(
         "adam",
@@ -333,7 +333,9 @@ def _label_dtype(num_classes: int) -> type:
 
 
 class FedD2SClient(ClientRole):
-    local_training = LocalTraining(optimizer_lifecycle="fresh")  # one Adam per phase per round (spec §9 13)
+    # one Adam per phase per round (spec §9 13); E = 4 passes per phase (§IV-A, §9-12), which
+    # phase_epochs sets unless it is None
+    local_training = LocalTraining(optimizer_lifecycle="fresh", epochs=4)
     knowledge = ("h1", "hl")
 
     def __init__(self, context: ClientContext, params: FedD2SParams) -> None:

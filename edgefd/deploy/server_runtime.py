@@ -24,7 +24,7 @@ from edgefd.deploy import checkpoint
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
 from edgefd.deploy.mqtt_transport import Topics
 from edgefd.metrics.results import RunWriter, run_summary
-from edgefd.runtime.build import build_server, peak_rss_mb, prepare, selection_rng
+from edgefd.runtime.build import build_server, local_training_of, peak_rss_mb, prepare, selection_rng
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.records import RoundRecord
@@ -102,6 +102,7 @@ class ServerRuntime:
                 self.role.params,
                 seconds,
             ),
+            "local_training": local_training_of(self.config),
             "deployment": {
                 "run": self.settings.run,
                 "broker": self.settings.broker.shown_url,
@@ -157,7 +158,7 @@ class ServerRuntime:
             log.warning("--resume: no checkpoint at %s; starting from the beginning", self.checkpoint_path)
             return None
         saved = checkpoint.load(self.checkpoint_path, self._references())
-        if saved.value("config") != asdict(self.config):
+        if not same_run_config(saved.value("config"), self.config):
             raise ValueError(f"--resume: {self.checkpoint_path} is from a run with another config")
         saved.restore("role", self.federation.server)  # into the role this process built from the config
         self.federation.rng.bit_generator.state = saved.value("rng")
@@ -169,6 +170,18 @@ class ServerRuntime:
         self.resumed_from = round
         log.info("resumed from the checkpoint of round %d", round)
         return round + 1
+
+
+def same_run_config(saved: dict[str, Any], config: SimulationConfig) -> bool:
+    """Whether a checkpoint's config is this run's. Local epochs left to the method count as the
+    method's: a checkpoint written when ``epochs`` defaulted to 1 resumes under the same flags
+    wherever the method's paper also trains one epoch a round."""
+    epochs = local_training_of(config)["epochs"]
+
+    def resolved(values: dict[str, Any]) -> dict[str, Any]:
+        return {**values, "epochs": epochs if values.get("epochs") is None else values["epochs"]}
+
+    return resolved(saved) == resolved(asdict(config))
 
 
 def latency_percentiles(seconds: list[float]) -> dict[str, float | int | None]:

@@ -178,7 +178,8 @@ def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
     """The server role, seeded from (seed, 2)."""
     torch.manual_seed(_torch_seed(_seed_stream(config.seed, 2)))
     model_names = dict(zip(pieces.client_ids, pieces.model_names))
-    train = config.train_config()
+    # resolved as the clients' are: a server that trains copies of client models (FedD2S) trains them alike
+    train = for_method(config.train_config(), pieces.method.client.local_training)
 
     def make_model(name: str) -> torch.nn.Module:
         return place_model(pieces.make_model(name), train)

@@ -2,6 +2,7 @@
 
 import argparse
 import time
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from edgefd.deploy import client as deploy_client
 from edgefd.deploy import messages as wire
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
-from edgefd.deploy.server_runtime import DeploymentSettings
+from edgefd.deploy.server_runtime import DeploymentSettings, same_run_config
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import config_from_args
 
@@ -24,6 +25,14 @@ def test_broker_urls_and_settings_are_checked():
             BrokerSettings(bad)
     with pytest.raises(ValueError, match="round_timeout"):
         DeploymentSettings(run="x", round_timeout=0).validate()
+
+
+def test_a_checkpoint_from_when_epochs_defaulted_to_one_resumes_where_the_method_trains_one():
+    old_default = {**asdict(SimulationConfig(algo="fd")), "epochs": 1}  # written before epochs were the method's
+    assert same_run_config(old_default, SimulationConfig(algo="fd"))  # FD's paper: one epoch a round
+    assert not same_run_config({**old_default, "algo": "dfl"}, SimulationConfig(algo="dfl"))  # DFL now trains 5
+    assert same_run_config(asdict(SimulationConfig(algo="dfl")), SimulationConfig(algo="dfl"))
+    assert not same_run_config(asdict(SimulationConfig(algo="fd", rounds=3)), SimulationConfig(algo="fd"))
 
 
 def test_config_travels_whole():
