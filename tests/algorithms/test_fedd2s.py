@@ -411,3 +411,13 @@ def test_kd_loss_has_no_tau_squared_unless_asked():
     assert kd_loss(z, t, FedD2SParams()).item() == pytest.approx(1.088468, abs=1e-6)  # spec §8 K2 golden, tau 1
     assert kd_loss(z, t, plain).item() == pytest.approx(0.328780, abs=1e-6)  # golden at tau 2 (s = 1, no tau^2)
     assert kd_loss(z, t, scaled).item() == pytest.approx(4 * 0.328780, abs=4e-6)
+
+
+def test_phase_epochs_none_takes_fedd2s_epochs_on_both_sides_or_the_runs():
+    """``phase_epochs=none``: the client and the server's copies both train FedD2S's own 4 passes,
+    or the run's ``--epochs`` when set (the server's settings are resolved as the clients' are)."""
+    for epochs, expected in ((2, 2), (None, 4)):
+        sim = simulation({"phase_epochs": None}, rounds=1, epochs=epochs)
+        assert sim.server.context.train.epochs == expected
+        assert {client.context.train.epochs for client in sim.clients.values()} == {expected}
+    sim.federation.run()  # without --epochs: a whole round, the server's distillation included
