@@ -7,20 +7,21 @@ with its default params and the models `--models auto` gives it, a few rounds on
 - split IID;
 
 end above chance and not more than `TOLERANCE` below the baseline trained the same way (as many local
-epochs a round) on the same models: Local for methods whose deliverable is each client's own model,
-FedAvg for methods whose deliverable is a global model. And none of its honest messages is refused
-by its own schemas."""
+epochs a round, the method's own local optimiser) on the same models: Local for methods whose
+deliverable is each client's own model, FedAvg for methods whose deliverable is a global model. And
+none of its honest messages is refused by its own schemas."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from label_order import label_ordered
 
 import edgefd.runtime.build as run_build
 import edgefd.simulate as simulate
-from edgefd.algorithms.base import get_method, list_methods
+from edgefd.algorithms.base import MethodSpec, get_method, list_methods, make_params
 from edgefd.data import load_dataset
 from edgefd.models import assign_models
 from edgefd.simulate import SimulationConfig
@@ -38,15 +39,9 @@ def test_label_ordered_digits_are_sorted():
     assert bool((data.train_y[1:] >= data.train_y[:-1]).all())
 
 
-def _final_accuracy(setting: str, algo: str, models: str, out, epochs: int | None = None) -> float:
+def _final_accuracy(setting: str, algo: str, models: str, out, **training: Any) -> float:
     config = SimulationConfig(
-        algo=algo,
-        clients=CLIENTS,
-        rounds=ROUNDS,
-        partition=SETTINGS[setting],
-        models=models,
-        out=str(out),
-        epochs=epochs,
+        algo=algo, clients=CLIENTS, rounds=ROUNDS, partition=SETTINGS[setting], models=models, out=str(out), **training
     )
     original = run_build.load_dataset
     try:
@@ -61,20 +56,64 @@ def _final_accuracy(setting: str, algo: str, models: str, out, epochs: int | Non
     return accuracy
 
 
-_BASELINES: dict[tuple[str, str, str, int], float] = {}
+def baseline_training(method: MethodSpec) -> dict[str, Any]:
+    """How the baseline trains so that it differs from ``method`` only in the method: as many local
+    epochs a round as the method's default path, and the method's own local optimiser where its
+    params choose one the run does not (FedD2S: Adam with PyTorch's defaults, no weight decay, at
+    the run's lr; spec §9-13)."""
+    training: dict[str, Any] = {"epochs": method.client.local_training.epochs}
+    if getattr(make_params(method.params, {}), "optimizer", None) == "adam":
+        training.update(optimizer="adam", weight_decay=0.0)
+    return training
 
 
-def _baseline(setting: str, algo: str, models: str, epochs: int, tmp_path_factory) -> float:
-    """Each baseline runs once per session, shared by the methods that compare against it. It trains
-    as many local epochs a round as the method does on its default path (its paper's)."""
-    key = (setting, algo, models, epochs)
+_BASELINES: dict[tuple, float] = {}
+
+
+def _baseline(setting: str, algo: str, models: str, training: dict[str, Any], tmp_path_factory) -> float:
+    """Each baseline runs once per session, shared by the methods that compare against it."""
+    key = (setting, algo, models, *sorted(training.items()))
     if key not in _BASELINES:
-        out = tmp_path_factory.mktemp(f"{algo}-{setting}-e{epochs}")
-        _BASELINES[key] = _final_accuracy(setting, algo, models, out, epochs=epochs)
+        out = tmp_path_factory.mktemp(f"{algo}-{setting}")
+        _BASELINES[key] = _final_accuracy(setting, algo, models, out, **training)
     return _BASELINES[key]
 
 
-@pytest.mark.parametrize(("algo", "setting"), [(m.name, s) for m in list_methods() for s in SETTINGS])
+def test_the_baseline_trains_as_the_method_does():
+    assert baseline_training(get_method("fd")) == {"epochs": 1}
+    assert baseline_training(get_method("fedzkt")) == {"epochs": 5}
+    assert baseline_training(get_method("fedd2s")) == {"epochs": 4, "optimizer": "adam", "weight_decay": 0.0}
+
+
+_FEDD2S_SLOW_START = (
+    "FedD2S {} {} against Local {} (seeds 0 / 1 / 2; Local with FedD2S's Adam, no weight decay, 4 epochs "
+    "a round: the same local training). Alg. 1's first participation uploads features of the untrained "
+    "common init and trains nothing, edgefd's round loop applies a client's phase B at its next "
+    "participation (one round later than the paper evaluates), and the KD step pulls the clients towards "
+    "a global model still learning from them: -4 to -30 points at 3 rounds, -2 to -24 at 6, within 5.2 "
+    "at 10 (docs/METHODS.md). Until 2026-11-26 the test passed against a Local trained with SGD, which "
+    "barely trains fedd2s_m1 here (0.13-0.14 IID)"
+)
+KNOWN_FAILURES = {
+    # Open defects of the default path that this test found (5 clients, 3 rounds; the test runs
+    # seed 0; the issue "Trustworthy results" stays open until each is fixed). strict: a fix makes
+    # the test pass, which fails the run until the entry is removed.
+    ("fedd2s", "iid"): _FEDD2S_SLOW_START.format("IID", "0.568 / 0.714 / 0.492", "0.816 / 0.757 / 0.789"),
+    ("fedd2s", "label-ordered"): _FEDD2S_SLOW_START.format(
+        "label-ordered", "0.673 / 0.808 / 0.724", "0.862 / 0.891 / 0.831"
+    ),
+}
+
+
+def _cases():
+    for algo in [method.name for method in list_methods()]:
+        for setting in SETTINGS:
+            reason = KNOWN_FAILURES.get((algo, setting))
+            marks = [pytest.mark.xfail(reason=reason, strict=True, raises=AssertionError)] if reason else []
+            yield pytest.param(algo, setting, marks=marks, id=f"{algo}-{setting}")
+
+
+@pytest.mark.parametrize(("algo", "setting"), list(_cases()))
 def test_default_path_is_sane(algo, setting, tmp_path_factory):
     method = get_method(algo)
     models = ",".join(dict.fromkeys(simulate.resolve_models("auto", method, (1, 8, 8)).split(",")))
@@ -82,7 +121,7 @@ def test_default_path_is_sane(algo, setting, tmp_path_factory):
         models = ",".join(dict.fromkeys(assign_models(models, 3, input_shape=(1, 8, 8))))
     accuracy = _final_accuracy(setting, algo, "auto", tmp_path_factory.mktemp(f"{algo}-{setting}"))
     reference = "fedavg" if method.global_model else "local"
-    baseline = _baseline(setting, reference, models, method.client.local_training.epochs, tmp_path_factory)
+    baseline = _baseline(setting, reference, models, baseline_training(method), tmp_path_factory)
     assert accuracy > CHANCE + 0.05, f"{algo} ({setting}): {accuracy:.3f}, chance is {CHANCE}"
     assert accuracy >= baseline - TOLERANCE, (
         f"{algo} ({setting}, models {models}): {accuracy:.3f} against {reference}'s {baseline:.3f}"
