@@ -46,6 +46,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         kind = kinds.get(str(f.type).split(" ")[0], str)
         default = getattr(defaults, name)
         shown = "" if default is None else f" (default: {default})"
+        if default is None and kind is not str:
+            kind, shown = or_none(kind), "; none: the default, over a --config file's value"
         parser.add_argument(
             flag,
             dest=name,
@@ -62,6 +64,17 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         help="a hyperparameter of the method, repeatable, e.g. --param beta=1.5 (edgefd methods NAME lists them)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars, only the final line")
+
+
+def or_none(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A flag whose default is None (e.g. ``--epochs``: the method's) takes ``none`` for it, so that
+    a flag can undo a ``--config`` file's value."""
+
+    def parse(text: str) -> Any:
+        return None if text.strip().lower() == "none" else kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")  # argparse names it in "invalid int value"
+    return parse
 
 
 def parse_bool(text: str) -> bool:

@@ -2,10 +2,12 @@
 
 import argparse
 
+import pytest
+
 from edgefd.algorithms.base import make_params
 from edgefd.algorithms.dfl import DFLParams
 from edgefd.runtime.config import SimulationConfig, config_to_toml
-from edgefd.runtime.flags import config_from_args
+from edgefd.runtime.flags import add_config_arguments, config_from_args
 
 
 def test_a_none_param_survives_the_toml_round_trip_instead_of_reading_back_as_its_default(tmp_path):
@@ -18,3 +20,15 @@ def test_a_none_param_survives_the_toml_round_trip_instead_of_reading_back_as_it
     default = SimulationConfig(algo="dfl", rounds=3, params={"threshold": 0.6})
     assert config_to_toml(default) != config_to_toml(literal)  # a recipe that moves to none runs again
     assert "samples_per_client" not in config_to_toml(default)  # None settings are their defaults
+
+
+def test_a_flag_whose_default_is_none_takes_none_over_the_config_file(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(config_to_toml(SimulationConfig(algo="dfl", epochs=1, samples_per_client=40)))
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    back = config_from_args(parser.parse_args(["--config", str(path), "--epochs", "none"]))
+    assert back.epochs is None and back.samples_per_client == 40  # DFL's paper's epochs again
+    assert config_from_args(parser.parse_args(["--config", str(path), "--epochs", "3"])).epochs == 3
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--epochs", "many"])
