@@ -46,6 +46,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         kind = kinds.get(str(f.type).split(" ")[0], str)
         default = getattr(defaults, name)
         shown = "" if default is None else f" (default: {default})"
+        metavar = METAVARS.get(name) or METAVAR_OF_KIND.get(kind, name.upper())
         if default is None and kind is not str:
             kind, shown = or_none(kind), "; none: the default, over a --config file's value"
         parser.add_argument(
@@ -53,7 +54,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             dest=name,
             type=kind,
             default=argparse.SUPPRESS,
-            metavar=METAVARS.get(name) or METAVAR_OF_KIND.get(kind, name.upper()),
+            metavar=metavar,
             help=f.metadata["help"] + shown,
         )
     parser.add_argument(
