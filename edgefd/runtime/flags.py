@@ -48,7 +48,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         shown = "" if default is None else f" (default: {default})"
         metavar = METAVARS.get(name) or METAVAR_OF_KIND.get(kind, name.upper())
         if default is None and kind is not str:
-            kind, shown = or_none(kind), "; none: the default, over a --config file's value"
+            kind, shown = or_none(kind), "; `none` restores the default, overriding --config"
         parser.add_argument(
             flag,
             dest=name,

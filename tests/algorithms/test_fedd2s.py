@@ -16,6 +16,7 @@ from edgefd.algorithms.fedd2s import (
     HEAD_PREFIX,
     INIT_KIND,
     UP_KIND,
+    FedD2SClient,
     FedD2SParams,
     distil_global_copy,
     distillation_layer,
@@ -91,6 +92,8 @@ def test_schedule_variants_and_bad_input():
     with pytest.raises(ValueError, match="kd_mode"):
         make_params(FedD2SParams, {"kd_mode": "weighted"})
     assert make_params(FedD2SParams, {"phase_epochs": "none"}).phase_epochs is None
+    # the paper's E = 4 is both the param's default and what FedD2S declares (the contract's baseline trains it)
+    assert make_params(FedD2SParams, {}).phase_epochs == FedD2SClient.local_training.epochs == 4
 
 
 def test_clients_walk_the_schedule_in_a_run():
