@@ -112,6 +112,9 @@ _FEDD2S_SLOW_START = (
     "5.1 at 10 (docs/METHODS.md). Until 2026-11-26 the test passed against a Local trained with the run's "
     "SGD, which barely trains fedd2s_m1 here"
 )
+KNOWN_GAP_LIMIT = 0.30
+"""How far a known failure may trail its baseline (the worst measured, FedD2S's 28 points on seed 2,
+plus a margin): further is a new regression, not the known defect."""
 KNOWN_FAILURES = {
     # Open defects of the default path that this test found (5 clients, 3 rounds; the test runs
     # seed 0; the issue "Trustworthy results" stays open until each is fixed). Only the comparison
@@ -137,6 +140,9 @@ def test_default_path_is_sane(algo, setting, tmp_path_factory):
     sane = accuracy >= baseline - TOLERANCE
     known = KNOWN_FAILURES.get((algo, setting))
     if known and not sane:
+        assert accuracy >= baseline - KNOWN_GAP_LIMIT, (
+            f"{algo} ({setting}): {accuracy:.3f} against {reference}'s {baseline:.3f}, worse than its known failure"
+        )
         pytest.xfail(f"{accuracy:.3f} against {reference}'s {baseline:.3f}: {known}")
     assert sane, f"{algo} ({setting}, models {models}): {accuracy:.3f} against {reference}'s {baseline:.3f}"
     assert not known, f"{algo} ({setting}) is sane now ({accuracy:.3f} vs {baseline:.3f}): remove its known failure"
