@@ -4,10 +4,13 @@ A method is two roles that exchange :class:`~edgefd.protocol.Payload` s in round
 
     client role:  hello() -> Payload | None                  one-time upload (histogram, hashes, ...)
                   train_round(round, downlink) -> Payload | None
+                  receive_reply(round, reply) -> None        (optional) learn from the server's reply
                   evaluate(state) -> dict                    accuracy on its local test split
     server role:  start(hellos) -> None
                   downlink(round, client_id) -> Payload | None
                   aggregate(round, uplinks) -> dict          update server state from what arrived
+                  reply(round, client_id) -> Payload | None  (optional) the answer to an aggregated
+                                                             uplink, delivered in the same round
                   evaluation_state(client_id) -> Payload | None
                   server_models() -> dict                    (diagnostic) models a simulation scores
 
@@ -177,6 +180,12 @@ class ClientRole(ABC):
     def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
         """Train locally with what the server sent, and return the uplink."""
 
+    def receive_reply(self, round: int, reply: Payload) -> None:
+        """Learn from the server's reply to this round's uplink, sent after aggregation in the same
+        round (FedD2S's phase B); only for methods whose server returns one from
+        :meth:`ServerRole.reply`. The round's evaluation sees what it changed."""
+        raise NotImplementedError(f"{type(self).__name__} takes no reply after aggregation")
+
     def train_steps(self, round: int) -> Generator[Payload, Payload, Payload | None]:
         """Train locally while talking to the server: yield each request, receive the server's
         answer, and return the round's uplink (None: nothing more to say). Only for methods whose
@@ -284,6 +293,13 @@ class ServerRole(ABC):
     @abstractmethod
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         """Update the server state from the uplinks that arrived before the deadline."""
+
+    def reply(self, round: int, client_id: str) -> Payload | None:
+        """The answer to ``client_id``'s uplink of ``round``, computed in :meth:`aggregate` and sent
+        before the round's evaluation (Alg. 1 of FedD2S: C2S, then S2C in the same round); the client
+        learns from it in :meth:`ClientRole.receive_reply`. Asked only of the clients whose uplinks
+        were aggregated. None (the default): nothing to send, and the round has no second exchange."""
+        return None
 
     def evaluation_state(self, client_id: str) -> Payload | None:
         """The server-side model a client's accuracy is measured with (None: the client's own).

@@ -24,18 +24,16 @@ Round of one selected client n (Alg. 1):
   forward and one CE step on the whole local model. The local models are the deliverable: each is
   evaluated on its client's test split (§3.8, §9-21).
 
-How the protocol sits on edgefd's round loop (the runtime sends a round's downlinks before the
-clients train, and aggregates after): a client's phase B runs at the *start of its next
-participation*, from the reply the server kept for it (kind ``fedd2s.knowledge``), and is followed
-at once by that participation's phase A. Between the two the client's model does not change (a
-client that is not selected does not train), so each client's sequence of updates is the paper's;
-what moves is only when accuracy is measured: an evaluation between two participations sees the
-local model before its pending phase B, and the reply to the last round is computed but never
-delivered (as FedICT's, fedict.md §9 A30). The server keeps a reply until the client is selected
-again; a reply is computed from the global model right after that round's aggregation (Alg. 1),
-not refreshed later. The common initialisation (§2.2, §9-19) is the first downlink each client
-receives (kind ``fedd2s.init``, the full ``theta^0``, float32, 4 P_total bytes plus the codec
-header): the client loads it before its first phase A.
+How the protocol sits on edgefd's round loop: phase A is the round's uplink (``train_round``), C2S
+is ``aggregate``, and the reply (kind ``fedd2s.knowledge``) goes to each client whose upload was
+aggregated after aggregation, in the same round (``ServerRole.reply``), where phase B runs
+(``receive_reply``) before the round is evaluated: the order of Alg. 1, whose evaluation sees every
+phase B. The common initialisation (§2.2, §9-19) is the first downlink each client receives (kind
+``fedd2s.init``, the full ``theta^0``, float32, 4 P_total bytes plus the codec header): the client
+loads it before its first phase A. A deployed client that misses the reply's deadline still runs
+phase B when the reply reaches it, before its next phase A; a reply that never reaches it (the client
+was gone longer than its broker session) is lost, and the client's next participation starts from
+its model as it was.
 
 The spec's resolutions, all followed by default (§9):
 
@@ -352,17 +350,20 @@ class FedD2SClient(ClientRole):
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
         if downlink is not None:
-            if downlink.kind == INIT_KIND:
-                load_state_arrays(self.model, downlink.arrays)  # theta^n := theta^0 (§2.2)
-            elif downlink.kind == DOWN_KIND:
-                self.distil_from_server(downlink)  # phase B of the previous participation
-            else:
+            if downlink.kind != INIT_KIND:
                 raise ValueError(f"fedd2s client {self.client_id}: unexpected downlink kind {downlink.kind!r}")
+            load_state_arrays(self.model, downlink.arrays)  # theta^n := theta^0 (§2.2)
         self.participations += 1
         self.layer = distillation_layer(
             self.participations, self.model.num_layers, self.params.z0, self.params.dropping_set, self.params.schedule
         )
         return self.extract(round, self.layer)
+
+    def receive_reply(self, round: int, reply: Payload) -> None:
+        """Phase B of this round, on the server's reply to the round's upload."""
+        if reply.kind != DOWN_KIND:
+            raise ValueError(f"fedd2s client {self.client_id}: unexpected reply kind {reply.kind!r}")
+        self.distil_from_server(reply)
 
     @torch.no_grad()
     def extract(self, round: int, layer: int) -> Payload:
@@ -473,7 +474,8 @@ class FedD2SServer(ServerRole):
         """theta^0, every client's starting point (§2.2)."""
         self.initialised: set[str] = set()
         self.replies: dict[str, tuple[dict[str, np.ndarray], int]] = {}
-        """The reply kept for each client until it is selected again: arrays and its layer."""
+        """This round's reply to each aggregated client, from `aggregate` until `reply` sends it:
+        arrays and its layer."""
         self.selected: dict[str, int] = {}
         """Downlinks made for each client: it has trained at most this many times (Z^n <= it)."""
         self.uploaded: dict[str, int] = {}
@@ -485,12 +487,15 @@ class FedD2SServer(ServerRole):
         self.selected[client_id] = self.selected.get(client_id, 0) + 1
         if client_id not in self.initialised:
             self.initialised.add(client_id)
-            self.replies.pop(client_id, None)
             return Payload(INIT_KIND, "server", round, self.initial_state)
-        reply = self.replies.pop(client_id, None)
-        if reply is None:
+        return None
+
+    def reply(self, round: int, client_id: str) -> Payload | None:
+        """The S2C message of this round (§3.5): t, the head weights above l^n (and v)."""
+        kept = self.replies.pop(client_id, None)
+        if kept is None:
             return None
-        arrays, layer = reply
+        arrays, layer = kept
         return Payload(DOWN_KIND, "server", round, arrays, {"layer": layer})
 
     def allowed_layers(self, client_id: str) -> tuple[int, int]:

@@ -9,6 +9,9 @@ own data folder), and then answers the server's requests:
     steps r     -> the role's train_steps(r): each step's request goes up on `step`, numbered, and
                    the training waits for the server's answer to that number (a method that
                    exchanges during training: FedCache's exchange=batch); then the final uplink
+    reply r     -> the role's receive_reply(r, reply), then "empty" (the server's answer to the
+                   round's uplink, after aggregation: FedD2S's phase B; only for the last round
+                   this client trained)
     eval r      -> the role's evaluate(state) as "metrics"
     stop        -> announce "offline" and exit 0
 
@@ -227,6 +230,20 @@ class ClientRuntime:
                 self._answer("steps", round, lambda: self._train_steps(round), round)
             except _Interrupted:
                 log.info("%s: round %d's steps abandoned unanswered", self.cid, round)
+        elif msg.verb == "reply":
+            if ("reply", round) not in self.replies and round != self.last_round:
+                log.warning(
+                    "%s: the server's reply to round %d, but this client last trained round %d; ignored",
+                    self.cid,
+                    round,
+                    self.last_round,
+                )
+                return
+            role, reply = self.role, wire.unwrap(msg.payload)
+            if reply is None:
+                self.endpoint.reject("empty-reply", self.topics.down(self.cid, "reply"), "a reply without a payload")
+                return
+            self._answer("reply", round, lambda: envelope.receive_reply(role, round, reply), round)
         elif msg.verb == "step":
             log.debug(
                 "%s: an answer to step %s of round %d that nobody waits for",

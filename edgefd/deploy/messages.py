@@ -10,6 +10,10 @@ A method that exchanges during training (FedCache's ``exchange=batch``) gets a `
 instead of ``train``: the client trains, and for each of its training steps sends the method's
 request on `up/<client>/step`, numbered by a ``STEP`` scalar (1, 2, ...), and waits for the
 server's answer to that number on `down/<client>/step`; its final uplink answers ``steps``.
+
+A method whose server answers the round's uplinks after aggregating them (``ServerRole.reply``:
+FedD2S) sends that answer on `down/<client>/reply`, stamped with the round; the client learns from
+it and answers "empty" on `up/<client>/reply` (an acknowledgement, before the round's evaluation).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The clients of a deployed run, behind an MQTT broker: the loop's channel for `edgefd server`.
 
-Each phase of a round sends one request per client (`down/<id>/hello|train|eval`) and collects
+Each phase of a round sends one request per client (`down/<id>/hello|train|reply|eval`) and collects
 the answers (`up/<id>/...`) until every one arrived or the phase's deadline passed:
 
 - training rounds wait first until at least `min_clients` clients are online (their retained
@@ -213,7 +213,7 @@ class MqttChannel:
             return None
         if direction == "status":
             return STATUS_MAX_BYTES
-        if verb == "eval":
+        if verb in ("eval", "reply"):  # an accuracy; an acknowledgement
             return EVAL_MAX_BYTES
         bound = self._largest.get(cid, {}).get(verb)
         if bound is None:
@@ -276,6 +276,14 @@ class MqttChannel:
         final = wire.unwrap(phase.got[client_id].payload)
         self._count(round, 0 if final is None else phase.got[client_id].nbytes, 0)
         return {client_id: final}
+
+    def reply(self, round: int, replies: dict[str, Payload]) -> list[str]:
+        """Send each reply on ``down/<id>/reply`` and wait, as for uplinks (``round_timeout``), for
+        the clients' acknowledgements: each answers "empty" once it has learnt from its reply."""
+        requests = {cid: (self.topics.down(cid, "reply"), wire.request(p, round)) for cid, p in replies.items()}
+        got = self._collect("reply", round, list(replies), requests, self.settings.round_timeout, min_needed=0).got
+        self._count(round, 0, sum(encoded_size(p) for p in replies.values()))
+        return list(got)
 
     def evaluate(self, round: int, states: dict[str, Payload | None]) -> dict[str, Scores]:
         requests = {

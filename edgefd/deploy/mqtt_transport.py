@@ -3,8 +3,8 @@
 Every message on a run's topics is one encoded :class:`~edgefd.protocol.Payload` cut into chunk
 frames (:func:`edgefd.protocol.split`; a small payload is one frame). Topics, per run and client:
 
-    edgefd/<run>/down/<client>/<verb>   server -> client   (verbs: config, hello, train, steps, step, eval, stop)
-    edgefd/<run>/up/<client>/<verb>     client -> server   (verbs: hello, train, steps, step, eval)
+    edgefd/<run>/down/<client>/<verb>   server -> client   (verbs: config, hello, train, steps, step, reply, eval, stop)
+    edgefd/<run>/up/<client>/<verb>     client -> server   (verbs: hello, train, steps, step, reply, eval)
     edgefd/<run>/status/<client>        client -> server   retained "status" payload: online/offline
                                                           (offline is the connection's last will)
 
@@ -43,8 +43,8 @@ from edgefd.protocol import (
 log = logging.getLogger(__name__)
 
 PREFIX = "edgefd"
-DOWN_VERBS = ("config", "hello", "train", "steps", "step", "eval", "stop")
-UP_VERBS = ("hello", "train", "steps", "step", "eval")
+DOWN_VERBS = ("config", "hello", "train", "steps", "step", "reply", "eval", "stop")
+UP_VERBS = ("hello", "train", "steps", "step", "reply", "eval")
 QOS = 1
 DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024

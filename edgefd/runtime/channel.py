@@ -63,6 +63,12 @@ class Channel(Protocol):
         not finish by the deadline)."""
         ...
 
+    def reply(self, round: int, replies: dict[str, Payload]) -> list[str]:
+        """Send each client the server's reply to its uplink of ``round`` (``ServerRole.reply``) and
+        return the clients that took it in by the round's deadline (a late one still takes it in
+        when it arrives, before its next training)."""
+        ...
+
     def evaluate(self, round: int, states: dict[str, Payload | None]) -> dict[str, Scores]:
         """Every client's scores of its deliverable model (``states``: what the server holds for it);
         a client that does not answer is left out."""
@@ -140,6 +146,13 @@ class InProcessChannel:
                 return {client_id: self.transport.upload(finished.value, round, client_id)}
             received = self.transport.upload(request, round, client_id)
             reply = self.transport.download(answer(received), round, client_id)
+
+    def reply(self, round: int, replies: dict[str, Payload]) -> list[str]:
+        for cid, payload in replies.items():
+            received = self.transport.download(payload, round, cid)
+            assert received is not None  # a reply is a payload
+            envelope.receive_reply(self.clients[cid], round, received)
+        return list(replies)
 
     def evaluate(self, round: int, states: dict[str, Payload | None]) -> dict[str, Scores]:
         scores = {}

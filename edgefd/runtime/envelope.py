@@ -50,6 +50,12 @@ def train_round(role: ClientRole, round: int, downlink: Payload | None) -> Paylo
     return from_client(role, role.train_round(round, downlink), round)
 
 
+def receive_reply(role: ClientRole, round: int, reply: Payload) -> None:
+    """The client learns from the server's post-aggregation reply of ``round`` (nothing goes back
+    but the runtime's acknowledgement)."""
+    role.receive_reply(round, reply)
+
+
 def train_steps(role: ClientRole, round: int) -> Generator[Payload, Payload, Payload | None]:
     """The client's step exchange (``ClientRole.train_steps``) with every request and the final
     uplink in the envelope; the server's answers go in unchanged."""

@@ -10,7 +10,9 @@ training. Then one round r:
   4. every uplink that arrived in time is checked against what the method accepts from that client
      (``ServerRole.uplink_schemas``; a misfit is dropped and its reason recorded), and the server
      aggregates the rest, minus the simulated stragglers';
-  5. every client is evaluated (every `eval_every` rounds and the last).
+  5. a method whose server answers the aggregated uplinks (``ServerRole.reply``: FedD2S's S2C
+     knowledge) has the answers carried to those clients, which learn from them in the same round;
+  6. every client is evaluated (every `eval_every` rounds and the last).
 
 A method that exchanges during training (``ServerRole.step_exchange``) replaces 2-3: the selected
 clients train one after another, and every request a client makes is carried to the server and
@@ -155,6 +157,7 @@ class Federation:
             else:
                 rejected[cid] = problem
         server_metrics = self.server.aggregate(round, uplinks)
+        self.reply(round, sorted(uplinks))
 
         bytes_up, bytes_down = self.channel.round_bytes(round)
         record = RoundRecord(
@@ -168,6 +171,25 @@ class Federation:
     def downlink(self, round: int, cid: str) -> Payload | None:
         """The server's message to ``cid`` at the start of ``round``, in the run's envelope."""
         return envelope.from_server(self.server, self.server.downlink(round, cid), round)
+
+    def reply(self, round: int, client_ids: list[str]) -> None:
+        """The server's answers to the uplinks it aggregated, carried to their clients before the
+        round is evaluated (none for most methods: no message, no wait)."""
+        replies = {}
+        for cid in client_ids:
+            sealed = envelope.from_server(self.server, self.server.reply(round, cid), round)
+            if sealed is not None:
+                replies[cid] = sealed
+        if not replies:
+            return
+        missing = sorted(set(replies) - set(self.channel.reply(round, replies)))
+        if missing:
+            log.warning(
+                "round %d: %d client(s) had not taken in the server's reply by the deadline: %s",
+                round,
+                len(missing),
+                ", ".join(missing[:5]),
+            )
 
     def exchange_steps(self, round: int, cid: str) -> dict[str, Payload | None]:
         """One client's training with the server answering each of its steps: {cid: its final uplink}

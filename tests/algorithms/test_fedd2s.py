@@ -51,6 +51,24 @@ def simulation(params=None, **settings):
     return build(SimulationConfig(algo="fedd2s", params={**FAST, **(params or {})}, **{**QUICK, **settings}))
 
 
+def run_keeping_replies(sim, round: int) -> dict[str, Payload]:
+    """Run ``round`` and return the replies the server sent after aggregating, as sent."""
+    sent: dict[str, Payload] = {}
+    channel = sim.federation.channel
+    original = channel.reply
+
+    def keep(r: int, replies: dict[str, Payload]) -> list[str]:
+        sent.update(replies)
+        return original(r, replies)
+
+    channel.reply = keep
+    try:
+        sim.federation.run_round(round)
+    finally:
+        del channel.reply  # the instance's attribute: the class's method again
+    return sent
+
+
 def header_bytes(payload: Payload) -> int:
     """Everything but the array data, from the codec's layout (protocol/codec.py): the 32-byte fixed
     header, kind and sender, a scalar entry (2 + name + 8 for an int64) per scalar, and an array
@@ -131,13 +149,13 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
     sim = simulation({"schedule": schedule}, precision=precision)
     ledger = sim.federation.channel.ledger
     sim.federation.hello()
-    sim.federation.run_round(1)
-    sim.federation.run_round(2)
+    first = run_keeping_replies(sim, 1)["client-0"]
+    down = run_keeping_replies(sim, 2)["client-0"]
     client = sim.clients["client-0"]
 
-    # init (§2.2): theta^0, 4 P_total bytes, once, at the first downlink
+    # init (§2.2): theta^0, 4 P_total bytes, once, at the first downlink; then round 1's reply
     init = Payload(INIT_KIND, "server", 1, sim.server.initial_state)
-    assert ledger.entries[(1, DOWN, "client-0")] == 4 * P_TOTAL + header_bytes(init)
+    assert ledger.entries[(1, DOWN, "client-0")] == 4 * P_TOTAL + header_bytes(init) + len(encode(first))
 
     # uplink (§2.4): K [s_f (d_1 + d_l 1[l > 1]) + s_y] + h_up; the spec's 79,079 / 109,967 B at fp32
     up = envelope.from_client(client, client.extract(2, layer), 2)  # as the runtime sends it
@@ -150,9 +168,8 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
     for r in (1, 2):
         assert ledger.entries[(r, UP, "client-0")] == formula + header_bytes(up)
 
-    # downlink (§2.4): K s_f C + s_w P_head(l) + h_down; the spec's 5,720 / 31,296 B at fp32
-    server = copy.deepcopy(sim.server)
-    down = envelope.from_server(server, server.downlink(3, "client-0"), 3)
+    # reply (§2.4), after aggregation in the same round: K s_f C + s_w P_head(l) + h_down; the
+    # spec's 5,720 / 31,296 B at fp32
     assert down.kind == DOWN_KIND and down.scalars == {"layer": layer}
     p_head = {6: 0, 2: P_HEAD_2}[layer]
     formula = K * s_f * C + 4 * p_head
@@ -166,8 +183,7 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
 def test_send_v_adds_k_c_floats():
     sim = simulation({"send_v": True, "schedule": "floor"})
     sim.federation.hello()
-    sim.federation.run_round(1)
-    down = sim.server.downlink(2, "client-1")
+    down = run_keeping_replies(sim, 1)["client-1"]
     assert down.arrays["v"].shape == (K, C)
     assert len(encode(down)) == K * 4 * C * 2 + 4 * P_HEAD_2 + header_bytes(down)
 
@@ -251,9 +267,8 @@ def test_aggregation_is_the_unweighted_mean_and_layer_one_stays_bit_identical():
 def test_phase_b_kd_step_moves_only_the_trunk_and_uses_the_received_head():
     sim = simulation({"schedule": "floor", "kd_mode": "alternating"})
     sim.federation.hello()
-    sim.federation.run_round(1)
+    down = run_keeping_replies(sim, 1)["client-0"]
     client = sim.clients["client-0"]
-    down = sim.server.downlink(2, "client-0")
     head_sent = {k[len(HEAD_PREFIX) :]: v.copy() for k, v in down.arrays.items() if k.startswith(HEAD_PREFIX)}
     assert sorted({k.split(".")[1] for k in head_sent}) == ["2", "3", "4", "5"]  # global layers 3..6 above l = 2
     before = state_arrays(client.model)
@@ -280,8 +295,7 @@ def test_phase_b_kd_step_moves_only_the_trunk_and_uses_the_received_head():
 def test_phase_b_refuses_a_downlink_of_the_wrong_size():
     sim = simulation()
     sim.federation.hello()
-    sim.federation.run_round(1)
-    down = sim.server.downlink(2, "client-0")
+    down = run_keeping_replies(sim, 1)["client-0"]
     bad = Payload(DOWN_KIND, "server", 2, {**down.arrays, "t": down.arrays["t"][:-1]}, down.scalars)
     with pytest.raises(ValueError, match="t must have shape"):
         sim.clients["client-0"].distil_from_server(bad)
@@ -424,3 +438,17 @@ def test_phase_epochs_none_takes_fedd2s_epochs_on_both_sides_or_the_runs():
         assert sim.server.context.train.epochs == expected
         assert {client.context.train.epochs for client in sim.clients.values()} == {expected}
     sim.federation.run()  # without --epochs: a whole round, the server's distillation included
+
+
+def test_phase_b_runs_in_the_round_of_its_upload_before_the_evaluation():
+    """Alg. 1: C2S then S2C in one round, so round 1's accuracy is of models that learnt (until
+    2026-11-26 phase B waited for the client's next participation, and round 1 scored theta^0)."""
+    sim = simulation()
+    sim.federation.start()
+    record = sim.federation.run_round(1)
+    for cid, client in sim.clients.items():
+        assert client.last_losses is not None, cid
+        trained = state_arrays(client.model)
+        assert any(not np.array_equal(trained[k], v) for k, v in sim.server.initial_state.items()), cid
+        assert record.client_accuracy[cid] == client.evaluate()["accuracy"]
+    assert sim.server.replies == {}  # every reply went out

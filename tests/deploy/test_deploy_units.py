@@ -3,6 +3,7 @@
 import argparse
 import time
 from dataclasses import asdict
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from edgefd.deploy import messages as wire
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
 from edgefd.deploy.server_runtime import DeploymentSettings, same_run_config
+from edgefd.protocol import Payload
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import config_from_args
 
@@ -280,3 +282,24 @@ def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before
     asked_again(25.0)
     assert sent == [("edgefd/u/up/client-1/train", uplink)]
     assert device.answered_at[("train", 3)] > 25.0
+
+
+def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeypatch):
+    """The server's post-aggregation reply (FedD2S's phase B) is learnt from once: a repeat is
+    acknowledged from the cache, and a reply to a round this client did not train last is ignored."""
+    device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
+    sent = []
+    monkeypatch.setattr(device.endpoint, "publish", lambda topic, payload, retain=False: sent.append((topic, payload)))
+    taken = []
+    device.role = SimpleNamespace(receive_reply=lambda round, reply: taken.append((round, reply.kind)))
+    device.last_round = 3
+
+    def reply(round: int) -> None:
+        message = wire.request(Payload("knowledge", wire.SERVER, round), round)
+        device._handle(Incoming("down", "client-1", "reply", message, nbytes=0))
+
+    reply(3)
+    reply(3)  # repeated (a reconnection): acknowledged again, not learnt from again
+    reply(2)  # a stale round
+    assert taken == [(3, "knowledge")]
+    assert [(topic, p.kind, p.round) for topic, p in sent] == [("edgefd/u/up/client-1/reply", wire.EMPTY, 3)] * 2

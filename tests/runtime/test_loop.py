@@ -187,3 +187,54 @@ def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_s
     with pytest.raises(UplinkRejected, match="out-of-range"):
         federation.run_round(1)
     assert server.log == []
+
+
+class ReplyingClient(EchoClient):
+    """Takes the server's post-aggregation reply in; its accuracy says how many it has taken."""
+
+    def __init__(self, client_id):
+        super().__init__(client_id)
+        self.replies = []
+
+    def receive_reply(self, round, reply):
+        self.replies.append((round, int(reply.arrays["sum"][0])))
+
+    def evaluate(self, state=None):
+        return {"accuracy": len(self.replies) / 10}
+
+
+class ReplyingServer(CollectServer):
+    """Answers each aggregated client with the sum of the round's uplinks."""
+
+    def aggregate(self, round, uplinks):
+        self.total = sum(int(p.arrays["v"][0]) for p in uplinks.values())
+        return super().aggregate(round, uplinks)
+
+    def reply(self, round, client_id):
+        return Payload("sum", "server", round, {"sum": np.array([self.total], np.int64)})
+
+
+def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluation():
+    roles = {f"c{i}": ReplyingClient(f"c{i}") for i in range(6)}
+    server = ReplyingServer()
+    config = LoopConfig(rounds=6, participation=0.5, straggler_rate=0.3)
+    federation = Federation(server, InProcessChannel(roles), config, np.random.default_rng(0))
+    records = federation.run()[1:]
+    ledger = federation.channel.ledger
+    for record in records:
+        aggregated = set(record.selected) - set(record.late)
+        expected = (record.round, (record.round + 1) * len(aggregated))  # the sum of the round's uplinks
+        replied = {cid for cid, role in roles.items() if expected in role.replies}
+        assert replied == aggregated  # every aggregated client, and only they
+        for cid in aggregated:  # the round's downlink and its reply, both counted in the round
+            assert ledger.messages[(record.round, "down", cid)] == 2
+    assert any(r.late for r in records) and sum(len(r.replies) for r in roles.values()) > 0
+    # the evaluation of a round sees that round's reply
+    last = records[-1]
+    assert last.client_accuracy == {cid: len(role.replies) / 10 for cid, role in roles.items()}
+
+
+def test_a_method_without_replies_sends_nothing_after_aggregating():
+    federation, _, _ = make(LoopConfig(rounds=2))
+    federation.run()
+    assert all(count == 1 for (r, d, _), count in federation.channel.ledger.messages.items() if d == "down" and r)
