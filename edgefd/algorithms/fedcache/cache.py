@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.
     n, dim = vectors.shape
     index = hnswlib.Index(space="cosine", dim=dim)
     index.init_index(max_elements=n, ef_construction=config.ef_construction, M=config.m, random_seed=config.seed)
-    index.set_num_threads(config.threads)
+    index.set_num_threads(1)  # one thread: the same graph every time (`build_relations` runs classes at once)
     index.add_items(vectors, np.arange(n))
     k = r + 1
     if owners is not None:
@@ -157,22 +158,33 @@ def build_relations(
     if not all(np.isfinite(part).all() for part in parts):
         raise ValueError("hashes contain NaN or Inf")
     table = np.full((len(labels), config.neighbours), -1, dtype=np.int64)
-    for label in progress.track(np.unique(labels), f"relations ({config.method} search, per class)", unit="class"):
+
+    def search(label: int) -> tuple[np.ndarray, int, np.ndarray | None]:
+        """One class's members, its R and their neighbours (as rows of the class), or None."""
         members = np.flatnonzero(labels == label)
         r = min(config.neighbours, len(members) - 1)  # spec A13: R_eff = n_c - 1 for small classes
         if r <= 0:
-            continue
+            return members, r, None
         vectors = np.ascontiguousarray(_rows(parts, offsets, members))
         member_owners = None if owners is None else owners[members]
         if config.method == "exact":
-            local = _exact_class(vectors, r, member_owners)
-        else:
-            local = _hnsw_class(vectors, r, config, member_owners)
-        table[members, :r] = np.where(local >= 0, members[np.maximum(local, 0)], -1)
+            return members, r, _exact_class(vectors, r, member_owners)
+        return members, r, _hnsw_class(vectors, r, config, member_owners)
+
+    classes = np.unique(labels)
+    # hnsw: `config.threads` classes at once, each index built by one thread (hnswlib releases the
+    # GIL): as fast as one index built by several threads, whose graph depends on their timing
+    workers = 1 if config.method == "exact" else max(1, min(config.threads, len(classes)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        found = pool.map(search, classes)
+        description = f"relations ({config.method} search, per class)"
+        for members, r, local in progress.track(found, description, total=len(classes), unit="class"):
+            if local is not None:
+                table[members, :r] = np.where(local >= 0, members[np.maximum(local, 0)], -1)
     return table
 
 
-RELATIONS_FORMAT = "v1"
+RELATIONS_FORMAT = "v2"
 """Bumped when the stored table or `build_relations` changes: old tables are then not read."""
 
 
@@ -181,8 +193,9 @@ class RelationStore:
     owners, the search settings, the hnswlib version), so that a run whose server meets the same
     hashes again (another arm or seed on the same split, a rerun) loads the table instead of
     searching: with the authors' hnswlib settings that search is most of FedCache's start-up on
-    Fashion-MNIST. A loaded table is the one the first run built (a multi-threaded hnswlib build is
-    not bit-repeatable, so reruns through a store agree where fresh builds may not)."""
+    Fashion-MNIST. Since v2 a fresh build gives the stored table bit for bit (each hnswlib index is
+    built by one thread; v1's were built by several, and two fresh builds could differ in a few
+    neighbours)."""
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.folder = Path(root)

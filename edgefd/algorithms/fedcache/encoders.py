@@ -22,8 +22,12 @@ Every client must use the same encoder. Three are available, named by a spec str
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,8 +135,9 @@ class MobileNetHash(nn.Module):
 
 def _mobilenet_encoder(weights: str | None) -> HashEncoder:
     """The hash function of `MobileNetHash`, run by onnxruntime: exported once per input shape (a
-    few seconds), it hashes about 4x faster than eager torch on a CPU (3 against 13 ms an image on
-    one core, 28x28 inputs), and gives the same embeddings (to float rounding)."""
+    few seconds, in a child process: `exported_in_a_child`), it hashes about 4x faster than eager
+    torch on a CPU (3 against 13 ms an image on one core, 28x28 inputs), and gives the same
+    embeddings (to float rounding)."""
     if weights is not None and not Path(weights).is_file():
         raise FileNotFoundError(f"mobilenet encoder weights: no such file {weights}")
     sessions: dict[tuple[int, ...], Callable[[np.ndarray], np.ndarray]] = {}
@@ -142,34 +147,59 @@ def _mobilenet_encoder(weights: str | None) -> HashEncoder:
             raise ValueError(f"mobilenet encoder: expected images [B, C, H, W], got shape {tuple(x.shape)}")
         shape = tuple(x.shape[1:])
         if shape not in sessions:  # built at the first batch: a run whose hashes are all cached never builds it
-            sessions[shape] = onnxruntime_function(MobileNetHash(weights), shape)
+            sessions[shape] = onnxruntime_function(exported_in_a_child(weights, shape))
         return sessions[shape](x.numpy())
 
     return HashEncoder("mobilenet" if weights is None else f"mobilenet:{weights}", encode, batch_size=32)
 
 
-def onnxruntime_function(module: nn.Module, shape: tuple[int, ...]) -> Callable[[np.ndarray], np.ndarray]:
-    """``module`` (inputs of per-sample ``shape``, any batch) exported to ONNX and run by onnxruntime
-    with torch's thread count."""
-    import tempfile
-
-    import onnxruntime as ort
-
-    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings(), torch.no_grad():
+def export_mobilenet_hash(weights: str | None, shape: Sequence[int], path: str) -> None:
+    """Writes `MobileNetHash` (inputs of per-sample ``shape``, any batch) to ``path`` as ONNX."""
+    with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and tracer warnings
-        path = Path(folder) / "encoder.onnx"
         torch.onnx.export(
-            module.eval(),
+            MobileNetHash(weights),
             (torch.zeros(2, *shape),),
-            str(path),
+            path,
             dynamo=False,
             input_names=["input"],
             output_names=["output"],
             dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
         )
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = torch.get_num_threads()
-        session = ort.InferenceSession(path.read_bytes(), options, providers=["CPUExecutionProvider"])
+
+
+def exported_in_a_child(weights: str | None, shape: tuple[int, ...]) -> bytes:
+    """The ONNX file of `export_mobilenet_hash`, made by a child Python process. Exporting imports
+    torchvision and torch's ONNX exporter: 250 MiB that would stay in this process for the rest of
+    the run (a cold FedCache run of the authors' demo setting peaked at 1,181 MiB with them)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}  # this process's imports
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "encoder.onnx"
+        code = "import sys; from edgefd.algorithms.fedcache import encoders as e; e._export_from_argv(sys.argv[1:])"
+        command = [sys.executable, "-c", code, weights or "", str(path), *map(str, shape)]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not path.is_file():
+            name = "mobilenet" if weights is None else f"mobilenet:{weights}"
+            raise RuntimeError(
+                f"encoder {name}: exporting it to ONNX failed (exit {done.returncode}):\n{done.stderr[-3000:]}"
+            )
+        return path.read_bytes()
+
+
+def _export_from_argv(argv: list[str]) -> None:
+    """`exported_in_a_child`'s child: WEIGHTS (empty: random) PATH DIM..."""
+    weights, path, *shape = argv
+    export_mobilenet_hash(weights or None, [int(d) for d in shape], path)
+
+
+def onnxruntime_function(model: bytes) -> Callable[[np.ndarray], np.ndarray]:
+    """The ONNX ``model`` (an "input" of any batch, an "output") run by onnxruntime with torch's
+    thread count."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = torch.get_num_threads()
+    session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
     def run(batch: np.ndarray) -> np.ndarray:
         (out,) = session.run(None, {"input": np.ascontiguousarray(batch, dtype=np.float32)})

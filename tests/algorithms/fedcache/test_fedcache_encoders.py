@@ -1,5 +1,8 @@
 """Hash encoders: the stand-in, MobileNetV3-Small (weights from a file) and any ONNX file."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -64,6 +67,23 @@ def test_the_mobilenet_encoder_runs_mobilenet_hash_through_onnxruntime(shape):
     np.testing.assert_allclose(got / scale, expected / scale, atol=1e-4)
     cos = (got * expected).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(expected, axis=1))
     assert cos.min() > 0.9999
+
+
+def test_the_mobilenet_encoder_leaves_the_exporter_out_of_this_process(tmp_path):
+    """Exporting imports torchvision and torch's ONNX exporter (250 MiB a simulation would keep for
+    the rest of its run): a child process exports, this one only runs the file. A broken weights
+    file fails in the child, with its error."""
+    script = (
+        "import sys, torch; from edgefd.algorithms.fedcache.encoders import build_encoder; "
+        "out = build_encoder('mobilenet')(torch.randn(2, 1, 8, 8)); "
+        "print(out.shape, sorted(m for m in ('torchvision', 'torch.onnx', 'onnx') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[-2] == "(2, 576) []", done.stderr[-2000:]
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(b"not a state dict")
+    with pytest.raises(RuntimeError, match="encoder mobilenet:.*broken.pt: exporting it to ONNX failed"):
+        build_encoder(f"mobilenet:{broken}")(torch.randn(2, 1, 8, 8))
 
 
 def test_onnx_encoder_matches_torch(tmp_path):
