@@ -70,9 +70,9 @@ def test_the_mobilenet_encoder_runs_mobilenet_hash_through_onnxruntime(shape):
 
 
 def test_the_mobilenet_encoder_leaves_the_exporter_out_of_this_process(tmp_path):
-    """Exporting imports torchvision and torch's ONNX exporter (250 MiB a simulation would keep for
-    the rest of its run): a child process exports, this one only runs the file. A broken weights
-    file fails in the child, with its error."""
+    """Exporting imports torchvision and torch's ONNX exporter (about 200 MiB a simulation would
+    keep for the rest of its run): a child process exports, this one only runs the file. A broken
+    weights file fails in the child, with its error."""
     script = (
         "import sys, torch; from edgefd.algorithms.fedcache.encoders import build_encoder; "
         "out = build_encoder('mobilenet')(torch.randn(2, 1, 8, 8)); "
