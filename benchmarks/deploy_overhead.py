@@ -69,12 +69,17 @@ class ArmResult:
     deploy: RunResult
     processes: RunResult | None = None
     """The control: the clients' work in K processes at once, no broker, server or messages."""
-    wall_ratio: float = 0.0
+    wall_ratio: float | None = None
     cpu_ratio: float = 0.0
     wall_ratio_to_processes: float | None = None
     cpu_ratio_to_processes: float | None = None
     same_accuracy: bool = False
     settings: dict = field(default_factory=dict)
+
+
+def ratio_of(value: float, reference: float) -> float | None:
+    """value / reference to 3 decimals; None when the reference is 0 (a round too quick to time)."""
+    return round(value / reference, 3) if reference else None
 
 
 def median_after_warmup(values: list[float]) -> float:
@@ -214,7 +219,7 @@ def run_control(settings: list[str], args: argparse.Namespace) -> RunResult:
         for _ in range(args.rounds):
             barrier.wait(timeout=args.timeout)
             now, cpu = time.perf_counter(), sum(_cpu(w.pid) for w in workers)
-            walls.append(round(now - at, 3))
+            walls.append(round(now - at, 6))  # a quick run's round takes a few milliseconds
             cpus.append(round(cpu - before, 2))
             before, at = cpu, now
     finally:
@@ -244,15 +249,13 @@ def run_arm(name: str, args: argparse.Namespace, folder: Path) -> ArmResult:
     deploy = run_one("deploy-local", settings, folder / f"{name}-deploy", args.timeout)
     processes = run_control(settings, args) if name in CONTROLLED and not args.no_control else None
     result = ArmResult(name, algo, list(params), simulate, deploy, processes, settings={"flags": settings})
-    result.wall_ratio = round(
-        median_after_warmup(deploy.round_seconds) / median_after_warmup(simulate.round_seconds), 3
-    )
+    result.wall_ratio = ratio_of(median_after_warmup(deploy.round_seconds), median_after_warmup(simulate.round_seconds))
     sim_cpu, dep_cpu = median_after_warmup(simulate.round_cpu_seconds), median_after_warmup(deploy.round_cpu_seconds)
     result.cpu_ratio = round(dep_cpu / sim_cpu, 3) if sim_cpu else 0.0
     result.same_accuracy = simulate.accuracy == deploy.accuracy
     if processes is not None:
-        result.wall_ratio_to_processes = round(
-            median_after_warmup(deploy.round_seconds) / median_after_warmup(processes.round_seconds), 3
+        result.wall_ratio_to_processes = ratio_of(
+            median_after_warmup(deploy.round_seconds), median_after_warmup(processes.round_seconds)
         )
         proc_cpu = median_after_warmup(processes.round_cpu_seconds)
         result.cpu_ratio_to_processes = round(dep_cpu / proc_cpu, 3) if proc_cpu else None
@@ -282,7 +285,7 @@ def table(results: list[ArmResult], args: argparse.Namespace) -> str:
         s, p, d = r.simulate, r.processes, r.deploy
         lines.append(
             f"| {r.arm} | {s.startup_seconds:.1f} / {d.startup_seconds:.1f} | {fig(s)} | {fig(p)} | {fig(d)} | "
-            f"{r.wall_ratio:.2f} | {ratio(r.wall_ratio_to_processes)} | {fig(s, True)} | {fig(p, True)} | "
+            f"{ratio(r.wall_ratio)} | {ratio(r.wall_ratio_to_processes)} | {fig(s, True)} | {fig(p, True)} | "
             f"{fig(d, True)} | {r.cpu_ratio:.2f} | {ratio(r.cpu_ratio_to_processes)} | "
             f"{'yes' if r.same_accuracy else 'no'} |"
         )
