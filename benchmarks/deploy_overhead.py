@@ -175,20 +175,26 @@ def _control_worker(settings: list[str], index: int, barrier) -> None:
     downlink: the methods' first-round path), in step with the others."""
     import torch
 
-    from edgefd.runtime import envelope
+    from edgefd.protocol.message import SERVER, Message
     from edgefd.runtime.build import build_client, prepare
     from edgefd.runtime.flags import add_config_arguments, config_from_args
+    from edgefd.runtime.verbs import ClientApp
 
-    parser = argparse.ArgumentParser()
-    add_config_arguments(parser)
-    run = config_from_args(parser.parse_args(settings))
-    torch.set_num_threads(run.threads)
-    role = build_client(run, prepare(run, on_demand=True), index)
-    barrier.wait()
-    for r in range(1, run.rounds + 1):
-        envelope.train_round(role, r, None)
-        role.evaluate(None)
+    try:
+        parser = argparse.ArgumentParser()
+        add_config_arguments(parser)
+        run = config_from_args(parser.parse_args(settings))
+        torch.set_num_threads(run.threads)
+        role = build_client(run, prepare(run, on_demand=True), index)
+        app = ClientApp(role)
         barrier.wait()
+        for r in range(1, run.rounds + 1):
+            app.handle(Message("train", SERVER, role.client_id, r))
+            role.evaluate(None)
+            barrier.wait()
+    except BaseException:
+        barrier.abort()  # the parent and the other workers stop waiting: the control has failed
+        raise
 
 
 def run_control(settings: list[str], args: argparse.Namespace) -> RunResult:

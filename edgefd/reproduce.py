@@ -20,6 +20,7 @@ from typing import Any
 
 from edgefd.algorithms.base import get_method, make_params
 from edgefd.metrics.results import SUMMARY_FILE
+from edgefd.runtime.process import edgefd_command
 from edgefd.simulate import SimulationConfig, config_to_toml, local_training_of
 from edgefd.simulate import run as run_simulation
 
@@ -516,7 +517,7 @@ def run_isolated(config: SimulationConfig) -> dict[str, Any]:
     folder = config.out_dir()
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "run.toml").write_text(config_to_toml(config))
-    command = [sys.executable, "-m", "edgefd.cli", "simulate", "--config", str(folder / "run.toml")]
+    command = edgefd_command("simulate", "--config", str(folder / "run.toml"))
     subprocess.run(command, check=True)
     return json.loads((folder / "summary.json").read_text())
 

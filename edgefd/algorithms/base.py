@@ -137,7 +137,7 @@ class ClientRole(ABC):
     local_training: ClassVar[LocalTraining] = LocalTraining()
     knowledge: ClassVar[tuple[str, ...]] = ()
     """The float arrays of this role's payloads that are knowledge: the runtime sends them at the
-    run's ``--precision`` (``edgefd.runtime.envelope``); every other array travels losslessly."""
+    run's ``--precision`` (``edgefd.runtime.verbs``); every other array travels losslessly."""
     optimizer: RoundOptimizer
     """The local optimiser: each method builds it with :meth:`round_optimizer` in ``__init__``."""
 

@@ -191,13 +191,15 @@ def record_payloads(config: SimulationConfig, path: Path) -> None:
     """Client 0 of the run, built as `edgefd client` builds it, runs one real round; its uplink and
     its accuracy are written to ``path`` for the devices to replay."""
     from edgefd.bench.fleet_devices import Recorded
-    from edgefd.runtime import envelope
+    from edgefd.protocol.message import SERVER, Message
     from edgefd.runtime.build import build_client, prepare
+    from edgefd.runtime.verbs import ClientApp
 
     pieces = prepare(config)
     role = build_client(config, pieces, 0)
-    envelope.hello(role)
-    uplink = envelope.train_round(role, 1, None)
+    app = ClientApp(role)
+    app.handle(Message("hello", SERVER, role.client_id, 0))
+    uplink = app.handle(Message("train", SERVER, role.client_id, 1)).content
     Recorded(uplink, role.evaluate(None)["accuracy"]).save(path)
 
 

@@ -42,7 +42,8 @@ import paho.mqtt.client as mqtt
 
 from edgefd.deploy import messages as wire
 from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, QOS, BrokerSettings, Topics, encode_frames
-from edgefd.protocol import Payload, ProtocolError, Reassembler, decode
+from edgefd.protocol import Message, Payload, ProtocolError, Reassembler, decode_message
+from edgefd.runtime.verbs import SCORES_KIND
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +102,11 @@ class Script:
 def device_scripts(config_path: Path, recorded: Recorded, first: int, count: int) -> dict[str, Script]:
     """The answers of devices ``first .. first+count-1``: each one's hello from its real role
     (built exactly as `edgefd client` builds it), the recorded uplink re-addressed to it."""
-    from edgefd.runtime import envelope
+    from edgefd.protocol.message import SERVER
     from edgefd.runtime.build import build_client, prepare
     from edgefd.runtime.config import SimulationConfig
     from edgefd.runtime.flags import read_config_file
+    from edgefd.runtime.verbs import ClientApp
 
     config = SimulationConfig(**read_config_file(config_path))
     pieces = prepare(config)
@@ -112,7 +114,7 @@ def device_scripts(config_path: Path, recorded: Recorded, first: int, count: int
     for index in range(first, first + count):
         cid = pieces.client_ids[index]
         role = build_client(config, pieces, index)
-        hello = envelope.hello(role)
+        hello = ClientApp(role).handle(Message("hello", SERVER, cid, 0)).content
         ids = hello.arrays.get("ids") if hello is not None else None
         if ids is None:
             ids = np.asarray(pieces.splits[index].train_indices, np.int32)
@@ -159,7 +161,7 @@ class Device:
         )
         if fleet.broker.username is not None:
             self.client.username_pw_set(fleet.broker.username, fleet.broker.password)
-        offline = encode_frames(wire.status_payload(cid, wire.OFFLINE), fleet.chunk_size)[0]
+        offline = encode_frames(wire.status_message(cid, wire.OFFLINE, fleet.topics.run), fleet.chunk_size)[0]
         self.client.will_set(topics.status(cid), offline, qos=QOS, retain=True)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
@@ -179,12 +181,16 @@ class Device:
             return
         topics = self.fleet.topics
         client.subscribe(f"{topics.root}/down/{self.cid}/+", qos=QOS)
-        self._publish(topics.status(self.cid), wire.status_payload(self.cid, wire.ONLINE), retain=True)
+        self._say(wire.ONLINE)
         self.connected = True
         self.fleet.report.connected += 1
 
-    def _publish(self, topic: str, payload: Payload, retain: bool = False) -> None:
-        for frame in encode_frames(payload, self.fleet.chunk_size):
+    def _say(self, state: str) -> None:
+        status = wire.status_message(self.cid, state, self.fleet.topics.run)
+        self._publish(self.fleet.topics.status(self.cid), status, retain=True)
+
+    def _publish(self, topic: str, message: Message, retain: bool = False) -> None:
+        for frame in encode_frames(message, self.fleet.chunk_size):
             self.client.publish(topic, frame, qos=QOS, retain=retain)
             self.fleet.report.bytes_sent += len(frame)
 
@@ -198,39 +204,40 @@ class Device:
             whole = reassembler.feed(data)
             if whole is None:
                 return
-            request = decode(whole)
+            request = decode_message(whole)
         except (ValueError, ProtocolError) as error:
             self.fleet.report.bad_messages += 1
             log.warning("%s: bad message on %s: %s", self.cid, topic, error)
             return
         self._answer(verb, request)
 
-    def _answer(self, verb: str, request: Payload) -> None:
+    def _answer(self, verb: str, request: Message) -> None:
         round, cid, script = request.round, self.cid, self.script
-        if request.kind == wire.AGAIN:  # answered at once, so its answer went out before the asking
+        again = wire.is_again(request)
+        if again:  # answered at once, so its answer went out before the asking
             self.fleet.report.asked_again += 1
         if verb == "hello":
-            answer = wire.or_empty(script.hello, cid, round)
+            answer = request.answer(script.hello)  # an "again" has its request's verb and round
         elif verb == "train":
-            answer = wire.stamped(script.uplink, cid, round)
-        elif verb == "eval":
-            answer = wire.metrics_payload(cid, round, {"accuracy": script.accuracy})
+            answer = request.answer(script.uplink)
+        elif verb == "evaluate":
+            answer = request.answer(Payload(SCORES_KIND, cid, round, scalars={"accuracy": script.accuracy}))
         elif verb == "stop":
             if not self.stopped:
                 self.stopped = True
                 self.fleet.report.stopped += 1
-                self._publish(self.fleet.topics.status(cid), wire.status_payload(cid, wire.OFFLINE), retain=True)
+                self._say(wire.OFFLINE)
             return
-        elif verb == "config":
+        elif verb == wire.CONFIG:
             # as `edgefd client` does: a config sent again means the server has not seen this device
             # online (a broker that hands retained statuses to exact-topic subscriptions only)
-            self._publish(self.fleet.topics.status(cid), wire.status_payload(cid, wire.ONLINE), retain=True)
+            self._say(wire.ONLINE)
             return
         else:  # steps: not a round-batched method
             log.error("%s: a %s request; the load test replays round-batched methods only", cid, verb)
             return
         self._publish(self.fleet.topics.up(cid, verb), answer)
-        if request.kind != wire.AGAIN:
+        if not again:
             self.fleet.report.answered[verb] += 1
 
 

@@ -128,7 +128,7 @@ class _Writer:
                 "v": [self.node(value[k], f"{where}[{k!r}]") for k in keys],
             }
         cls = type(value)
-        if cls.__module__.startswith("edgefd.") and hasattr(value, "__dict__"):
+        if (cls.__module__.startswith("edgefd.") or cls in _method_classes()) and hasattr(value, "__dict__"):
             attrs = {k: self.node(v, f"{where}.{k}") for k, v in vars(value).items()}
             return {"$": "object", "n": n, "class": f"{cls.__module__}:{cls.__qualname__}", "attrs": attrs}
         raise CheckpointError(f"{where}: a {cls.__module__}.{cls.__qualname__} cannot be checkpointed")
@@ -313,13 +313,13 @@ class Checkpoint:
 
     def _object(self, node: dict[str, Any], fresh: Any, where: str) -> Any:
         module_name, _, qualname = str(node.get("class")).partition(":")
-        if not module_name.startswith("edgefd.") or not qualname:
-            raise CheckpointError(f"{self.name}: {where}: class {node.get('class')!r} is not edgefd's")
-        cls: Any = sys.modules.get(module_name)  # never imported here: importing a module runs it
+        cls: Any = sys.modules.get(module_name) if qualname else None  # never imported here: importing runs it
         for part in qualname.split("."):
             cls = getattr(cls, part, None)
-        if not isinstance(cls, type):
-            raise CheckpointError(f"{self.name}: {where}: no class {node.get('class')!r} in this edgefd")
+        if not isinstance(cls, type) or not (module_name.startswith("edgefd.") or cls in _method_classes()):
+            raise CheckpointError(
+                f"{self.name}: {where}: class {node.get('class')!r} is neither edgefd's nor a registered method's"
+            )
         target = fresh if type(fresh) is cls else object.__new__(cls)
         self._remember(node, target)
         for attr, child in node["attrs"].items():
@@ -337,6 +337,14 @@ class Checkpoint:
         if attr != "optimizer" or build is None:
             raise CheckpointError(f"{self.name}: {where}.{attr}: an optimiser the fresh role does not have")
         return build()
+
+
+def _method_classes() -> set[type]:
+    """The roles and params classes of every registered method: a method registered from outside
+    edgefd (a plug-in, run by a process that imported it) is checkpointed like a built-in one."""
+    from edgefd.algorithms.base import list_methods
+
+    return {cls for spec in list_methods() for cls in (spec.client, spec.server, spec.params)}
 
 
 def load(path: str | os.PathLike, references: dict[str, Any]) -> Checkpoint:

@@ -2,25 +2,24 @@
 
 The client learns the run's config from the server (the retained `down/<id>/config` message), builds
 its own role exactly as `simulate` builds it (same seed streams, same data share; or the device's
-own data folder), and then answers the server's requests:
+own data folder), and then answers the server's messages with
+:class:`edgefd.runtime.verbs.ClientApp`, the dispatcher a simulated client uses: each verb of the
+table (hello, train, steps, reply, evaluate, ...) goes to its handler, and the answer goes back on
+`up/<id>/<verb>`. What is a device's own:
 
-    hello       -> the role's hello()                       (answered once, then repeated from cache)
-    train r     -> the role's train_round(r, downlink)      (answered once per round, then from cache)
-    steps r     -> the role's train_steps(r): each step's request goes up on `step`, numbered, and
-                   the training waits for the server's answer to that number (a method that
-                   exchanges during training: FedCache's exchange=batch); then the final uplink
-    reply r     -> the role's receive_reply(r, reply), then "empty" (the server's answer to the
-                   round's uplink, after aggregation: FedD2S's phase B; only for the last round
-                   this client trained)
-    eval r      -> the role's evaluate(state) as "metrics"
-    stop        -> announce "offline" and exit 0
+- during ``steps`` each step request goes up on `up/<id>/step` and the training waits for the
+  server's answer to that step (sent again now and then; a stop, or the server moving on,
+  abandons the round);
+- answers are cached: a request that comes twice (a reconnection, a restarted server) or an
+  "again" from the server is answered from the cache, never recomputed, so a round is never
+  trained twice; a training request for a round already past is ignored, and a verb sent after
+  aggregation (``reply``) is taken only for the round this client trained last;
+- after every answer but an evaluation the role, its RNGs and its cached answers are checkpointed
+  atomically in `state_dir`: a client killed at any point restarts where it was;
+- ``stop``: announce "offline" and exit 0.
 
-Requests can come twice (a reconnection, a restarted server): a request already answered is
-answered again from the cache, never recomputed, so a round is never trained twice. After every
-training round the role, its RNGs and its last answers are checkpointed atomically in `state_dir`:
-a client killed at any point restarts where it was. paho reconnects by itself; every connection
-announces "online" (retained) once the role is built, and the broker announces "offline" (the
-last will) when the client dies.
+paho reconnects by itself; every connection announces "online" (retained) once the role is built,
+and the broker announces "offline" (the last will) when the client dies.
 """
 
 from __future__ import annotations
@@ -52,10 +51,10 @@ from edgefd.deploy.mqtt_transport import (
     check_name,
     encode_frames,
 )
-from edgefd.protocol import Payload, encoded_size
-from edgefd.runtime import envelope
+from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.build import build_client, peak_rss_mb, prepare
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.verbs import VERBS, ClientApp
 from edgefd.training import resolve_device
 
 log = logging.getLogger(__name__)
@@ -130,7 +129,7 @@ class ClientRuntime:
         self.settings = settings
         self.cid = settings.client_id
         self.topics = Topics(settings.run)
-        will = encode_frames(wire.status_payload(self.cid, wire.OFFLINE), settings.chunk_size)[0]
+        will = encode_frames(wire.status_message(self.cid, wire.OFFLINE, settings.run), settings.chunk_size)[0]
         self.endpoint = MqttEndpoint(
             settings.broker,
             self.topics,
@@ -143,8 +142,10 @@ class ClientRuntime:
         self.endpoint.on_connect_hooks.append(self._announce)
         self.config: SimulationConfig | None = None
         self.role: ClientRole | None = None
+        self.app: ClientApp | None = None
         self.last_round = 0
-        self.replies: dict[tuple[str, int], Payload] = {}
+        self.replies: dict[tuple[str, int], Message] = {}
+        """This client's answers, by (verb, round): a repeated request is answered from here."""
         self.answered_at: dict[tuple[str, int], float] = {}
         """When each cached reply last went out (monotonic): see `_send_again`."""
         self.stopping = threading.Event()
@@ -179,15 +180,20 @@ class ClientRuntime:
 
     # ------------------------------------------------------------------ messages
     def _handle(self, msg: Incoming) -> None:
+        message = msg.message
         topic = self.topics.down(self.cid, msg.verb) if msg.direction == "down" else f"{msg.direction}/{msg.client_id}"
-        if msg.direction != "down" or msg.client_id != self.cid:
+        if msg.direction != "down" or msg.client_id != self.cid or message.receiver != self.cid:
             self.endpoint.reject("not-mine", topic, "a message on another client's topic")
             return
-        if msg.payload.sender != wire.SERVER:
-            self.endpoint.reject("sender-mismatch", topic, f"sender {msg.payload.sender!r} on the server's topic")
+        if message.sender != SERVER or message.verb != msg.verb or message.run != self.settings.run:
+            self.endpoint.reject(
+                "sender-mismatch",
+                topic,
+                f"a {message.verb!r} message from {message.sender!r} of run {message.run!r} on the server's topic",
+            )
             return
-        if msg.verb == "config":
-            self._configure(msg.payload)
+        if msg.verb == wire.CONFIG:
+            self._configure(message)
             for pending in self._backlog:
                 self._handle(pending)
             self._backlog.clear()
@@ -199,122 +205,87 @@ class ClientRuntime:
             log.info("%s: the server ended the run", self.cid)
             self.stopping.set()
             return
-        if self.role is None:
+        if self.app is None:
             self._backlog.append(msg)
             return
-        round = msg.payload.round
-        if msg.payload.kind == wire.AGAIN:
-            self._send_again(msg.verb, 0 if msg.verb == "hello" else round, msg.received_at)
+        if wire.is_again(message):
+            self._send_again(msg.verb, message.round, msg.received_at)
             return
-        if msg.verb == "hello":
-            role = self.role
-            self._answer("hello", 0, lambda: envelope.hello(role), round)
-            release_shared()  # what simulated clients share (FedCache's hash encoder): this device is done with it
-        elif msg.verb == "train":
-            log.info("%s: train %d requested", self.cid, round)
-            if ("train", round) not in self.replies and round <= self.last_round:
-                log.warning(
-                    "%s: train request for round %d, already past round %d; ignored", self.cid, round, self.last_round
-                )
-                return
-            role, downlink = self.role, wire.unwrap(msg.payload)
-            self._answer("train", round, lambda: envelope.train_round(role, round, downlink), round)
-        elif msg.verb == "steps":
-            log.info("%s: steps %d requested", self.cid, round)
-            if ("steps", round) not in self.replies and round <= self.last_round:
-                log.warning(
-                    "%s: steps request for round %d, already past round %d; ignored", self.cid, round, self.last_round
-                )
-                return
-            try:
-                self._answer("steps", round, lambda: self._train_steps(round), round)
-            except _Interrupted:
-                log.info("%s: round %d's steps abandoned unanswered", self.cid, round)
-        elif msg.verb == "reply":
-            if ("reply", round) not in self.replies and round != self.last_round:
-                log.warning(
-                    "%s: the server's reply to round %d, but this client last trained round %d; ignored",
-                    self.cid,
-                    round,
-                    self.last_round,
-                )
-                return
-            role, reply = self.role, wire.unwrap(msg.payload)
-            if reply is None:
-                self.endpoint.reject("empty-reply", self.topics.down(self.cid, "reply"), "a reply without a payload")
-                return
-            self._answer("reply", round, lambda: envelope.receive_reply(role, round, reply), round)
-        elif msg.verb == "step":
+        spec = VERBS[msg.verb]  # a topic's verb is one of the table's (mqtt_transport.Topics.parse)
+        if spec.handle is None:
             log.debug(
-                "%s: an answer to step %s of round %d that nobody waits for",
+                "%s: an answer to step %d of round %d that nobody waits for", self.cid, message.step, message.round
+            )
+            return
+        cached = (msg.verb, message.round) in self.replies
+        if not cached and spec.trains and message.round <= self.last_round:
+            log.warning(
+                "%s: %s request for round %d, already past round %d; ignored",
                 self.cid,
-                msg.payload.scalars.get(wire.STEP),
-                round,
+                msg.verb,
+                message.round,
+                self.last_round,
             )
-        elif msg.verb == "eval":
-            self._answer(
-                "eval",
-                round,
-                lambda: wire.metrics_payload(self.cid, round, self.role.evaluate(wire.unwrap(msg.payload))),
-                round,
+            return
+        if not cached and spec.after_aggregation is not None and message.round != self.last_round:
+            log.warning(
+                "%s: the server's %s of round %d, but this client last trained round %d; ignored",
+                self.cid,
+                msg.verb,
+                message.round,
+                self.last_round,
             )
+            return
+        try:
+            self._answer(message)
+        except _Interrupted:
+            log.info("%s: round %d's %s abandoned unanswered", self.cid, message.round, msg.verb)
+        except ValueError as error:  # a request the client cannot take (a reply without content, ...)
+            self.endpoint.reject(f"bad-{msg.verb}", topic, str(error))
 
-    def _answer(self, verb: str, key_round: int, compute, round: int) -> None:
+    def _answer(self, request: Message) -> None:
         """Send the cached answer to a repeated request, or compute, checkpoint and send a new one."""
-        key = (verb, key_round)
-        payload = self.replies.get(key)
-        if payload is None:
-            payload = compute()
-            payload = (
-                wire.or_empty(payload, self.cid, round) if verb == "hello" else wire.stamped(payload, self.cid, round)
-            )
-            if verb in ("train", "steps"):
+        assert self.app is not None  # built before any request is handled
+        key = (request.verb, request.round)
+        answer = self.replies.get(key)
+        if answer is None:
+            log.info("%s: %s %d requested", self.cid, request.verb, request.round)
+            answer = self.app.handle(request, self._ask)
+            if VERBS[request.verb].trains:
                 self.replies = {k: v for k, v in self.replies.items() if k[0] == "hello"}
-                self.last_round = round
-            self.replies[key] = payload
-            if verb != "eval":
+                self.last_round = request.round
+            self.replies[key] = answer
+            if VERBS[request.verb].counted:
                 self._save()
-            log.info("%s: %s %d answered (%d bytes)", self.cid, verb, round, encoded_size(payload))
+            log.info("%s: %s %d answered (%d bytes)", self.cid, request.verb, request.round, answer.content_bytes)
         else:
-            log.info("%s: %s %d answered again from cache", self.cid, verb, round)
-        self.endpoint.publish(self.topics.up(self.cid, verb), payload)
+            log.info("%s: %s %d answered again from cache", self.cid, request.verb, request.round)
+        self.endpoint.publish(self.topics.up(self.cid, request.verb), answer)
+        if request.verb == "hello":
+            release_shared()  # what simulated clients share (FedCache's hash encoder): this device is done with it
         self.answered_at = {k: v for k, v in self.answered_at.items() if k in self.replies}
         self.answered_at[key] = time.monotonic()
 
-    def _send_again(self, verb: str, key_round: int, asked_at: float) -> None:
+    def _send_again(self, verb: str, round: int, asked_at: float) -> None:
         """The server has not received this answer: send it again from the cache. Nothing is
         computed here: a request still being worked on when it was asked is answered once done, and
         an answer sent after it was asked is on its way already."""
-        key = (verb, key_round)
-        payload = self.replies.get(key)
-        if payload is None or self.answered_at.get(key, -math.inf) >= asked_at:
+        key = (verb, round)
+        answer = self.replies.get(key)
+        if answer is None or self.answered_at.get(key, -math.inf) >= asked_at:
             log.debug("%s: asked again for %s %d, which was answered since or is not answered yet", self.cid, *key)
             return
         log.info("%s: %s %d sent again from cache (the server has not received it)", self.cid, *key)
-        self.endpoint.publish(self.topics.up(self.cid, verb), payload)
+        self.endpoint.publish(self.topics.up(self.cid, verb), answer)
         self.answered_at[key] = time.monotonic()
 
-    def _train_steps(self, round: int) -> Payload | None:
-        """Drive the role's step generator: each request goes to the server, each answer back in."""
-        assert self.role is not None  # built before any request is handled
-        steps = envelope.train_steps(self.role, round)
-        reply: Payload | None = None
-        step = 0
-        while True:
-            try:
-                request = next(steps) if reply is None else steps.send(reply)
-            except StopIteration as finished:
-                return finished.value
-            step += 1
-            reply = self._ask(round, step, request)
-
-    def _ask(self, round: int, step: int, request: Payload) -> Payload:
-        """Send step request ``step`` and wait for its answer, sending it again now and then (the
-        server answers a repeat from its cache). Other messages wait: the server asks nothing else of
+    def _ask(self, request: Message) -> Message:
+        """Send a step request and wait for its answer, sending it again now and then (the server
+        answers a repeat from its cache). Other messages wait: the server asks nothing else of
         this client until its steps are done; a stop interrupts."""
-        message = wire.numbered(request, self.cid, round, step)
+        round, step = request.round, request.step
         topic = self.topics.up(self.cid, "step")
-        self.endpoint.publish(topic, message)
+        self.endpoint.publish(topic, request)
         sent = time.monotonic()
         while not self.stopping.is_set():
             try:
@@ -322,38 +293,42 @@ class ClientRuntime:
             except queue.Empty:
                 if time.monotonic() - sent > STEP_RESEND_SECONDS:
                     log.info("%s: no answer to step %d of round %d yet; asking again", self.cid, step, round)
-                    self.endpoint.publish(topic, message)
+                    self.endpoint.publish(topic, request)
                     sent = time.monotonic()
                 continue
-            if msg.direction != "down" or msg.client_id != self.cid or msg.payload.sender != wire.SERVER:
+            answer = msg.message
+            if (
+                msg.direction != "down"
+                or msg.client_id != self.cid
+                or answer.sender != SERVER
+                or answer.run != self.settings.run
+            ):
                 self._handle(msg)  # rejected there, with its reason
             elif msg.verb == "stop":
                 self._handle(msg)
-            elif msg.verb == "step" and msg.payload.round == round:
-                try:
-                    answered, answer = wire.step_of(msg.payload)
-                except ValueError as error:
-                    self.endpoint.reject("bad-step", self.topics.down(self.cid, "step"), str(error))
-                    continue
-                if answered == step:
+            elif msg.verb == "step":
+                if answer.round == round and answer.step == step and answer.is_answer:
                     return answer
-            elif msg.verb == "eval" or msg.payload.round > round:
+                log.debug(
+                    "%s: an answer to step %d of round %d while waiting for step %d",
+                    self.cid,
+                    answer.step,
+                    answer.round,
+                    step,
+                )
+            elif msg.verb == "evaluate" or answer.round > round:
                 # the server closed this client's steps (it went silent too long) and went on
                 log.warning(
-                    "%s: the server moved on (%s %d) during round %d's steps",
-                    self.cid,
-                    msg.verb,
-                    msg.payload.round,
-                    round,
+                    "%s: the server moved on (%s %d) during round %d's steps", self.cid, msg.verb, answer.round, round
                 )
                 self.endpoint.inbox.put(msg)  # handled once this round's training is abandoned
                 break
             else:
-                log.debug("%s: %s %d while waiting for step %d; ignored", self.cid, msg.verb, msg.payload.round, step)
+                log.debug("%s: %s %d while waiting for step %d; ignored", self.cid, msg.verb, answer.round, step)
         raise _Interrupted
 
-    def _configure(self, payload: Payload) -> None:
-        values = wire.config_from_payload(payload)
+    def _configure(self, message: Message) -> None:
+        values = wire.config_from(message)
         config = replace(SimulationConfig(**values), device=self.settings.device)  # the device's own choice
         if self.config is not None:
             if asdict(config) != asdict(self.config):
@@ -381,6 +356,7 @@ class ClientRuntime:
             log.warning("%s: %s; starting afresh", self.cid, error)
             self.role = build_client(config, pieces, index, data)
             self.last_round, self.replies = 0, {}
+        self.app = ClientApp(self.role)
         clear_dataset_cache()  # the role holds its share; the rest of the dataset is not needed again
         self._say(wire.ONLINE)
         source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"
@@ -404,7 +380,9 @@ class ClientRuntime:
 
     def _say(self, state: str) -> None:
         self.endpoint.publish(
-            self.topics.status(self.cid), wire.status_payload(self.cid, state, self.last_round), retain=True
+            self.topics.status(self.cid),
+            wire.status_message(self.cid, state, self.settings.run, self.last_round),
+            retain=True,
         )
 
     def _save(self) -> None:

@@ -19,6 +19,7 @@ import sys
 import time
 import uuid
 
+from edgefd import kernels
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
 from edgefd.deploy.mqtt_transport import BrokerSettings
@@ -26,6 +27,7 @@ from edgefd.deploy.server import add_deployment_arguments
 from edgefd.runtime.build import client_ids_of
 from edgefd.runtime.config import config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
+from edgefd.runtime.process import edgefd_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "edgefd.cli", *args]
+    return edgefd_command(*args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out = config.out_dir()
     config.out = str(out)
+    # every process runs this process's kernels, or fails saying why (never a torch fallback unseen)
+    config.kernels = config.kernels or kernels.get_backend()
     (out / "logs").mkdir(parents=True, exist_ok=True)
     (out / "run.toml").write_text(config_to_toml(config))
     run_name = args.run or f"local-{uuid.uuid4().hex[:8]}"

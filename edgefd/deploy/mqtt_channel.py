@@ -1,22 +1,26 @@
 """The clients of a deployed run, behind an MQTT broker: the loop's channel for `edgefd server`.
 
-Each phase of a round sends one request per client (`down/<id>/hello|train|reply|eval`) and collects
-the answers (`up/<id>/...`) until every one arrived or the phase's deadline passed:
+`send_and_receive` publishes each message on `down/<id>/<verb>` and collects the answers
+(`up/<id>/<verb>`) until every one arrived or the verb's deadline passed (the loop's verbs and
+their deadlines: `edgefd.runtime.verbs`):
 
 - training rounds wait first until at least `min_clients` clients are online (their retained
-  status says so); an uplink that comes after its round closed is counted as late and discarded;
+  status says so); an answer that comes after its round closed is counted as late and discarded;
 - a client that comes online while its request is outstanding, or a reconnection of the server
   itself (a broker restart), gets the outstanding requests again;
 - an online client without an answer after `ask_again` seconds is asked, in a few bytes, to send
   its answer again (a broker under load may have dropped it); the client answers from its cache;
+- a client's own requests during its work (`step`, numbered) are answered in order, each once: a
+  repeat gets the same answer again;
 - while the server waits, it publishes again, every few seconds, the configs of the clients it does
   not see online (a broker may not hand a retained config to every client: RabbitMQ's MQTT plugin);
 - an evaluation does not wait for clients that are offline;
-- anything else that arrives (a stranger's client id, a payload whose sender differs from its
+- anything else that arrives (a stranger's client id, a message whose sender differs from its
   topic, an answer nobody asked for, a future round) is rejected and counted, never raised.
 
-What the loop does with the answers (selection, stragglers, aggregation, the accuracy average,
-the records) is `edgefd.runtime.loop.Federation`'s, as in a simulation.
+The answers are returned in client-id order, whatever order they arrived in: what the loop does
+with them (selection, stragglers, aggregation, the accuracy average, the records) is
+`edgefd.runtime.loop.Federation`'s, as in a simulation.
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -39,13 +43,11 @@ from edgefd.deploy.mqtt_transport import (
     MqttEndpoint,
     Topics,
 )
-from edgefd.protocol import Payload, encoded_size
-from edgefd.runtime.channel import Scores
+from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.channel import Serve
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
-
-if TYPE_CHECKING:
-    from torch import nn
+from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +68,10 @@ still arrive, the missing answers may be queued behind them (a large fleet), and
 add duplicates to the queue."""
 STATUS_MAX_BYTES = 4 * 1024
 """Largest status message the server takes (an online/offline payload is ~100 bytes)."""
-EVAL_MAX_BYTES = 64 * 1024
-"""Largest eval answer the server takes (a few scalars)."""
+SMALL_ANSWER_MAX_BYTES = 64 * 1024
+"""Largest answer the server takes on a verb whose answer is small (scores; an acknowledgement)."""
 WRAPPING_BYTES = 1024
-"""What the deployment adds to a method's message (a step number; an "empty" answer)."""
+"""What a message adds to a method's content (its metadata)."""
 
 
 @dataclass
@@ -144,18 +146,20 @@ class DeployedRoundRecord(RoundRecord):
 
 @dataclass
 class _Phase:
+    """One send_and_receive: the requests out, the answers in."""
+
     verb: str
     round: int
     expected: list[str]
-    requests: dict[str, tuple[str, Any]]
+    requests: dict[str, Message]
     sent_at: float
     got: dict[str, Incoming] = field(default_factory=dict)
     last_sent: dict[str, float] = field(default_factory=dict)
     last_asked_again: dict[str, float] = field(default_factory=dict)
-    answer: Callable[[Payload], Payload] | None = None
-    """The server's answer to a step request (a ``steps`` phase only)."""
+    serve: Serve | None = None
+    """The server's answer to a client's request during its work (a ``step``)."""
     last_step: int = 0
-    last_reply: Payload | None = None
+    last_answer: Message | None = None
     active_at: float = 0.0
     """When the phase last heard from its client (a ``steps`` phase waits from there)."""
     asked: frozenset[str] = frozenset()
@@ -183,6 +187,8 @@ class MqttChannel:
         self._largest: dict[str, dict[str, int | None]] = {}
         self.config = config
         self.settings = settings
+        self.run = settings.run
+        """The run's name: every message of the run carries it."""
         self.client_ids = list(client_ids)
         self.topics = topics
         self.stats = {cid: ClientStats() for cid in self.client_ids}
@@ -207,36 +213,20 @@ class MqttChannel:
 
     def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
         """What the server takes on a topic, decided from the topic alone, before any byte of the
-        message is buffered: nothing from a client not in the run, small statuses and eval answers,
-        method messages up to --max-message-bytes."""
+        message is buffered: nothing from a client not in the run, small statuses and small
+        answers (scores, acknowledgements), method messages up to --max-message-bytes."""
         if cid not in self.stats or direction not in ("up", "status"):
             return None
         if direction == "status":
             return STATUS_MAX_BYTES
-        if verb in ("eval", "reply"):  # an accuracy; an acknowledgement
-            return EVAL_MAX_BYTES
+        if verb not in VERBS or VERBS[verb].small_answer:
+            return SMALL_ANSWER_MAX_BYTES
         bound = self._largest.get(cid, {}).get(verb)
         if bound is None:
             return self.settings.max_message_bytes
         return min(bound + WRAPPING_BYTES, self.settings.max_message_bytes)
 
     # ------------------------------------------------------------------ the Channel protocol
-    def hello(self) -> dict[str, Payload]:
-        requests = {
-            cid: (self.topics.down(cid, "hello"), wire.empty(wire.SERVER, HELLO_ROUND)) for cid in self.client_ids
-        }
-        got = self._collect(
-            "hello",
-            HELLO_ROUND,
-            self.client_ids,
-            requests,
-            self.settings.hello_timeout,
-            min_needed=min(self.settings.min_clients, len(self.client_ids)),
-        ).got
-        hellos = {cid: msg.payload for cid, msg in got.items() if msg.payload.kind != wire.EMPTY}
-        self._count(HELLO_ROUND, sum(got[cid].nbytes for cid in hellos), 0)
-        return hellos
-
     def begin(self, round: int) -> None:
         if self.bounds is not None:  # replaced whole: paho's thread reads it
             self._largest = {cid: self.bounds(cid) for cid in self.client_ids}
@@ -248,61 +238,48 @@ class MqttChannel:
         if round != HELLO_ROUND:
             self._wait_online(self.settings.min_clients)
 
-    def train(self, round: int, downlinks: dict[str, Payload | None]) -> dict[str, Payload | None]:
-        bytes_down = sum(encoded_size(p) for p in downlinks.values() if p is not None)
-        requests = {cid: (self.topics.down(cid, "train"), wire.request(p, round)) for cid, p in downlinks.items()}
-        for cid in downlinks:
-            self.stats[cid].selected += 1
-        got = self._collect("train", round, list(downlinks), requests, self.settings.round_timeout, min_needed=0).got
-        for cid in downlinks:
-            if cid not in got:
-                self.stats[cid].missed += 1
-        answered = {cid: (None if msg.payload.kind == wire.EMPTY else msg.payload) for cid, msg in got.items()}
-        self._count(round, sum(got[cid].nbytes for cid, p in answered.items() if p is not None), bytes_down)
-        return answered
-
-    def train_steps(
-        self, round: int, client_id: str, answer: Callable[[Payload], Payload]
-    ) -> dict[str, Payload | None]:
-        """Ask one client to train with ``steps``, answer each numbered step request as it comes
-        (``answer``, in order; a repeated request gets the same answer again), and wait for its
-        final uplink. The client has ``round_timeout`` seconds after each message it sends."""
-        self.stats[client_id].selected += 1
-        requests = {client_id: (self.topics.down(client_id, "steps"), wire.request(None, round))}
-        phase = self._collect("steps", round, [client_id], requests, self.settings.round_timeout, 0, answer=answer)
-        if client_id not in phase.got:
-            self.stats[client_id].missed += 1
+    def send_and_receive(
+        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None
+    ) -> dict[str, Message]:
+        """Publish each message on its client's topic and collect the answers until each came or
+        the deadline passed (see the module doc); {client: answer} in client-id order."""
+        if not messages:
             return {}
-        final = wire.unwrap(phase.got[client_id].payload)
-        self._count(round, 0 if final is None else phase.got[client_id].nbytes, 0)
-        return {client_id: final}
+        spec, round = VERBS[messages[0].verb], messages[0].round
+        requests = {m.receiver: m for m in messages}
+        if len(requests) != len(messages) or any(m.verb != spec.name or m.round != round for m in messages):
+            raise ValueError("send_and_receive: one message per client, all of one verb and round")
+        expected = sorted(requests)
+        if spec.trains:
+            for cid in expected:
+                self.stats[cid].selected += 1
+        timeout = {
+            Wait.HELLO: self.settings.hello_timeout,
+            Wait.ROUND: self.settings.round_timeout,
+            Wait.EVAL: self.settings.eval_timeout,
+        }[deadline.wait]
+        min_needed = min(self.settings.min_clients, len(expected)) if deadline.quorum else 0
+        got = self._collect(spec, round, expected, requests, timeout, min_needed, deadline.skip_offline, serve).got
+        if spec.trains:
+            for cid in expected:
+                if cid not in got:
+                    self.stats[cid].missed += 1
+        if spec.counted:
+            down = sum(m.content_bytes for m in messages)
+            self._count(round, sum(msg.content_bytes for msg in got.values()), down)
+        return {cid: got[cid].message for cid in expected if cid in got}
 
-    def reply(self, round: int, replies: dict[str, Payload]) -> list[str]:
-        """Send each reply on ``down/<id>/reply`` and wait, as for uplinks (``round_timeout``), for
-        the clients' acknowledgements: each answers "empty" once it has learnt from its reply."""
-        requests = {cid: (self.topics.down(cid, "reply"), wire.request(p, round)) for cid, p in replies.items()}
-        got = self._collect("reply", round, list(replies), requests, self.settings.round_timeout, min_needed=0).got
-        self._count(round, 0, sum(encoded_size(p) for p in replies.values()))
-        return list(got)
-
-    def evaluate(self, round: int, states: dict[str, Payload | None]) -> dict[str, Scores]:
-        requests = {
-            cid: (self.topics.down(cid, "eval"), wire.request(states.get(cid), round)) for cid in self.client_ids
-        }
-        got = self._collect(
-            "eval",
-            round,
-            self.client_ids,
-            requests,
-            self.settings.eval_timeout,
-            min_needed=0,
-            stop_when_rest_offline=True,
-        ).got
-        return {cid: {"accuracy": wire.accuracy_of(msg.payload)} for cid, msg in got.items()}  # checked on arrival
-
-    def score_server_models(self, models: Callable[[], dict[str, nn.Module]]) -> dict[str, float]:
-        """Nothing to score with: a deployment's server holds no test data (``models`` is not called)."""
-        return {}
+    def send(self, messages: Sequence[Message]) -> None:
+        """Publish messages that get no answer; a stop is retained (a client reconnecting now still
+        gets it) and the server waits (a while) until the broker has them all."""
+        for message in messages:
+            self.endpoint.publish(self.topics.down(message.receiver, message.verb), message, retain=True)
+        if not self.endpoint.flush(timeout=STOP_FLUSH_SECONDS):
+            log.warning(
+                "the broker has not acknowledged every %s after %.0f s; some clients may not have it",
+                "/".join(sorted({m.verb for m in messages})),
+                STOP_FLUSH_SECONDS,
+            )
 
     def round_bytes(self, round: int) -> tuple[int, int]:
         up, down = self._bytes.get(round, (0, 0))
@@ -324,10 +301,10 @@ class MqttChannel:
     def publish_configs(self, client_ids: list[str] | None = None) -> None:
         """Every client's config (or those of `client_ids`), retained: a client that connects later
         still gets it."""
-        payload = wire.config_payload(self.config)
         client_ids = self.client_ids if client_ids is None else client_ids
         for cid in client_ids:
-            self.endpoint.publish(self.topics.down(cid, "config"), payload, retain=True)
+            message = wire.config_message(self.config, cid, self.settings.run)
+            self.endpoint.publish(self.topics.down(cid, wire.CONFIG), message, retain=True)
         self._configs_due = time.monotonic() + max(CONFIG_RESEND_SECONDS, len(client_ids) / CONFIG_RESEND_RATE)
 
     def _resend_configs(self) -> None:
@@ -350,34 +327,28 @@ class MqttChannel:
         for cid in self.client_ids:
             self.endpoint.clear_retained(self.topics.down(cid, "stop"))
 
-    def stop_clients(self) -> None:
-        """The run is over: every client gets a stop, retained, so that one that is reconnecting now
-        still gets it; the server waits (a while) until the broker has them all."""
+    def clear_configs(self) -> None:
+        """The run is over: its retained configs go (a client started later finds no run)."""
         for cid in self.client_ids:
-            self.endpoint.publish(
-                self.topics.down(cid, "stop"), wire.empty(wire.SERVER, self.config.rounds), retain=True
-            )
-            self.endpoint.clear_retained(self.topics.down(cid, "config"))
-        if not self.endpoint.flush(timeout=STOP_FLUSH_SECONDS):
-            log.warning(
-                "the broker has not acknowledged every stop after %.0f s; some clients may not stop", STOP_FLUSH_SECONDS
-            )
+            self.endpoint.clear_retained(self.topics.down(cid, wire.CONFIG))
+        self.endpoint.flush(timeout=STOP_FLUSH_SECONDS)
 
     # ------------------------------------------------------------------ waiting for messages
     def _collect(
         self,
-        verb: str,
+        spec: Verb,
         round: int,
         expected: list[str],
-        requests: dict[str, tuple[str, Any]],
+        requests: dict[str, Message],
         timeout: float,
         min_needed: int,
         stop_when_rest_offline: bool = False,
-        answer: Callable[[Payload], Payload] | None = None,
+        serve: Serve | None = None,
     ) -> _Phase:
         """Send the requests, then take messages until the phase can close (see the module doc)."""
+        verb = spec.name
         now = time.monotonic()
-        self.phase = phase = _Phase(verb, round, list(expected), requests, now, answer=answer, active_at=now)
+        self.phase = phase = _Phase(verb, round, list(expected), requests, now, serve=serve, active_at=now)
         for cid in expected:
             self._send_request(cid)
         warned = False
@@ -389,7 +360,7 @@ class MqttChannel:
             # twice a second, not at every message: the scans are over every client still waited for
             if now - scanned >= 0.5:
                 scanned = now
-                if verb != "steps":  # a client in the middle of its steps asks, and is answered, by itself
+                if serve is None:  # a client in the middle of its steps asks, and is answered, by itself
                     self._ask_again(phase, now, min(self.settings.ask_again, timeout / 3))
                 if (
                     stop_when_rest_offline
@@ -456,63 +427,71 @@ class MqttChannel:
         self._handle(msg)
 
     def _handle(self, msg: Incoming) -> None:
-        cid, payload = msg.client_id, msg.payload
+        cid, message = msg.client_id, msg.message
         topic = self.topics.status(cid) if msg.direction == "status" else self.topics.up(cid, msg.verb)
         if cid not in self.stats:
             self.endpoint.reject("unknown-client", topic, f"{cid!r} is not a client of this run")
             return
-        if payload.sender != cid:
-            self.endpoint.reject("sender-mismatch", topic, f"payload sender {payload.sender!r} on {cid!r}'s topic")
+        if message.sender != cid or message.receiver != SERVER:
+            self.endpoint.reject(
+                "sender-mismatch", topic, f"message from {message.sender!r} to {message.receiver!r} on {cid!r}'s topic"
+            )
+            return
+        expected_verb = wire.STATUS if msg.direction == "status" else msg.verb
+        if message.verb != expected_verb or message.run != self.settings.run:
+            self.endpoint.reject(
+                "wrong-topic", topic, f"a {message.verb!r} message of run {message.run!r} on {expected_verb!r}"
+            )
             return
         if msg.direction == "status":
-            self._on_status(cid, payload, topic, msg.received_at)
+            self._on_status(cid, message, topic, msg.received_at)
             return
         if msg.verb == "step":
             self._on_step(msg, topic)
             return
         phase = self.phase
         stats = self.stats[cid]
-        if phase is not None and msg.verb == phase.verb and (phase.verb == "hello" or payload.round == phase.round):
+        if phase is not None and msg.verb == phase.verb and message.round == phase.round:
+            spec = VERBS[msg.verb]
             if cid not in phase.asked:
                 self.endpoint.reject("unrequested", topic, f"{cid} was not asked for {phase.verb} {phase.round}")
             elif cid in phase.got:
                 log.debug("repeat of %s %d from %s ignored", phase.verb, phase.round, cid)
-            elif msg.verb == "eval" and not _valid_accuracy(payload):
-                shown = str(payload.scalars)[:200]
-                self.endpoint.reject("bad-accuracy", topic, f"eval answer {payload.kind!r}, {shown}")
+            elif not message.is_answer:
+                self.endpoint.reject("not-an-answer", topic, f"a {msg.verb} message that answers nothing")
+            elif spec.check_answer is not None and (problem := _problem(spec.check_answer, message)):
+                self.endpoint.reject(spec.refused_as, topic, problem)
             else:
                 phase.got[cid] = msg
-                if msg.verb in ("train", "steps"):
+                if spec.trains:
                     stats.on_time += 1
                     stats.latency_seconds.append(msg.received_at - phase.sent_at)
             return
         current = phase.round if phase is not None else self.config.rounds + 1
-        if msg.verb in ("train", "steps") and 1 <= payload.round <= current:
+        if VERBS[msg.verb].trains and 1 <= message.round <= current:
             stats.late += 1
-            log.info("late uplink of round %d from %s discarded", payload.round, cid)
-        elif payload.round <= current:
-            log.debug("stale %s %d from %s ignored", msg.verb, payload.round, cid)
+            log.info("late uplink of round %d from %s discarded", message.round, cid)
+        elif message.round <= current:
+            log.debug("stale %s %d from %s ignored", msg.verb, message.round, cid)
         else:
-            self.endpoint.reject("future-round", topic, f"{msg.verb} for round {payload.round}")
+            self.endpoint.reject("future-round", topic, f"{msg.verb} for round {message.round}")
 
     def _on_step(self, msg: Incoming, topic: str) -> None:
         """A client's step request: answered once, in order; a repeat gets the same answer again."""
-        cid, phase = msg.client_id, self.phase
-        if phase is None or phase.verb != "steps" or msg.payload.round != phase.round or cid not in phase.asked:
+        cid, request, phase = msg.client_id, msg.message, self.phase
+        if phase is None or phase.serve is None or request.round != phase.round or cid not in phase.asked:
             current = phase.round if phase is not None else self.config.rounds + 1
-            if msg.payload.round > current:
-                self.endpoint.reject("future-round", topic, f"step for round {msg.payload.round}")
+            if request.round > current:
+                self.endpoint.reject("future-round", topic, f"step for round {request.round}")
             else:
-                self.endpoint.reject("unrequested", topic, f"a step of round {msg.payload.round} from {cid}")
+                self.endpoint.reject("unrequested", topic, f"a step of round {request.round} from {cid}")
             return
-        assert phase.answer is not None  # a steps phase is opened with the server's answer
-        try:
-            step, request = wire.step_of(msg.payload)
-        except ValueError as error:
-            self.endpoint.reject("bad-step", topic, str(error))
+        step = request.step
+        if step < 1 or request.is_answer:
+            self.endpoint.reject("bad-step", topic, f"a step request needs a step number >= 1, got {step}")
             return
-        if step == phase.last_step and phase.last_reply is not None:
-            self.endpoint.publish(self.topics.down(cid, "step"), phase.last_reply)  # its answer was lost
+        if step == phase.last_step and phase.last_answer is not None:
+            self.endpoint.publish(self.topics.down(cid, "step"), phase.last_answer)  # its answer was lost
             return
         if step != phase.last_step + 1:
             if step != 1:
@@ -520,19 +499,21 @@ class MqttChannel:
                 return
             log.warning("%s restarted its round-%d steps after step %d", cid, phase.round, phase.last_step)
         try:
-            reply = phase.answer(request)
+            answer = phase.serve(request)
         except ValueError as error:  # the method refused the request: the run goes on without it
             self.endpoint.reject("bad-request", topic, str(error))
             return
-        phase.last_step, phase.last_reply = step, wire.numbered(reply, wire.SERVER, phase.round, step)
+        phase.last_step, phase.last_answer = step, answer
         phase.active_at = time.monotonic()
-        self._count(phase.round, encoded_size(request), encoded_size(reply))
-        self.endpoint.publish(self.topics.down(cid, "step"), phase.last_reply)
+        self._count(phase.round, request.content_bytes, answer.content_bytes)
+        self.endpoint.publish(self.topics.down(cid, "step"), answer)
 
-    def _on_status(self, cid: str, payload, topic: str, received_at: float) -> None:
-        state = payload.scalars.get("state") if payload.kind == wire.STATUS else None
-        if state not in (wire.ONLINE, wire.OFFLINE):
-            self.endpoint.reject("bad-status", topic, f"kind {payload.kind!r}, state {state!r}")
+    def _on_status(self, cid: str, message: Message, topic: str, received_at: float) -> None:
+        state = wire.state_of(message)
+        if state is None:
+            content = message.content
+            shown = None if content is None else (content.kind, str(content.scalars)[:200])
+            self.endpoint.reject("bad-status", topic, f"not a status: {shown}")
             return
         stats = self.stats[cid]
         if state == wire.ONLINE:
@@ -569,9 +550,8 @@ class MqttChannel:
             and now - max(phase.last_sent.get(cid, now), phase.last_asked_again.get(cid, 0.0)) >= interval
         ]
         for cid in again:
-            topic, _ = phase.requests[cid]
             phase.last_asked_again[cid] = now
-            self.endpoint.publish(topic, wire.again(phase.round))
+            self.endpoint.publish(self.topics.down(cid, phase.verb), wire.again(phase.requests[cid]))
         if again:
             log.info(
                 "%s %d: asked %d silent client(s) to answer again: %s",
@@ -583,9 +563,9 @@ class MqttChannel:
 
     def _send_request(self, cid: str) -> None:
         assert self.phase is not None  # only called while a phase is open
-        topic, payload = self.phase.requests[cid]
+        request = self.phase.requests[cid]
         self.phase.last_sent[cid] = time.monotonic()
-        self.endpoint.publish(topic, payload)
+        self.endpoint.publish(self.topics.down(cid, request.verb), request)
 
     def _on_connect(self) -> None:
         # paho's thread: the run's thread re-sends configs and requests at its next _pump
@@ -632,9 +612,10 @@ class MqttChannel:
         )
 
 
-def _valid_accuracy(payload: Payload) -> bool:
+def _problem(check: Callable[[Any], None], message: Message) -> str | None:
+    """What ``check`` says is wrong with the message's content, or None."""
     try:
-        wire.accuracy_of(payload)
-    except ValueError:
-        return False
-    return True
+        check(message.content)
+    except ValueError as error:
+        return str(error)
+    return None

@@ -1,15 +1,16 @@
-"""Payloads over MQTT: topics, chunked QoS-1 publishing, reassembly, validation and counting.
+"""Messages over MQTT: topics, chunked QoS-1 publishing, reassembly, validation and counting.
 
-Every message on a run's topics is one encoded :class:`~edgefd.protocol.Payload` cut into chunk
-frames (:func:`edgefd.protocol.split`; a small payload is one frame). Topics, per run and client:
+Every message on a run's topics is one encoded :class:`~edgefd.protocol.Message` cut into chunk
+frames (:func:`edgefd.protocol.split`; a small message is one frame). Topics, per run and client:
 
-    edgefd/<run>/down/<client>/<verb>   server -> client   (verbs: config, hello, train, steps, step, reply, eval, stop)
-    edgefd/<run>/up/<client>/<verb>     client -> server   (verbs: hello, train, steps, step, reply, eval)
-    edgefd/<run>/status/<client>        client -> server   retained "status" payload: online/offline
+    edgefd/<run>/down/<client>/<verb>   server -> client   (config, and every verb of the table)
+    edgefd/<run>/up/<client>/<verb>     client -> server   (the verbs a client answers or asks on)
+    edgefd/<run>/status/<client>        client -> server   retained "status" message: online/offline
                                                           (offline is the connection's last will)
 
-The broker's ACL (server/mosquitto/acl) lets a client write only `up/<its id>/#` and
-`status/<its id>` and read only `down/<its id>/#`. A receiver here never trusts a frame: it is
+The verbs are those of `edgefd.runtime.verbs.VERBS`. The broker's ACL (server/mosquitto/acl,
+generated from that table by `edgefd.deploy.acl`) lets a client write only `up/<its id>/<verb>` and
+`status/<its id>` and read only `down/<its id>/+`. A receiver here never trusts a frame: it is
 reassembled per topic (duplicates and any order are fine), decoded with size limits, and anything
 that fails is rejected, logged and counted in :attr:`WireStats.rejected`; nothing a stranger sends
 can raise into the caller. The method code never sees any of this.
@@ -31,20 +32,33 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as mqtt
 
 from edgefd.protocol import (
-    Payload,
+    Message,
     ProtocolError,
     Reassembler,
     ReassemblyBudget,
-    decode,
-    encode_buffers,
+    decode_message,
+    encode_message_buffers,
     split,
 )
+from edgefd.runtime.verbs import VERBS
 
 log = logging.getLogger(__name__)
 
 PREFIX = "edgefd"
-DOWN_VERBS = ("config", "hello", "train", "steps", "step", "reply", "eval", "stop")
-UP_VERBS = ("hello", "train", "steps", "step", "reply", "eval")
+CONFIG = "config"
+"""The down topic of a client's retained run config (the deployment's own, not a verb of the loop)."""
+
+
+def down_verbs() -> set[str]:
+    """What the server sends a client on: the run's config, and every verb of the table."""
+    return {CONFIG, *VERBS}
+
+
+def up_verbs() -> set[str]:
+    """What a client sends the server on: every verb it answers, and those only clients send."""
+    return {name for name, spec in VERBS.items() if spec.answers}
+
+
 QOS = 1
 DEFAULT_CHUNK_SIZE = 256 * 1024
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -123,8 +137,8 @@ class Topics:
         direction, client_id, rest = parts[2], parts[3], parts[4:]
         if direction == "status" and not rest:
             return direction, client_id, ""
-        verbs = {"down": DOWN_VERBS, "up": UP_VERBS}.get(direction)
-        if verbs is None or len(rest) != 1 or rest[0] not in verbs:
+        verbs = {"down": down_verbs, "up": up_verbs}.get(direction)
+        if verbs is None or len(rest) != 1 or rest[0] not in verbs():
             raise ValueError(f"topic {topic!r}: unknown direction or verb")
         return direction, client_id, rest[0]
 
@@ -166,15 +180,20 @@ class BrokerSettings:
 
 @dataclass
 class Incoming:
-    """One reassembled, decoded message."""
+    """One reassembled, decoded message, with the topic it came on."""
 
     direction: str
     client_id: str
     verb: str
-    payload: Payload
+    message: Message
     nbytes: int
-    """Length of the encoded payload (the codec's count, as in a simulation)."""
+    """Length of the encoded message."""
     received_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def content_bytes(self) -> int:
+        """Length of the content's encoding (the codec's count, as in a simulation)."""
+        return self.nbytes - self.message.metadata_bytes
 
 
 @dataclass
@@ -211,10 +230,10 @@ class WireStats:
         }
 
 
-def encode_frames(payload: Payload, chunk_size: int) -> list[bytes]:
-    """The frames that carry `payload` (what :meth:`MqttEndpoint.publish` sends), cut from the
+def encode_frames(message: Message, chunk_size: int) -> list[bytes]:
+    """The frames that carry `message` (what :meth:`MqttEndpoint.publish` sends), cut from the
     encoded buffers: the encoded message is never held whole beside its frames."""
-    return split(encode_buffers(payload), chunk_size)
+    return split(encode_message_buffers(message), chunk_size)
 
 
 def _no_delay(sock) -> None:
@@ -226,7 +245,7 @@ def _no_delay(sock) -> None:
 
 
 class MqttEndpoint:
-    """One paho client that sends payloads and queues the decoded payloads it receives.
+    """One paho client that sends messages and queues the decoded messages it receives.
 
     It reconnects by itself (paho's loop thread); `subscriptions` are renewed on every connect and
     `on_connect` hooks run after that, so a runtime can re-announce itself after a broker restart.
@@ -331,10 +350,10 @@ class MqttEndpoint:
             log.warning("lost the broker (%s); reconnecting", reason_code)
 
     # ------------------------------------------------------------------ sending
-    def publish(self, topic: str, payload: Payload, *, retain: bool = False) -> int:
+    def publish(self, topic: str, message: Message, *, retain: bool = False) -> int:
         """Encode, chunk and publish at QoS 1; returns the bytes of the frames (what the wire
         carries). While disconnected, paho keeps the frames and sends them on reconnection."""
-        frames = encode_frames(payload, self.chunk_size)
+        frames = encode_frames(message, self.chunk_size)
         if retain and len(frames) > 1:
             raise ValueError(f"a retained message must be one frame; {topic} needs {len(frames)}")
         for frame in frames:
@@ -428,7 +447,7 @@ class MqttEndpoint:
         duplicates = reassembler.stats.duplicates
         try:
             whole = reassembler.feed(data)
-            payload = None if whole is None else decode(whole, max_bytes=largest)
+            decoded = None if whole is None else decode_message(whole, max_bytes=largest)
         except ProtocolError as error:
             self.reject(type(error).__name__, topic, str(error), len(data))
             return
@@ -439,12 +458,12 @@ class MqttEndpoint:
                 return
             self.stats.received_bytes[key] += len(data)
             self.stats.received_frames[key] += 1
-            if payload is not None:
+            if decoded is not None:
                 self.stats.received_messages[key] += 1
-        if payload is not None:
-            assert whole is not None  # the payload was decoded from it
+        if decoded is not None:
+            assert whole is not None  # the message was decoded from it
             log.debug("received %s: %d bytes", topic, len(whole))
-            if not self.inbox.offer(Incoming(direction, client_id, verb, payload, len(whole))):
+            if not self.inbox.offer(Incoming(direction, client_id, verb, decoded, len(whole))):
                 self.reject("inbox-full", topic, f"{self.inbox.bytes} bytes wait for the runtime", len(whole))
 
     def subscribe(self, topic_filter: str) -> None:

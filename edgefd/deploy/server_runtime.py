@@ -77,9 +77,9 @@ class ServerRuntime:
             resume_at = self._restore() if self.resume else None
             if resume_at is None:
                 self.writer = RunWriter(self.out)
-            self.federation.run(self._record, resume_at=resume_at)
+            self.federation.run(self._record, resume_at=resume_at)  # ends with every client's stop
             summary = self._summary(time.perf_counter() - started)
-            self.channel.stop_clients()
+            self.channel.clear_configs()
         finally:
             self.channel.endpoint.stop()
         return summary

@@ -52,9 +52,15 @@ from .errors import (
     TruncatedError,
     VersionError,
 )
+from .message import SERVER, Message, decode_message, encode_message, encode_message_buffers
 from .payload import NONFINITE_OK_KINDS, PRECISIONS, Payload, finite_required
 
 __all__ = [
+    "Message",
+    "SERVER",
+    "encode_message",
+    "encode_message_buffers",
+    "decode_message",
     "Payload",
     "PRECISIONS",
     "NONFINITE_OK_KINDS",

@@ -5,11 +5,13 @@ deployed client) derives its part from the config and seed alone, so they build 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms.base import (
@@ -29,7 +31,7 @@ from edgefd.runtime.channel import InProcessChannel
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.transport import InProcessTransport
-from edgefd.training import for_method, place_model
+from edgefd.training import evaluate_model, for_method, place_model
 
 
 @dataclass
@@ -233,8 +235,9 @@ def build(config: SimulationConfig) -> Simulation:
         whole_test = (pieces.dataset.test_rows(everything), pieces.dataset.test_y)
         full_test = whole_test if config.score_full_test else None
         server_test = whole_test if scores_server_models else None
-    channel = InProcessChannel(clients, InProcessTransport(), full_test, server_test)
-    federation = Federation(server, channel, config.loop_config(), selection_rng(config))
+    channel = InProcessChannel(clients, InProcessTransport(), full_test)
+    scorer = None if server_test is None else scorer_on(*server_test)
+    federation = Federation(server, channel, config.loop_config(), selection_rng(config), scorer)
     return Simulation(
         config,
         federation,
@@ -246,6 +249,21 @@ def build(config: SimulationConfig) -> Simulation:
         dict(zip(pieces.client_ids, pieces.splits)),
         model_note=model_choice_note(config, pieces),
     )
+
+
+def scorer_on(x: torch.Tensor, y: torch.Tensor) -> Callable[[dict[str, nn.Module]], dict[str, float]]:
+    """Scores a server's own models on (x, y), the whole test set; a measurement: each model goes
+    on in the mode it was in."""
+
+    def score(models: dict[str, nn.Module]) -> dict[str, float]:
+        scores = {}
+        for name, model in models.items():
+            was_training = model.training
+            scores[name] = float(evaluate_model(model, x, y)["accuracy"])
+            model.train(was_training)
+        return scores
+
+    return score
 
 
 def local_training_of(config: SimulationConfig) -> dict[str, Any]:

@@ -18,8 +18,12 @@ A method that exchanges during training (``ServerRole.step_exchange``) replaces 
 clients train one after another, and every request a client makes is carried to the server and
 answered at once, so each client sees what the clients before it wrote.
 
-The same loop runs `edgefd simulate` (`InProcessChannel`) and `edgefd server` (the MQTT channel of
-`edgefd.deploy`): selection, straggler draws, averaging and records exist once.
+Each phase is one verb of `edgefd.runtime.verbs` (hello, train or steps, reply and any other verb
+sent after aggregation, evaluate, stop), sent through the channel's one `send_and_receive`; the
+answers are taken in client-id order, never in order of arrival, so that a deployment computes
+what a simulation computes. The same loop runs `edgefd simulate` (`InProcessChannel`) and
+`edgefd server` (the MQTT channel of `edgefd.deploy`): selection, straggler draws, averaging and
+records exist once.
 """
 
 from __future__ import annotations
@@ -27,21 +31,27 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
+from torch import nn
 
 from edgefd.algorithms.base import ServerRole
 from edgefd.algorithms.schema import UplinkRejected
+from edgefd.algorithms.toolkit import release_shared
 from edgefd.protocol import Payload
-from edgefd.runtime import envelope
-from edgefd.runtime.channel import Channel, Scores
+from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.channel import Channel, Serve
 from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+from edgefd.runtime.verbs import Verb, after_aggregation_verbs, scores_of, server_at_precision, verb
 
 __all__ = ["HELLO_ROUND", "Federation", "LoopConfig", "RoundRecord"]
 
 log = logging.getLogger(__name__)
+
+ScoreServerModels = Callable[[dict[str, nn.Module]], dict[str, float]]
+"""Scores the server's own models on the whole test set (a simulation, which holds it)."""
 
 
 @dataclass
@@ -78,7 +88,16 @@ def _mean_std(accuracies: dict[str, float]) -> tuple[float, float]:
 class Federation:
     """Runs one method's server role against its clients, over a channel."""
 
-    def __init__(self, server: ServerRole, channel: Channel, config: LoopConfig, rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        server: ServerRole,
+        channel: Channel,
+        config: LoopConfig,
+        rng: np.random.Generator,
+        score_server_models: ScoreServerModels | None = None,
+    ) -> None:
+        """``score_server_models``: where the run holds the whole test set (a simulation), scores
+        the server's own models (``ServerRole.server_models``) after every evaluation."""
         config.validate()
         if server.step_exchange and config.straggler_rate > 0:
             raise ValueError(
@@ -89,8 +108,27 @@ class Federation:
         self.channel = channel
         self.config = config
         self.rng = rng
+        self.score_server_models = score_server_models
         self.client_ids = list(channel.client_ids)
 
+    # ------------------------------------------------------------------ messages
+    def _messages(self, name: str, round: int, contents: Mapping[str, Payload | None]) -> list[Message]:
+        """One message of verb ``name`` to each client of ``contents``, in client-id order."""
+        run = self.channel.run
+        return [Message(name, SERVER, cid, round, contents[cid], run=run) for cid in sorted(contents)]
+
+    def _exchange(
+        self, name: str, round: int, contents: Mapping[str, Payload | None], serve: Serve | None = None
+    ) -> dict[str, Message]:
+        """Send verb ``name`` with ``contents`` and take the answers in client-id order."""
+        spec: Verb = verb(name)
+        answers = self.channel.send_and_receive(self._messages(name, round, contents), spec.deadline, serve)
+        return {cid: answers[cid] for cid in sorted(answers)}
+
+    def _sealed(self, content: Payload | None) -> Payload | None:
+        return server_at_precision(self.server, content)
+
+    # ------------------------------------------------------------------ the run
     def start(self) -> RoundRecord:
         """Round 0: the one-time uploads, the server's start (FedCache: hashing and relations) and the
         accuracy before training."""
@@ -106,11 +144,15 @@ class Federation:
     def hello(self) -> dict[str, str]:
         """The one-time uploads and the server's start; returns the clients whose hello was
         refused, and why (the server starts without them)."""
+        answers = self._exchange("hello", HELLO_ROUND, {cid: None for cid in self.client_ids})
+        release_shared()  # what simulated clients shared for their hellos (FedCache's hash encoder) is done with
         hellos, rejected = {}, {}
-        for cid, payload in self.channel.hello().items():
-            problem = self._refusal(HELLO_ROUND, "hello", cid, self.server.check_hello, cid, payload)
+        for cid, answer in answers.items():
+            if answer.content is None:
+                continue
+            problem = self._refusal(HELLO_ROUND, "hello", cid, self.server.check_hello, cid, answer.content)
             if problem is None:
-                hellos[cid] = payload
+                hellos[cid] = answer.content
             else:
                 rejected[cid] = problem
         self.server.start(hellos)
@@ -141,23 +183,24 @@ class Federation:
         stragglers = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
 
         if self.server.step_exchange:
-            answered = {}
+            answered: dict[str, Message] = {}
             for cid in selected:  # one after another: each client sees what the ones before it wrote
-                answered.update(self.exchange_steps(round, cid))
+                answered.update(self._exchange("steps", round, {cid: None}, self._step_answers(round, cid)))
         else:
-            answered = self.channel.train(round, {cid: self.downlink(round, cid) for cid in selected})
+            answered = self._exchange("train", round, {cid: self.downlink(round, cid) for cid in selected})
         late = [cid for cid in selected if cid in stragglers or cid not in answered]
         uplinks, rejected = {}, {}
-        for cid, payload in answered.items():
-            if payload is None or cid in stragglers:
+        for cid, answer in answered.items():
+            if answer.content is None or cid in stragglers:
                 continue
-            problem = self._refusal(round, "uplink", cid, self.server.check_uplink, round, cid, payload)
+            problem = self._refusal(round, "uplink", cid, self.server.check_uplink, round, cid, answer.content)
             if problem is None:
-                uplinks[cid] = payload
+                uplinks[cid] = answer.content
             else:
                 rejected[cid] = problem
         server_metrics = self.server.aggregate(round, uplinks)
-        self.reply(round, sorted(uplinks))
+        for spec in after_aggregation_verbs():
+            self.after_aggregation(spec, round, sorted(uplinks))
 
         bytes_up, bytes_down = self.channel.round_bytes(round)
         record = RoundRecord(
@@ -169,60 +212,70 @@ class Federation:
         return self.channel.finish(record)
 
     def downlink(self, round: int, cid: str) -> Payload | None:
-        """The server's message to ``cid`` at the start of ``round``, in the run's envelope."""
-        return envelope.from_server(self.server, self.server.downlink(round, cid), round)
+        """The server's content for ``cid`` at the start of ``round``, at the run's precision."""
+        return self._sealed(self.server.downlink(round, cid))
 
-    def reply(self, round: int, client_ids: list[str]) -> None:
-        """The server's answers to the uplinks it aggregated, carried to their clients before the
-        round is evaluated (none for most methods: no message, no wait)."""
-        replies = {}
+    def after_aggregation(self, spec: Verb, round: int, client_ids: list[str]) -> None:
+        """A verb the server sends the clients it aggregated, learnt from before the round is
+        evaluated (``reply``: FedD2S's S2C knowledge; none for most methods: no message, no wait)."""
+        assert spec.after_aggregation is not None  # only such verbs are sent here
+        contents = {}
         for cid in client_ids:
-            sealed = envelope.from_server(self.server, self.server.reply(round, cid), round)
-            if sealed is not None:
-                replies[cid] = sealed
-        if not replies:
+            content = self._sealed(spec.after_aggregation(self.server, round, cid))
+            if content is not None:
+                contents[cid] = content
+        if not contents:
             return
-        missing = sorted(set(replies) - set(self.channel.reply(round, replies)))
+        missing = sorted(set(contents) - set(self._exchange(spec.name, round, contents)))
         if missing:
             log.warning(
-                "round %d: %d client(s) had not taken in the server's reply by the deadline: %s",
+                "round %d: %d client(s) had not taken in the server's %s by the deadline: %s",
                 round,
                 len(missing),
+                spec.name,
                 ", ".join(missing[:5]),
             )
 
-    def exchange_steps(self, round: int, cid: str) -> dict[str, Payload | None]:
-        """One client's training with the server answering each of its steps: {cid: its final uplink}
-        (empty when it did not finish in time)."""
+    def _step_answers(self, round: int, cid: str) -> Callable[[Message], Message]:
+        """The server's answers to one client's step requests in ``round``."""
 
-        def answer(request: Payload) -> Payload:
-            self.server.check_request(round, cid, request)  # UplinkRejected: a ValueError the channel refuses
-            sealed = envelope.from_server(self.server, self.server.answer(round, cid, request), round)
-            assert sealed is not None  # an answer is a payload
-            return sealed
+        def serve(request: Message) -> Message:
+            if request.content is None:
+                raise UplinkRejected("empty", "a step request without content")
+            self.server.check_request(round, cid, request.content)  # UplinkRejected: a ValueError the channel refuses
+            return request.answer(self._sealed(self.server.answer(round, cid, request.content)))
 
-        return self.channel.train_steps(round, cid, answer)
+        return serve
 
     def evaluate(self, record: RoundRecord) -> None:
         """Every client's accuracy of its deliverable model; the record's mean over those that answered."""
-        scores: dict[str, Scores] = self.channel.evaluate(
-            record.round, {cid: self.server.evaluation_state(cid) for cid in self.client_ids}
-        )
-        answered = [cid for cid in self.client_ids if cid in scores]  # client order, not arrival order
-        record.client_accuracy = {cid: scores[cid]["accuracy"] for cid in answered}
+        states = {cid: self.server.evaluation_state(cid) for cid in self.client_ids}
+        scores = {}
+        for cid, answer in self._exchange("evaluate", record.round, states).items():
+            try:
+                scores[cid] = scores_of(answer.content)
+            except ValueError as problem:
+                log.warning("round %d: %s's scores refused: %s", record.round, cid, problem)
+        record.client_accuracy = {cid: scores[cid]["accuracy"] for cid in scores}
         record.accuracy, record.accuracy_std = _mean_std(record.client_accuracy)
-        full = {cid: scores[cid]["accuracy_full"] for cid in answered if "accuracy_full" in scores[cid]}
+        full = {cid: scores[cid]["accuracy_full"] for cid in scores if "accuracy_full" in scores[cid]}
         if full:
             record.client_accuracy_full = full
             record.accuracy_full = _mean_std(full)[0]
-        record.server_model_accuracy = self.channel.score_server_models(self.server.server_models)
+        record.server_model_accuracy = (
+            {} if self.score_server_models is None else self.score_server_models(self.server.server_models())
+        )
+
+    def stop(self) -> None:
+        """The run is over: every client is told so (a device process exits)."""
+        self.channel.send(self._messages("stop", self.config.rounds, {cid: None for cid in self.client_ids}))
 
     def run(
         self, on_round: Callable[[RoundRecord], None] | None = None, resume_at: int | None = None
     ) -> list[RoundRecord]:
-        """Round 0, then every round up to the last; ``resume_at``: start at that round instead (a
-        resumed deployment: the server's state is the checkpoint's). ``on_round`` sees each record
-        as it is made (the results writer, a checkpoint)."""
+        """Round 0, then every round up to the last, then the stop; ``resume_at``: start at that
+        round instead (a resumed deployment: the server's state is the checkpoint's). ``on_round``
+        sees each record as it is made (the results writer, a checkpoint)."""
         records: list[RoundRecord] = []
 
         def keep(record: RoundRecord) -> None:
@@ -234,4 +287,5 @@ class Federation:
             keep(self.start())
         for round in range(resume_at or 1, self.config.rounds + 1):
             keep(self.run_round(round))
+        self.stop()
         return records

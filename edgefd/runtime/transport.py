@@ -1,6 +1,6 @@
-"""Moving payloads between roles, and counting the bytes.
+"""Moving messages between roles, and counting the bytes.
 
-The in-process transport of a simulation does what the MQTT transport does to a payload: it
+The in-process transport of a simulation does what the MQTT transport does to a message: it
 encodes it with the one codec, counts the encoded length, and hands the *decoded* copy to the
 other side. So the bytes a simulation reports are the bytes a deployment sends (MQTT framing and
 chunk headers are reported apart, by that transport), and no Python object is ever shared
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import overload
 
-from edgefd.protocol import Payload, decode, encode
+from edgefd.protocol import decode_message, encode_message
+from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.verbs import verb
 
 UP = "up"
 DOWN = "down"
@@ -21,24 +22,35 @@ DOWN = "down"
 
 @dataclass
 class ByteLedger:
-    """Bytes per (round, direction, client), as encoded on the wire."""
+    """Bytes per (round, direction, client, verb), as encoded on the wire.
 
-    entries: dict[tuple[int, str, str], int] = field(default_factory=lambda: defaultdict(int))
-    messages: dict[tuple[int, str, str], int] = field(default_factory=lambda: defaultdict(int))
+    ``content`` counts the contents' encodings: the method's communication, what a round's
+    ``bytes_up`` and ``bytes_down`` report (the verbs the table marks as counted: not the
+    evaluation). ``metadata`` counts what each message adds around its content (verb, sender,
+    receiver, round, step: `Message.metadata_bytes`), for every verb."""
 
-    def add(self, round: int, direction: str, client_id: str, nbytes: int) -> None:
-        self.entries[(round, direction, client_id)] += nbytes
-        self.messages[(round, direction, client_id)] += 1
+    content: dict[tuple[int, str, str, str], int] = field(default_factory=lambda: defaultdict(int))
+    metadata: dict[tuple[int, str, str, str], int] = field(default_factory=lambda: defaultdict(int))
+    messages: dict[tuple[int, str, str, str], int] = field(default_factory=lambda: defaultdict(int))
 
-    def total(self, direction: str, round: int | None = None) -> int:
-        return sum(n for (r, d, _), n in self.entries.items() if d == direction and (round is None or r == round))
+    def add(self, message: Message, content_bytes: int, metadata_bytes: int) -> None:
+        client = message.receiver if message.sender == SERVER else message.sender
+        key = (message.round, DOWN if message.sender == SERVER else UP, client, message.verb)
+        self.content[key] += content_bytes
+        self.metadata[key] += metadata_bytes
+        self.messages[key] += 1
 
-    def per_client(self, direction: str) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for (_, d, client), n in self.entries.items():
-            if d == direction:
-                out[client] += n
-        return dict(out)
+    def total(self, direction: str, round: int | None = None, client: str | None = None) -> int:
+        """Counted content bytes in ``direction`` (in ``round``, or the whole run; of ``client``, or
+        every client)."""
+        return sum(
+            n
+            for (r, d, c, name), n in self.content.items()
+            if d == direction
+            and (round is None or r == round)
+            and (client is None or c == client)
+            and verb(name).counted
+        )
 
 
 class InProcessTransport:
@@ -48,22 +60,8 @@ class InProcessTransport:
         self.ledger = ledger if ledger is not None else ByteLedger()
         self.max_bytes = max_bytes
 
-    def _carry(self, payload: Payload, round: int, direction: str, client_id: str) -> Payload:
-        data = encode(payload)
-        self.ledger.add(round, direction, client_id, len(data))
-        return decode(data) if self.max_bytes is None else decode(data, max_bytes=self.max_bytes)
-
-    # A payload comes out as a payload, None as None (the overloads tell the type checker).
-    @overload
-    def upload(self, payload: Payload, round: int, client_id: str) -> Payload: ...
-    @overload
-    def upload(self, payload: None, round: int, client_id: str) -> None: ...
-    def upload(self, payload: Payload | None, round: int, client_id: str) -> Payload | None:
-        return None if payload is None else self._carry(payload, round, UP, client_id)
-
-    @overload
-    def download(self, payload: Payload, round: int, client_id: str) -> Payload: ...
-    @overload
-    def download(self, payload: None, round: int, client_id: str) -> None: ...
-    def download(self, payload: Payload | None, round: int, client_id: str) -> Payload | None:
-        return None if payload is None else self._carry(payload, round, DOWN, client_id)
+    def carry(self, message: Message) -> Message:
+        data = encode_message(message)
+        metadata_bytes = message.metadata_bytes
+        self.ledger.add(message, len(data) - metadata_bytes, metadata_bytes)
+        return decode_message(data) if self.max_bytes is None else decode_message(data, max_bytes=self.max_bytes)

@@ -3,6 +3,7 @@ servers accept."""
 
 import functools
 
+import as_sent
 import numpy as np
 import pytest
 
@@ -10,7 +11,6 @@ from edgefd.algorithms.fd import FDParams, FDServer
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
-from edgefd.runtime import envelope
 from edgefd.simulate import SimulationConfig, build, run
 
 DIGITS = dict(dataset="digits", clients=10, rounds=12, lr=0.05)
@@ -99,7 +99,7 @@ def honest_uplink(algo):
     sim = build(SimulationConfig(algo=algo, **QUICK))
     sim.federation.hello()
     assert sim.federation.run_round(1).rejected == {}
-    payload = envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
+    payload = as_sent.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
     return sim.server, payload
 
 
@@ -152,7 +152,7 @@ def test_local_clients_send_nothing_and_the_server_accepts_nothing():
     sim = build(SimulationConfig(algo="local", **QUICK))
     sim.federation.hello()
     assert sim.federation.run_round(1).rejected == {}
-    assert envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0")) is None
+    assert as_sent.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0")) is None
     assert sim.server.uplink_schemas("client-0") == () and sim.server.hello_schemas("client-0") == ()
     with pytest.raises(UplinkRejected) as refused:
         sim.server.check_uplink(2, "client-0", Payload("weights", "client-0", 2))

@@ -5,6 +5,7 @@ import functools
 import json
 import math
 
+import as_sent
 import numpy as np
 import pytest
 import torch
@@ -23,7 +24,6 @@ from edgefd.algorithms.dfl import (
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
-from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 
@@ -311,12 +311,12 @@ def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_
     sim.federation.run_round(1)
     ledger = sim.federation.channel.ledger
     for cid in sim.clients:
-        assert ledger.entries[(1, DOWN, cid)] == down
-        assert ledger.entries[(1, UP, cid)] == up_fixed + len(cid)
+        assert ledger.total(DOWN, 1, cid) == down
+        assert ledger.total(UP, 1, cid) == up_fixed + len(cid)
     if dtype == "float64":
         assert classes**2 * b_s == 800  # the paper's "0.8 KB" of soft targets (Sec. IV-B3)
     # and the ledger counts exactly what the codec emits
-    payload = envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
+    payload = as_sent.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
     assert len(encode(payload)) == up_fixed + len("client-0")
 
 
@@ -330,8 +330,8 @@ def test_soft_targets_cost_cn_squared_plus_counts_over_fedavg():
     extra_up = extra_down + 10 * 4 + table_overhead(CLASS_COUNTS, counts)
     d, f = dfl.federation.channel.ledger, fedavg.federation.channel.ledger
     for cid in dfl.clients:
-        assert d.entries[(1, DOWN, cid)] - f.entries[(1, DOWN, cid)] == extra_down
-        assert d.entries[(1, UP, cid)] - f.entries[(1, UP, cid)] == extra_up
+        assert d.total(DOWN, 1, cid) - f.total(DOWN, 1, cid) == extra_down
+        assert d.total(UP, 1, cid) - f.total(UP, 1, cid) == extra_up
 
 
 # ----------------------------------------------------------------------------------------------
@@ -399,7 +399,7 @@ def honest_uplink(params=(), precision="fp32"):
     sim = simulation("dfl", dict(params), precision=precision)
     sim.federation.hello()
     assert sim.federation.run_round(1).rejected == {}
-    return sim.server, envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
+    return sim.server, as_sent.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
 
 
 def tampered(payload, changes):

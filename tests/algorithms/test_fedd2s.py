@@ -5,6 +5,7 @@ import copy
 import json
 import math
 
+import as_sent
 import numpy as np
 import pytest
 import torch
@@ -26,7 +27,6 @@ from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
-from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import batches, state_arrays
@@ -55,17 +55,17 @@ def run_keeping_replies(sim, round: int) -> dict[str, Payload]:
     """Run ``round`` and return the replies the server sent after aggregating, as sent."""
     sent: dict[str, Payload] = {}
     channel = sim.federation.channel
-    original = channel.reply
+    original = channel.send_and_receive
 
-    def keep(r: int, replies: dict[str, Payload]) -> list[str]:
-        sent.update(replies)
-        return original(r, replies)
+    def keep(messages, deadline, serve=None):
+        sent.update({m.receiver: m.content for m in messages if m.verb == "reply"})
+        return original(messages, deadline, serve)
 
-    channel.reply = keep
+    channel.send_and_receive = keep
     try:
         sim.federation.run_round(round)
     finally:
-        del channel.reply  # the instance's attribute: the class's method again
+        del channel.send_and_receive  # the instance's attribute: the class's method again
     return sent
 
 
@@ -155,10 +155,10 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
 
     # init (§2.2): theta^0, 4 P_total bytes, once, at the first downlink; then round 1's reply
     init = Payload(INIT_KIND, "server", 1, sim.server.initial_state)
-    assert ledger.entries[(1, DOWN, "client-0")] == 4 * P_TOTAL + header_bytes(init) + len(encode(first))
+    assert ledger.total(DOWN, 1, "client-0") == 4 * P_TOTAL + header_bytes(init) + len(encode(first))
 
     # uplink (§2.4): K [s_f (d_1 + d_l 1[l > 1]) + s_y] + h_up; the spec's 79,079 / 109,967 B at fp32
-    up = envelope.from_client(client, client.extract(2, layer), 2)  # as the runtime sends it
+    up = as_sent.sealed(client, client.extract(2, layer))  # as the runtime sends it
     assert up.kind == UP_KIND and up.scalars == {"layer": layer, "samples": K}
     d_l = C if layer == 6 else D2
     formula = K * (s_f * (D1 + d_l) + 1)
@@ -166,7 +166,7 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
         assert formula == {6: 79_079, 2: 109_967}[layer]
     assert len(encode(up)) == formula + header_bytes(up)
     for r in (1, 2):
-        assert ledger.entries[(r, UP, "client-0")] == formula + header_bytes(up)
+        assert ledger.total(UP, r, "client-0") == formula + header_bytes(up)
 
     # reply (§2.4), after aggregation in the same round: K s_f C + s_w P_head(l) + h_down; the
     # spec's 5,720 / 31,296 B at fp32
@@ -177,7 +177,7 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
         assert formula == {6: 5_720, 2: 31_296}[layer]
     assert sum(a.size for k, a in down.arrays.items() if k.startswith(HEAD_PREFIX)) == p_head
     assert len(encode(down)) == formula + header_bytes(down)
-    assert ledger.entries[(2, DOWN, "client-0")] == formula + header_bytes(down)
+    assert ledger.total(DOWN, 2, "client-0") == formula + header_bytes(down)
 
 
 def test_send_v_adds_k_c_floats():
@@ -321,7 +321,7 @@ def honest_uplink():
     """The server and client-0's round-1 uplink (its first participation: l = L = 6, hl = the logits)."""
     sim = simulation()
     sim.federation.hello()
-    return sim.server, envelope.train_round(sim.clients["client-0"], 1, sim.federation.downlink(1, "client-0"))
+    return sim.server, as_sent.train_round(sim.clients["client-0"], 1, sim.federation.downlink(1, "client-0"))
 
 
 @pytest.mark.parametrize(

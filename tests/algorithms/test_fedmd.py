@@ -6,6 +6,7 @@ import functools
 import json
 import math
 
+import as_sent
 import numpy as np
 import pytest
 import torch
@@ -18,7 +19,6 @@ from edgefd.data import load_dataset
 from edgefd.data.dataset import Dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
-from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 
@@ -145,10 +145,10 @@ def test_bytes_per_round_are_the_logit_tables_plus_headers():
     table = 20 + len(LOGITS) + 8 + 200 * 10 * 4  # entry, name, 2 dims, N_a x C float32
     seed = 2 + len("alignment_seed") + 8
     for cid in sim.clients:
-        assert ledger.entries[(1, UP, cid)] == HEADER_SIZE + len(KIND) + len(cid) + table
-        assert ledger.entries[(2, UP, cid)] == HEADER_SIZE + len(KIND) + len(cid) + table
-        assert ledger.entries[(1, DOWN, cid)] == HEADER_SIZE + len(KIND) + len("server") + seed
-        assert ledger.entries[(2, DOWN, cid)] == (
+        assert ledger.total(UP, 1, cid) == HEADER_SIZE + len(KIND) + len(cid) + table
+        assert ledger.total(UP, 2, cid) == HEADER_SIZE + len(KIND) + len(cid) + table
+        assert ledger.total(DOWN, 1, cid) == HEADER_SIZE + len(KIND) + len("server") + seed
+        assert ledger.total(DOWN, 2, cid) == (
             HEADER_SIZE
             + len(KIND)
             + len("server")
@@ -215,7 +215,7 @@ def honest_uplink(params=()):
     sim = simulation(dict(params))
     sim.federation.hello()
     assert sim.federation.run_round(1).rejected == {}
-    return sim.server, envelope.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
+    return sim.server, as_sent.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import json
 import math
 from dataclasses import replace
 
+import as_sent
 import numpy as np
 import pytest
 import torch
@@ -20,7 +21,6 @@ from edgefd.data import load_dataset
 from edgefd.models import count_bn_buffers, count_parameters
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
-from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import state_arrays
@@ -262,10 +262,10 @@ def test_bytes_per_round_are_each_model_state_plus_headers():
         state = state_arrays(client.model)
         floats = sum(v.size for v in state.values() if v.dtype == np.float32)
         assert floats == count_parameters(client.model) + count_bn_buffers(client.model)  # P_k + R_k
-        assert ledger.entries[(1, UP, cid)] == state_message_size(state, cid)
-        assert (1, DOWN, cid) not in ledger.entries  # nothing distilled before round 1's upload
-        assert ledger.entries[(2, UP, cid)] == state_message_size(state, cid)
-        assert ledger.entries[(2, DOWN, cid)] == state_message_size(state, "server")
+        assert ledger.total(UP, 1, cid) == state_message_size(state, cid)
+        assert ledger.total(DOWN, 1, cid) == 0  # nothing distilled before round 1's upload
+        assert ledger.total(UP, 2, cid) == state_message_size(state, cid)
+        assert ledger.total(DOWN, 2, cid) == state_message_size(state, "server")
     assert count_bn_buffers(sim.clients["client-0"].model) > 0
 
 
@@ -309,7 +309,7 @@ def honest_uplinks():
     sim = simulation(**MIXED)
     sim.federation.hello()
     assert sim.federation.run_round(1).rejected == {}
-    uplinks = {cid: envelope.train_round(sim.clients[cid], 2, sim.federation.downlink(2, cid)) for cid in sim.clients}
+    uplinks = {cid: as_sent.train_round(sim.clients[cid], 2, sim.federation.downlink(2, cid)) for cid in sim.clients}
     return sim.server, {cid: payload.arrays for cid, payload in uplinks.items()}
 
 
@@ -381,16 +381,14 @@ def test_a_simulation_scores_the_global_model_on_the_whole_test_set_and_changes_
 
     sim = simulation()
     sim.federation.run()
-    channel, global_model = sim.federation.channel, sim.server.global_model
-    x, y = channel.server_test
-    assert len(y) == len(load_dataset("digits").test_y)  # the whole test set, not a client's split
+    federation, global_model = sim.federation, sim.server.global_model
+    whole = load_dataset("digits")  # the whole test set, not a client's split
+    x, y = whole.test_rows(torch.arange(len(whole.test_y))), whole.test_y
     with torch.no_grad():
         by_hand = float((global_model.eval()(x).argmax(1) == y).double().mean())
     assert lines[-1]["server_model_accuracy"]["global_model"] == pytest.approx(by_hand)
     global_model.train()
-    assert channel.score_server_models(lambda: {"global_model": global_model}) == {
-        "global_model": pytest.approx(by_hand)
-    }
+    assert federation.score_server_models({"global_model": global_model}) == {"global_model": pytest.approx(by_hand)}
     assert global_model.training  # a measurement: F is left in the mode it was in
 
     # the ensemble: the last round's uploads as sent (not the devices after the transfer back), mean softmax

@@ -4,15 +4,15 @@ some eval answers report an accuracy that is text, infinite or above 1. Run as a
 test_hostile_devices.py: ``hostile_client.py fd|fedcache <edgefd client flags>``."""
 
 import sys
+from dataclasses import replace
 
 import numpy as np
 
-from edgefd.deploy import client_runtime
-from edgefd.deploy import messages as wire
 from edgefd.protocol import Payload
+from edgefd.runtime.verbs import SCORES_KIND, VERBS
 
-honest_train_round = client_runtime.envelope.train_round
-honest_metrics = wire.metrics_payload
+honest_train = VERBS["train"].handle
+honest_evaluate = VERBS["evaluate"].handle
 
 
 def replaced(payload: Payload, **arrays) -> Payload:
@@ -40,18 +40,19 @@ ATTACKS = {"fd": FD_ATTACKS, "fedcache": FEDCACHE_ATTACKS}[sys.argv[1]]
 BAD_ACCURACY = {2: "text", 3: float("inf"), 4: 1.7} if sys.argv[1] == "fd" else {}
 
 
-def hostile_train_round(role, round, downlink):
-    return ATTACKS[round](honest_train_round(role, round, downlink))
+def hostile_train(app, message, ask):
+    return ATTACKS[message.round](honest_train(app, message, ask))
 
 
-def hostile_metrics(client_id, round, metrics):
-    if round in BAD_ACCURACY:
-        return Payload(wire.METRICS, client_id, round, scalars={"accuracy": BAD_ACCURACY[round]})
-    return honest_metrics(client_id, round, metrics)
+def hostile_evaluate(app, message, ask):
+    if message.round in BAD_ACCURACY:
+        return Payload(SCORES_KIND, app.client_id, message.round, scalars={"accuracy": BAD_ACCURACY[message.round]})
+    return honest_evaluate(app, message, ask)
 
 
-client_runtime.envelope.train_round = hostile_train_round
-wire.metrics_payload = hostile_metrics
+# the device's handlers of the two verbs, replaced in the one table every channel dispatches by
+VERBS["train"] = replace(VERBS["train"], handle=hostile_train)
+VERBS["evaluate"] = replace(VERBS["evaluate"], handle=hostile_evaluate)
 
 if __name__ == "__main__":
     from edgefd.cli import main

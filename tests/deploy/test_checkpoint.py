@@ -14,7 +14,9 @@ from light_settings import LIGHT_SETTINGS
 
 from edgefd.algorithms.base import list_methods
 from edgefd.deploy import checkpoint
+from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import InProcessChannel
+from edgefd.runtime.verbs import VERBS
 from edgefd.simulate import SimulationConfig, build_client, build_server, prepare
 
 CONFIG = dict(dataset="digits", clients=2, rounds=3, seed=1, threads=1, samples_per_client=60)
@@ -24,9 +26,16 @@ SETTINGS = {
 }
 
 
+def exchange(clients, verb, r, contents):
+    """Send each client ``verb`` with its content in-process; {client: the content of its answer}."""
+    messages = [Message(verb, SERVER, cid, r, contents.get(cid)) for cid in sorted(clients)]
+    answers = InProcessChannel(clients).send_and_receive(messages, VERBS[verb].deadline)
+    return {cid: answer.content for cid, answer in answers.items()}
+
+
 def run_round(server, clients, r):
     """Round r with every client, without the loop (the roles are checkpointed in between)."""
-    uplinks = InProcessChannel(clients).train(r, {cid: server.downlink(r, cid) for cid in clients})
+    uplinks = exchange(clients, "train", r, {cid: server.downlink(r, cid) for cid in clients})
     server.aggregate(r, {c: p for c, p in uplinks.items() if p is not None})
     return uplinks
 
@@ -37,7 +46,7 @@ def test_every_method_resumes_from_a_checkpoint(tmp_path, algo):
     pieces = prepare(config)
     clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
     server = build_server(config, pieces)
-    server.start(InProcessChannel(clients).hello())
+    server.start({cid: p for cid, p in exchange(clients, "hello", 0, {}).items() if p is not None})
     run_round(server, clients, 1)
 
     for cid, role in clients.items():
@@ -127,7 +136,7 @@ def test_a_crafted_checkpoint_cannot_run_code(tmp_path):
     names += ("edgefd.never_imported_module:Thing",)  # importing a module runs it: never done
     for name in names:
         path = crafted(tmp_path, {"role": {"$": "object", "n": 0, "class": name, "attrs": {}}})
-        with pytest.raises(checkpoint.CheckpointError, match="not edgefd's|no class"):
+        with pytest.raises(checkpoint.CheckpointError, match="neither edgefd's nor a registered method's"):
             checkpoint.load(path, {}).value("role")
     import edgefd.deploy.broker  # noqa: F401  (only classes of modules already imported are made)
 

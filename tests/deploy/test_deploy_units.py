@@ -13,9 +13,10 @@ from edgefd.deploy import messages as wire
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
 from edgefd.deploy.server_runtime import DeploymentSettings, same_run_config
-from edgefd.protocol import Payload
+from edgefd.protocol import Message, Payload
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import config_from_args
+from edgefd.runtime.verbs import ClientApp
 
 
 def test_broker_urls_and_settings_are_checked():
@@ -37,11 +38,16 @@ def test_a_checkpoint_from_when_epochs_defaulted_to_one_resumes_where_the_method
     assert not same_run_config(asdict(SimulationConfig(algo="fd", rounds=3)), SimulationConfig(algo="fd"))
 
 
+def down(verb: str, round: int, content: Payload | None = None, client: str = "client-1", run: str = "u") -> Message:
+    """The server's message to ``client``."""
+    return Message(verb, "server", client, round, content, run=run)
+
+
 def test_config_travels_whole():
     config = SimulationConfig(algo="fedavg", clients=4, precision="int8", params={"beta": 2.0})
-    assert SimulationConfig(**wire.config_from_payload(wire.config_payload(config))) == config
-    with pytest.raises(ValueError, match="config payload"):
-        wire.config_from_payload(wire.empty("server", 1))
+    assert SimulationConfig(**wire.config_from(wire.config_message(config, "client-0", "u"))) == config
+    with pytest.raises(ValueError, match="expected a config"):
+        wire.config_from(down("config", 1))
 
 
 def test_deploy_local_writes_a_config_that_simulate_reads(tmp_path):
@@ -107,7 +113,7 @@ def test_a_stop_left_retained_by_an_earlier_run_does_not_stop_a_new_client():
     """The server leaves its stops retained (a client reconnecting at the end still gets one); a
     client of the next run with the same name meets it before its config, and must not exit."""
     device = ClientRuntime(ClientSettings("u", "client-0", BrokerSettings("mqtt://127.0.0.1:1")))
-    device._handle(Incoming("down", "client-0", "stop", wire.empty(wire.SERVER, 3), nbytes=0))
+    device._handle(Incoming("down", "client-0", "stop", down("stop", 3, client="client-0"), nbytes=0))
     assert not device.stopping.is_set()
 
 
@@ -116,12 +122,12 @@ def test_a_client_sent_its_config_again_says_again_that_it_is_online(monkeypatch
     retained statuses to no wildcard subscription): the client must answer with its status."""
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
-    monkeypatch.setattr(device.endpoint, "publish", lambda topic, payload, retain=False: sent.append(payload))
-    config = wire.config_payload(SimulationConfig(dataset="digits", clients=2, rounds=1, threads=1))
+    monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append(message))
+    config = wire.config_message(SimulationConfig(dataset="digits", clients=2, rounds=1, threads=1), "client-1", "u")
     device._handle(Incoming("down", "client-1", "config", config, nbytes=0))
-    assert [p.scalars["state"] for p in sent] == [wire.ONLINE]  # built, and said so
+    assert [wire.state_of(m) for m in sent] == [wire.ONLINE]  # built, and said so
     device._handle(Incoming("down", "client-1", "config", config, nbytes=0))
-    assert [p.scalars["state"] for p in sent] == [wire.ONLINE, wire.ONLINE]  # not rebuilt; said so again
+    assert [wire.state_of(m) for m in sent] == [wire.ONLINE, wire.ONLINE]  # not rebuilt; said so again
 
 
 def test_a_password_file_others_can_read_is_refused(tmp_path):
@@ -191,7 +197,7 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     config = SimulationConfig(clients=3)
     channel = MqttChannel(config, DeploymentSettings(run="r"), clients, Topics("r"))
     sent = []
-    monkeypatch.setattr(channel.endpoint, "publish", lambda topic, payload, retain=False: sent.append((topic, retain)))
+    monkeypatch.setattr(channel.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, retain)))
 
     def waited_long_enough():
         channel._configs_due = time.monotonic() - 0.1
@@ -201,7 +207,7 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     sent.clear()
     channel._pump(0.01)
     assert sent == []  # not yet: the interval has not passed
-    status = wire.status_payload("client-1", wire.ONLINE)
+    status = wire.status_message("client-1", wire.ONLINE, "r")
     channel._handle(Incoming("status", "client-1", "", status, nbytes=100))
     assert channel.stats["client-1"].online
     waited_long_enough()
@@ -211,14 +217,14 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     channel._pump(0.01)
     assert sent == []  # once per interval
     for cid in ("client-0", "client-2"):
-        channel._handle(Incoming("status", cid, "", wire.status_payload(cid, wire.ONLINE), nbytes=100))
+        channel._handle(Incoming("status", cid, "", wire.status_message(cid, wire.ONLINE, "r"), nbytes=100))
     waited_long_enough()
     channel._pump(0.01)
     assert sent == []  # everyone online: nothing more
 
     many = [f"client-{i:04d}" for i in range(1000)]
     fleet = MqttChannel(SimulationConfig(clients=1000), DeploymentSettings(run="r"), many, Topics("r"))
-    monkeypatch.setattr(fleet.endpoint, "publish", lambda topic, payload, retain=False: None)
+    monkeypatch.setattr(fleet.endpoint, "publish", lambda topic, message, retain=False: None)
     fleet.publish_configs()
     assert fleet._configs_due - time.monotonic() > 1000 / CONFIG_RESEND_RATE - 1  # a large fleet: less often
 
@@ -230,23 +236,24 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
     Clients that answered or are offline are not asked; a repeat is taken once."""
     from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
-    from edgefd.protocol import encoded_size
+    from edgefd.protocol import encode_message
+    from edgefd.runtime.verbs import VERBS
     from edgefd.simulate import SimulationConfig
 
     clients = ["client-0", "client-1", "client-2"]
     channel = MqttChannel(SimulationConfig(clients=3), DeploymentSettings(run="r", ask_again=0.6), clients, Topics("r"))
     for cid in clients[:2]:
-        channel._handle(Incoming("status", cid, "", wire.status_payload(cid, wire.ONLINE), nbytes=10))
+        channel._handle(Incoming("status", cid, "", wire.status_message(cid, wire.ONLINE, "r"), nbytes=10))
     asked_again = []
+    requests = {cid: down("train", 4, client=cid, run="r") for cid in clients}
 
     def answer(cid):
-        knowledge = wire.stamped(None, cid, 4)
-        channel.endpoint.inbox.offer(Incoming("up", cid, "train", knowledge, nbytes=10))
+        channel.endpoint.inbox.offer(Incoming("up", cid, "train", requests[cid].answer(None), nbytes=10))
 
-    def publish(topic, payload, retain=False):
+    def publish(topic, message, retain=False):
         cid = Topics("r").parse(topic)[1]
-        if payload.kind == wire.AGAIN:
-            assert payload.round == 4 and encoded_size(payload) < 100  # not the request again
+        if wire.is_again(message):
+            assert message.round == 4 and len(encode_message(message)) < 100  # not the request again
             asked_again.append(cid)
             answer(cid)  # client-1's first answer was lost; this one arrives
             answer(cid)  # and a duplicate, as when the first was only late
@@ -254,9 +261,8 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
             answer(cid)
 
     monkeypatch.setattr(channel.endpoint, "publish", publish)
-    requests = {cid: (Topics("r").down(cid, "train"), wire.request(None, 4)) for cid in clients}
     started = time.monotonic()
-    phase = channel._collect("train", 4, clients, requests, timeout=3.0, min_needed=1)
+    phase = channel._collect(VERBS["train"], 4, clients, requests, timeout=3.0, min_needed=1)
     assert sorted(phase.got) == ["client-0", "client-1"]
     assert asked_again == ["client-1"]  # once: it answered; client-2 is offline, client-0 had answered
     assert time.monotonic() - started >= 3.0  # client-2 was waited for until the deadline
@@ -266,12 +272,12 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
 def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before_the_asking(monkeypatch):
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
-    monkeypatch.setattr(device.endpoint, "publish", lambda topic, payload, retain=False: sent.append((topic, payload)))
-    device.role = object()  # built (nothing of it is used to answer from the cache)
-    uplink = wire.stamped(None, "client-1", 3)
+    monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, message)))
+    device.app = ClientApp(object())  # built (nothing of it is used to answer from the cache)
+    uplink = down("train", 3).answer(None)
 
     def asked_again(at: float) -> None:
-        message = Incoming("down", "client-1", "train", wire.again(3), nbytes=0, received_at=at)
+        message = Incoming("down", "client-1", "train", wire.again(down("train", 3)), nbytes=0, received_at=at)
         device._handle(message)
 
     asked_again(10.0)
@@ -289,17 +295,19 @@ def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeyp
     acknowledged from the cache, and a reply to a round this client did not train last is ignored."""
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
-    monkeypatch.setattr(device.endpoint, "publish", lambda topic, payload, retain=False: sent.append((topic, payload)))
+    monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, message)))
     taken = []
-    device.role = SimpleNamespace(receive_reply=lambda round, reply: taken.append((round, reply.kind)))
+    device.app = ClientApp(SimpleNamespace(receive_reply=lambda round, reply: taken.append((round, reply.kind))))
     device.last_round = 3
 
     def reply(round: int) -> None:
-        message = wire.request(Payload("knowledge", wire.SERVER, round), round)
+        message = down("reply", round, Payload("knowledge", "server", round))
         device._handle(Incoming("down", "client-1", "reply", message, nbytes=0))
 
     reply(3)
     reply(3)  # repeated (a reconnection): acknowledged again, not learnt from again
     reply(2)  # a stale round
     assert taken == [(3, "knowledge")]
-    assert [(topic, p.kind, p.round) for topic, p in sent] == [("edgefd/u/up/client-1/reply", wire.EMPTY, 3)] * 2
+    assert [(topic, m.content, m.round, m.is_answer) for topic, m in sent] == [
+        ("edgefd/u/up/client-1/reply", None, 3, True)
+    ] * 2

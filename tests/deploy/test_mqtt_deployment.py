@@ -14,7 +14,7 @@ from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosq
 
 from edgefd.deploy.broker import start_broker
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
-from edgefd.protocol import Payload, encode, split
+from edgefd.protocol import Message, Payload, encode_message, split
 from edgefd.simulate import SimulationConfig, run
 
 pytestmark = needs_mosquitto
@@ -58,19 +58,23 @@ def publish_garbage(broker, run_name, raw, work: Path) -> None:
         check=True,
         timeout=10,
     )
-    good = encode(Payload("knowledge", "client-0", 1, {"logits": np.ones((10, 10), np.float32)}))
+
+    def uplink(sender: str, logits: np.ndarray) -> bytes:
+        content = Payload("knowledge", sender, 1, {"logits": logits})
+        return encode_message(Message("train", sender, "server", 1, content, run=run_name, is_answer=True))
+
+    good = uplink("client-0", np.ones((10, 10), np.float32))
     wrong_version = bytearray(good)
-    wrong_version[4:6] = (99).to_bytes(2, "little")
+    wrong_version[4] = 99  # the message's version byte
     flipped = bytearray(split(good, 4096)[0])
     flipped[-1] ^= 0xFF
-    nan = encode(Payload("knowledge", "client-0", 1, {"logits": np.full((10, 10), np.nan, np.float32)}))
     frames = [
         split(good, 4096)[0][:40],
         split(bytes(wrong_version), 4096)[0],
         bytes(flipped),
         split(np.zeros(300_000, np.uint8).tobytes(), 100_000)[0],
-        split(nan, 4096)[0],
-        split(encode(Payload("knowledge", "client-1", 1, {"logits": np.ones((10, 10), np.float32)})), 4096)[0],
+        split(uplink("client-0", np.full((10, 10), np.nan, np.float32)), 4096)[0],
+        split(uplink("client-1", np.ones((10, 10), np.float32)), 4096)[0],
     ]
     for frame in frames:
         raw.publish(up, frame, qos=1).wait_for_publish(5)
@@ -119,36 +123,39 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
     assert set(summary["deployment"]["clients"]) == {"client-0", "client-1", "client-2"}
 
 
-def test_fedcache_paper_exchange_over_mqtt_matches_simulate(tmp_path, broker):
+@pytest.mark.parametrize("seed, clients, knn", [(4, 3, "exact"), (2718, 4, "hnsw")])
+def test_fedcache_paper_exchange_over_mqtt_matches_simulate_run_after_run(tmp_path, broker, seed, clients, knn):
     """FedCache's default exchange (a request and an answer per mini-batch, through the broker, the
-    clients one after another) gives simulate's accuracies and codec bytes, round for round."""
-    config = dict(algo="fedcache", dataset="digits", clients=3, rounds=2, seed=4, threads=1, models="mlp")
-    params = {"knn": "exact"}  # exact neighbours: the comparison does not rest on hnswlib's build order
+    clients one after another) gives simulate's accuracies and codec bytes, round for round, in
+    every one of two deployments (hnswlib's relations too: its indexes are built one thread each),
+    with the simulation's kernels."""
+    config = dict(algo="fedcache", dataset="digits", clients=clients, rounds=2, seed=seed, threads=1, models="mlp")
     simulated = tmp_path / "sim"
-    run(SimulationConfig(**config, params=params, out=str(simulated)), progress=False)
-    deployed = tmp_path / "deploy"
-    process = edgefd(
-        "deploy-local",
-        "--broker",
-        broker.url,
-        "--run",
-        "steps",
-        *flags(config),
-        "--param",
-        "knn=exact",
-        "--out",
-        deployed,
-        "--quiet",
-        "--round-timeout",
-        60,
-        log=tmp_path / "deploy.log",
-    )
-    finish([process], timeout=240)
-    assert process.returncode == 0, (tmp_path / "deploy.log").read_text()[-3000:]
-
-    sim_lines, dep_lines = lines_of(simulated), lines_of(deployed)
-    assert [comparable(line) for line in dep_lines] == [comparable(line) for line in sim_lines]
-    summary = json.loads((deployed / "summary.json").read_text())
+    run(SimulationConfig(**config, params={"knn": knn}, out=str(simulated)), progress=False)
+    for attempt in (1, 2):
+        deployed = tmp_path / f"deploy-{attempt}"
+        process = edgefd(
+            "deploy-local",
+            "--broker",
+            broker.url,
+            "--run",
+            f"steps-{seed}-{attempt}",
+            *flags(config),
+            "--param",
+            f"knn={knn}",
+            "--out",
+            deployed,
+            "--quiet",
+            "--round-timeout",
+            60,
+            log=tmp_path / f"deploy-{attempt}.log",
+        )
+        finish([process], timeout=240)
+        assert process.returncode == 0, (tmp_path / f"deploy-{attempt}.log").read_text()[-3000:]
+        sim_lines, dep_lines = lines_of(simulated), lines_of(deployed)
+        assert [comparable(line) for line in dep_lines] == [comparable(line) for line in sim_lines], attempt
+        summary = json.loads((deployed / "summary.json").read_text())
+        assert summary["kernels"] == json.loads((simulated / "summary.json").read_text())["kernels"]
     assert summary["params"]["exchange"] == "batch"
     steps_up = summary["deployment"]["wire"]["received_messages"]["up/step"]
-    assert steps_up >= 2 * 3 * 2  # several mini-batches per client, 3 clients, 2 rounds
+    assert steps_up >= 2 * clients * 2  # several mini-batches per client, every client, 2 rounds

@@ -24,13 +24,13 @@ import pytest
 from edgefd.deploy.broker import free_port, mosquitto_path, start_broker
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
-    UP_VERBS,
     BrokerSettings,
     MqttEndpoint,
     Topics,
     encode_frames,
+    up_verbs,
 )
-from edgefd.protocol import Payload
+from edgefd.protocol import Message, Payload
 
 SERVER_DIR = Path(__file__).resolve().parents[2] / "server" / "mosquitto"
 PASSWORDS = {
@@ -61,6 +61,12 @@ LISTENER_OPTIONS = {
     "max_topic_alias",
 }
 """Mosquitto options that belong to the listener they follow (mosquitto.conf(5), "Listeners")."""
+
+
+def message(content: Payload, verb: str = "train") -> Message:
+    """``content`` as its sender's message of the run: a client's to the server, the server's to client-1."""
+    receiver = "client-1" if content.sender == "server" else "server"
+    return Message(verb, content.sender, receiver, content.round, content, run=RUN)
 
 
 def shipped_settings() -> list[tuple[str, str]]:
@@ -195,8 +201,8 @@ def test_tls_and_password_are_required(secure_broker):
     try:
         time.sleep(0.2)
         payload = Payload("knowledge", "client-0", 1, {"z": np.ones((3, 10), np.float32)})
-        client.publish(topics.up("client-0", "train"), payload)
-        assert server.inbox.get(timeout=5).payload.same_as(payload)
+        client.publish(topics.up("client-0", "train"), message(payload))
+        assert server.inbox.get(timeout=5).message.content.same_as(payload)
     finally:
         client.stop()
         server.stop()
@@ -232,7 +238,7 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
     try:
         time.sleep(0.3)
         forged = Payload("knowledge", "client-1", 1, {"z": np.ones((3, 10), np.float32)})
-        frame = encode_frames(forged, 4096)[0]
+        frame = encode_frames(message(forged), 4096)[0]
         _, sub_other = attacker.subscribe(topics.down("client-1", "train"), qos=1)
         _, sub_own = attacker.subscribe(topics.down("client-0", "train"), qos=1)
         pub_other = attacker.publish(topics.up("client-1", "train"), frame, qos=1)
@@ -240,7 +246,7 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
         pub_down = attacker.publish(topics.down("client-1", "train"), frame, qos=1)
         pub_own = attacker.publish(
             topics.up("client-0", "train"),
-            encode_frames(Payload("knowledge", "client-0", 1, forged.arrays), 4096)[0],
+            encode_frames(message(Payload("knowledge", "client-0", 1, forged.arrays)), 4096)[0],
             qos=1,
         )
         deadline = time.monotonic() + 5
@@ -251,14 +257,14 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
         assert results[pub_other.mid] == results[pub_status.mid] == results[pub_down.mid] == not_authorized
         assert results[pub_own.mid] == 0
         own = server.inbox.get(timeout=5)
-        assert (own.client_id, own.payload.sender) == ("client-0", "client-0")
+        assert (own.client_id, own.message.sender) == ("client-0", "client-0")
         # Mosquitto 2.0 grants a subscription it may not serve (SUBACK 1) and then withholds every
         # message on it: the server's downlinks reach client-1 and client-0's own topic only.
         assert results[sub_other] == [1] and results[sub_own] == [1]
         downlink = Payload("knowledge", "server", 1, {"z": np.zeros((3, 10), np.float32)})
-        server.publish(topics.down("client-1", "train"), downlink)
-        server.publish(topics.down("client-0", "train"), downlink)
-        assert victim.inbox.get(timeout=5).payload.same_as(downlink)
+        server.publish(topics.down("client-1", "train"), message(downlink))
+        server.publish(topics.down("client-0", "train"), message(downlink))
+        assert victim.inbox.get(timeout=5).message.content.same_as(downlink)
         deadline = time.monotonic() + 3
         while not delivered and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -298,7 +304,7 @@ def test_the_acl_is_run_scoped():
     # A device: exactly the uplink verbs edgefd sends (no '#', no verbs of its own invention), its
     # status, its downlinks.
     assert {(r[1], r[2]) for r in rules if r[0] == "pattern"} == {
-        *(("write", f"{root}/up/%u/{verb}") for verb in UP_VERBS),
+        *(("write", f"{root}/up/%u/{verb}") for verb in up_verbs()),
         ("write", f"{root}/status/%u"),
         ("read", f"{root}/down/%u/+"),
     }
@@ -351,15 +357,15 @@ def test_a_device_cannot_take_over_the_servers_or_another_devices_session(secure
                 assert server.connected.is_set() and victim.connected.is_set()
                 # Both ways still work, and what the attacker sends is filed under client-0.
                 up = Payload("knowledge", "client-1", 1, {"z": np.ones((2, 10), np.float32)})
-                victim.publish(topics.up("client-1", "train"), up)
-                assert server.inbox.get(timeout=5).payload.same_as(up)
+                victim.publish(topics.up("client-1", "train"), message(up))
+                assert server.inbox.get(timeout=5).message.content.same_as(up)
                 down = Payload("knowledge", "server", 1, {"z": np.zeros((2, 10), np.float32)})
-                server.publish(topics.down("client-1", "train"), down)
-                assert victim.inbox.get(timeout=5).payload.same_as(down)
+                server.publish(topics.down("client-1", "train"), message(down))
+                assert victim.inbox.get(timeout=5).message.content.same_as(down)
                 own = Payload("knowledge", "client-0", 1, {"z": np.ones((2, 10), np.float32)})
-                attacker.publish(topics.up("client-0", "train"), encode_frames(own, 4096)[0], qos=1)
+                attacker.publish(topics.up("client-0", "train"), encode_frames(message(own), 4096)[0], qos=1)
                 got = server.inbox.get(timeout=5)
-                assert (got.client_id, got.payload.sender) == ("client-0", "client-0")
+                assert (got.client_id, got.message.sender) == ("client-0", "client-0")
             finally:
                 attacker.loop_stop()
                 attacker.disconnect()
@@ -405,7 +411,9 @@ def test_a_device_is_confined_to_its_own_topics_of_its_run(secure_broker):
         clients[user].loop_start()
     try:
         assert wait_until(lambda: subscribed and all(c.is_connected() for c in clients.values()), 10)
-        frame = encode_frames(Payload("knowledge", "client-0", 1, {"z": np.ones((3, 10), np.float32)}), 4096)[0]
+        frame = encode_frames(message(Payload("knowledge", "client-0", 1, {"z": np.ones((3, 10), np.float32)})), 4096)[
+            0
+        ]
         attempts = {
             ("client-0", other.up("client-0", "train")): NOT_AUTHORIZED,  # its own id, another run
             ("client-0", other.status("client-0")): NOT_AUTHORIZED,
@@ -490,9 +498,9 @@ def test_an_oversized_packet_disconnects_its_sender_and_the_broker_stays_up(secu
         client.start(wait=10)
         try:
             big = Payload("knowledge", "client-0", 1, {"z": np.ones((3, DEFAULT_CHUNK_SIZE // 4), np.float32)})
-            assert len(encode_frames(big, DEFAULT_CHUNK_SIZE)) >= 3
-            client.publish(topics.up("client-0", "train"), big)
-            assert server.inbox.get(timeout=10).payload.same_as(big)
+            assert len(encode_frames(message(big), DEFAULT_CHUNK_SIZE)) >= 3
+            client.publish(topics.up("client-0", "train"), message(big))
+            assert server.inbox.get(timeout=10).message.content.same_as(big)
         finally:
             client.stop()
     finally:

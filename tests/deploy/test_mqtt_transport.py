@@ -1,4 +1,4 @@
-"""The MQTT transport against a real broker: chunked payloads, duplicates, garbage, topics."""
+"""The MQTT transport against a real broker: chunked messages, duplicates, garbage, topics."""
 
 import queue
 import shutil
@@ -10,9 +10,14 @@ import pytest
 
 from edgefd.deploy.broker import start_broker
 from edgefd.deploy.mqtt_transport import BrokerSettings, Inbox, Incoming, MqttEndpoint, Topics, encode_frames
-from edgefd.protocol import FRAME_OVERHEAD, Payload, encode, split
+from edgefd.protocol import FRAME_OVERHEAD, Message, Payload, encode, encode_message, split
 
 RUN = "t"
+
+
+def up(verb: str, content: Payload) -> Message:
+    """``content`` as its sender's message to the server."""
+    return Message(verb, content.sender, "server", content.round, content, run=RUN, is_answer=True)
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +56,11 @@ def test_large_payload_is_chunked_and_counted(broker):
     try:
         time.sleep(0.2)
         big = Payload("weights", "client-0", 1, {"w": np.arange(3000, dtype=np.float32)})
-        sent = client.publish(Topics(RUN).up("client-0", "train"), big)
+        sent = client.publish(Topics(RUN).up("client-0", "train"), up("train", big))
         got = receive(server)
-        assert got.payload.same_as(big) and (got.client_id, got.verb) == ("client-0", "train")
-        assert got.nbytes == len(encode(big))
-        frames = encode_frames(big, 1024)
+        assert got.message.content.same_as(big) and (got.client_id, got.verb) == ("client-0", "train")
+        assert got.content_bytes == len(encode(big)) and got.nbytes == len(encode_message(up("train", big)))
+        frames = encode_frames(up("train", big), 1024)
         assert len(frames) > 10 and sent == sum(map(len, frames))
         deadline = time.monotonic() + 2
         while server.stats.received_bytes["up/train"] < sent and time.monotonic() < deadline:
@@ -79,16 +84,16 @@ def test_duplicates_out_of_order_and_garbage_are_handled(broker):
     try:
         time.sleep(0.2)
         payload = Payload("knowledge", "client-1", 2, {"z": np.ones((50, 10), np.float32)})
-        frames = split(encode(payload), 400)
+        frames = split(encode_message(up("train", payload)), 400)
         order = list(reversed(frames)) + frames[:3]
         for frame in order:
             raw.publish(topic, frame, qos=1).wait_for_publish(2)
-        assert receive(server).payload.same_as(payload)
+        assert receive(server).message.content.same_as(payload)
         nan = Payload("knowledge", "client-1", 2, {"z": np.full((2, 2), np.nan, np.float32)})
         garbage = [
             np.random.default_rng(0).bytes(300),
-            split(encode(payload), 400)[0][:30],
-            split(encode(nan), 4000)[0],
+            split(encode_message(up("train", payload)), 400)[0][:30],
+            split(encode_message(up("train", nan)), 4000)[0],
             b"EFC1" + b"\x00" * 60,
         ]
         for blob in garbage:
@@ -150,8 +155,8 @@ def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
         try:
             time.sleep(0.3)
             payload = Payload("hello", "client-0", 0, {"h": np.arange(700, dtype=np.int64)})
-            client.publish(Topics(RUN).up("client-0", "hello"), payload)
-            assert receive(server, 10).payload.same_as(payload)
+            client.publish(Topics(RUN).up("client-0", "hello"), up("hello", payload))
+            assert receive(server, 10).message.content.same_as(payload)
         finally:
             client.stop()
             server.stop()
@@ -168,11 +173,11 @@ def test_a_repeated_status_frame_is_taken_every_time(broker):
     stranger.start(wait=5)
     try:
         time.sleep(0.2)
-        will = encode_frames(wire.status_payload("client-3", wire.OFFLINE), 4096)[0]
-        online = encode_frames(wire.status_payload("client-3", wire.ONLINE), 4096)[0]
+        will = encode_frames(wire.status_message("client-3", wire.OFFLINE, RUN), 4096)[0]
+        online = encode_frames(wire.status_message("client-3", wire.ONLINE, RUN), 4096)[0]
         for frame in (will, online, will):
             stranger._client.publish(Topics(RUN).status("client-3"), frame, qos=1).wait_for_publish(2)
-        states = [receive(server).payload.scalars["state"] for _ in range(3)]
+        states = [wire.state_of(receive(server).message) for _ in range(3)]
         assert states == ["offline", "online", "offline"]
     finally:
         stranger.stop()
@@ -190,7 +195,7 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
     def limit(direction, client_id, verb):
         if client_id != "client-1":
             return None  # not in this run: refused on the topic alone
-        return 1_000 if verb == "eval" else 5_000_000
+        return 1_000 if verb == "evaluate" else 5_000_000
 
     server = MqttEndpoint(
         BrokerSettings(broker.url), Topics(RUN), "server-mem", limit=limit, reassembly_budget_bytes=budget
@@ -210,13 +215,13 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
             if i % 1000 == 0:
                 peak[0] = max(peak[0], server.budget.used)
                 time.sleep(0.002)  # let the broker and the receiver keep up (QoS 0)
-        too_big = encode(Payload("metrics", "client-1", 1, {"pad": np.zeros(2_000, np.uint8)}))
-        raw.publish(topics.up("client-1", "eval"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
+        too_big = encode_message(up("evaluate", Payload("metrics", "client-1", 1, {"pad": np.zeros(2_000, np.uint8)})))
+        raw.publish(topics.up("client-1", "evaluate"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
         raw.publish(topics.up("client-9", "train"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
         good = Payload("knowledge", "client-1", 3, {"z": np.ones((10, 10), np.float32)})
-        for frame in split(encode(good), 400):
+        for frame in split(encode_message(up("train", good)), 400):
             raw.publish(topics.up("client-1", "train"), frame, qos=1).wait_for_publish(2)
-        assert receive(server, timeout=30).payload.same_as(good)
+        assert receive(server, timeout=30).message.content.same_as(good)
         assert peak[0] <= budget and server.budget.used <= budget
         rejected = server.stats.rejected
         assert rejected["OversizedError"] >= 2  # the tiny-chunk message, then the eval answer above 1,000 B
@@ -229,11 +234,11 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
 
 def test_the_inbox_refuses_what_would_pass_its_byte_bound():
     inbox = Inbox(max_bytes=1_000)
-    message = Incoming("up", "client-1", "train", Payload("k", "client-1", 1), nbytes=600)
+    message = Incoming("up", "client-1", "train", up("train", Payload("k", "client-1", 1)), nbytes=600)
     assert inbox.offer(message) and inbox.bytes == 600
     assert not inbox.offer(message)  # 1,200 would pass the bound
     assert inbox.get_nowait() is message and inbox.bytes == 0
-    huge = Incoming("up", "client-1", "train", Payload("k", "client-1", 1), nbytes=5_000)
+    huge = Incoming("up", "client-1", "train", up("train", Payload("k", "client-1", 1)), nbytes=5_000)
     assert inbox.offer(huge)  # an empty inbox takes anything the topic allowed
 
 

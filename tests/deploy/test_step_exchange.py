@@ -8,12 +8,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgefd.deploy import messages as wire
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, _Interrupted
 from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel, _Phase
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming, Topics
-from edgefd.protocol import Payload, encoded_size
+from edgefd.protocol import Message, Payload, encoded_size
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.verbs import ClientApp
 
 
 @pytest.fixture
@@ -22,14 +22,19 @@ def channel():
         SimulationConfig(clients=2, rounds=3), DeploymentSettings(run="u"), ["client-0", "client-1"], Topics("u")
     )
     channel.published, channel.rejected = [], []
-    channel.endpoint.publish = lambda topic, payload, retain=False: channel.published.append((topic, payload))
+    channel.endpoint.publish = lambda topic, message, retain=False: channel.published.append((topic, message))
     channel.endpoint.reject = lambda reason, topic, detail, nbytes=0: channel.rejected.append(reason)
     return channel
 
 
 def step(k, x, cid="client-0", round=1):
     request = Payload("fedcache.request", cid, round, {"x": np.array([x], np.float32)})
-    return Incoming("up", cid, "step", wire.numbered(request, cid, round, k), nbytes=0)
+    return Incoming("up", cid, "step", Message("step", cid, "server", round, request, k, "u"), nbytes=0)
+
+
+def serving(answer):
+    """The loop's answer to a step request: the method's answer to its content."""
+    return lambda request: request.answer(answer(request.content))
 
 
 def test_steps_are_answered_once_in_order_and_a_repeat_gets_the_same_answer(channel):
@@ -37,10 +42,9 @@ def test_steps_are_answered_once_in_order_and_a_repeat_gets_the_same_answer(chan
 
     def answer(request):
         asked.append(float(request.arrays["x"][0]))
-        assert wire.STEP not in request.scalars  # the method sees its own payload, not the numbering
         return Payload("fedcache.answer", "server", 1, {"y": 2 * request.arrays["x"]})
 
-    channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), answer=answer)
+    channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), serve=serving(answer))
     channel._handle(step(1, 5.0))
     channel._handle(step(1, 5.0))  # its answer was lost: the same answer again, not a second ask
     channel._handle(step(3, 9.0))  # a gap: refused
@@ -49,11 +53,15 @@ def test_steps_are_answered_once_in_order_and_a_repeat_gets_the_same_answer(chan
     assert channel.rejected == ["step-out-of-order"]
     topics = {topic for topic, _ in channel.published}
     assert topics == {"edgefd/u/down/client-0/step"}
-    answers = [wire.step_of(p) for _, p in channel.published]
-    assert [k for k, _ in answers] == [1, 1, 2]
-    assert [float(p.arrays["y"][0]) for _, p in answers] == [10.0, 10.0, 14.0]
-    request_bytes = sum(encoded_size(wire.step_of(step(k, x).payload)[1]) for k, x in ((1, 5.0), (2, 7.0)))
-    answer_bytes = sum(encoded_size(p) for _, p in (answers[0], answers[2]))
+    answers = [m for _, m in channel.published]
+    assert [(m.step, m.is_answer, m.receiver) for m in answers] == [
+        (1, True, "client-0"),
+        (1, True, "client-0"),
+        (2, True, "client-0"),
+    ]
+    assert [float(m.content.arrays["y"][0]) for m in answers] == [10.0, 10.0, 14.0]
+    request_bytes = sum(encoded_size(step(k, x).message.content) for k, x in ((1, 5.0), (2, 7.0)))
+    answer_bytes = sum(encoded_size(m.content) for m in (answers[0], answers[2]))
     assert channel.round_bytes(1) == (request_bytes, answer_bytes)  # each step counted once, as simulate does
 
 
@@ -63,11 +71,10 @@ def test_steps_nobody_asked_for_and_bad_ones_are_refused_without_a_crash(channel
             raise ValueError("unknown sample ids")
         return Payload("fedcache.answer", "server", 1)
 
-    channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), answer=answer)
+    channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), serve=serving(answer))
     channel._handle(step(1, 1.0, cid="client-1"))  # not this client's turn
     channel._handle(step(1, 1.0, round=3))  # a future round
-    unnumbered = Payload("fedcache.request", "client-0", 1, {"x": np.ones(1, np.float32)})
-    channel._handle(Incoming("up", "client-0", "step", unnumbered, nbytes=0))
+    channel._handle(step(0, 1.0))  # unnumbered
     channel._handle(step(1, -1.0))  # the method refuses it
     channel.phase = None
     channel._handle(step(1, 1.0))  # no steps phase open
@@ -91,34 +98,38 @@ class StepsRole:
 @pytest.fixture
 def device():
     runtime = ClientRuntime(ClientSettings("u", "client-0", BrokerSettings("mqtt://127.0.0.1:1")))
-    runtime.role = StepsRole()
+    runtime.app = ClientApp(StepsRole())
     runtime.sent = []
-    runtime.endpoint.publish = lambda topic, payload, retain=False: runtime.sent.append((topic, payload))
+    runtime.endpoint.publish = lambda topic, message, retain=False: runtime.sent.append((topic, message))
     return runtime
 
 
 def answer(k, y, round=1):
-    payload = wire.numbered(
-        Payload("teachers", wire.SERVER, round, {"y": np.array([y], np.float32)}), wire.SERVER, round, k
-    )
-    return Incoming("down", "client-0", "step", payload, nbytes=0)
+    request = Message("step", "client-0", "server", round, None, k, "u")
+    content = Payload("teachers", "server", round, {"y": np.array([y], np.float32)})
+    return Incoming("down", "client-0", "step", request.answer(content), nbytes=0)
+
+
+STEPS = Message("steps", "server", "client-0", 1, run="u")
 
 
 def test_a_device_waits_for_each_numbered_answer_and_skips_stale_ones(device):
     for message in (answer(1, 10.0), answer(1, 10.0), answer(2, 20.0)):  # a repeated answer to step 1
         device.endpoint.inbox.put(message)
-    final = device._train_steps(1)
+    final = device.app.handle(STEPS, device._ask).content
     assert float(final.arrays["sum"][0]) == 30.0
-    assert [(topic, wire.step_of(p)[0]) for topic, p in device.sent] == [
+    assert [(topic, m.step) for topic, m in device.sent] == [
         ("edgefd/u/up/client-0/step", 1),
         ("edgefd/u/up/client-0/step", 2),
     ]
 
 
 def test_a_device_abandons_its_steps_when_the_server_has_moved_on(device):
-    evaluation = Incoming("down", "client-0", "eval", wire.request(None, 1), nbytes=0)
+    evaluation = Incoming(
+        "down", "client-0", "evaluate", Message("evaluate", "server", "client-0", 1, run="u"), nbytes=0
+    )
     device.endpoint.inbox.put(answer(1, 10.0))
     device.endpoint.inbox.put(evaluation)  # the server gave up on this client's round 1
     with pytest.raises(_Interrupted):
-        device._train_steps(1)
+        device.app.handle(STEPS, device._ask)
     assert device.endpoint.inbox.get_nowait() is evaluation  # left for the main loop to answer

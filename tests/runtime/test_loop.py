@@ -141,7 +141,8 @@ def test_step_exchange_runs_clients_one_after_another_and_counts_every_message()
     assert server.log == [0, 1, 2, 10, 11, 12, 20, 21, 22] * 2
     assert roles["c1"].answers == [10, 11, 12] * 2
     messages = federation.channel.ledger.messages
-    assert all(messages[(1, d, cid)] == 3 for d in ("up", "down") for cid in roles)
+    assert all(messages[(1, d, cid, "step")] == 3 for d in ("up", "down") for cid in roles)
+    assert all(messages[(1, d, cid, "steps")] == 1 for d in ("up", "down") for cid in roles)
     assert records[0].bytes_up > 0 and records[0].bytes_down > records[0].bytes_up
 
 
@@ -227,7 +228,8 @@ def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluati
         replied = {cid for cid, role in roles.items() if expected in role.replies}
         assert replied == aggregated  # every aggregated client, and only they
         for cid in aggregated:  # the round's downlink and its reply, both counted in the round
-            assert ledger.messages[(record.round, "down", cid)] == 2
+            assert ledger.messages[(record.round, "down", cid, "train")] == 1
+            assert ledger.messages[(record.round, "down", cid, "reply")] == 1
     assert any(r.late for r in records) and sum(len(r.replies) for r in roles.values()) > 0
     # the evaluation of a round sees that round's reply
     last = records[-1]
@@ -237,4 +239,5 @@ def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluati
 def test_a_method_without_replies_sends_nothing_after_aggregating():
     federation, _, _ = make(LoopConfig(rounds=2))
     federation.run()
-    assert all(count == 1 for (r, d, _), count in federation.channel.ledger.messages.items() if d == "down" and r)
+    sent = {verb for (r, d, _, verb) in federation.channel.ledger.messages if d == "down" and r}
+    assert sent == {"train", "evaluate", "stop"}  # no reply

@@ -1,8 +1,10 @@
-"""The in-process transport counts exactly the encoded bytes and hands over decoded copies."""
+"""The in-process transport counts exactly the encoded bytes, content apart from metadata, and
+hands over decoded copies."""
 
 import numpy as np
 
-from edgefd.protocol import Payload, encode
+from edgefd.protocol import Payload, encode, encode_message
+from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.transport import DOWN, UP, InProcessTransport
 
 
@@ -11,18 +13,32 @@ def test_counted_bytes_equal_encoded_lengths_and_copies_are_independent():
     arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}
     up = Payload("weights", "client-1", 3, arrays, {"samples": 7})
     down = Payload("knowledge", "server", 3, {"z": np.ones((2, 10), np.float32)}).with_precision("int8")
-    got_up = transport.upload(up, 3, "client-1")
-    got_down = transport.download(down, 3, "client-1")
-    assert transport.ledger.total(UP, 3) == len(encode(up))
+    request = Message("train", SERVER, "client-1", 3, down)
+    got_down = transport.carry(request)
+    got_up = transport.carry(request.answer(up))
+    assert transport.ledger.total(UP, 3) == len(encode(up))  # the content: the method's bytes
     assert transport.ledger.total(DOWN, 3) == len(encode(down))
-    assert transport.ledger.per_client(UP) == {"client-1": len(encode(up))}
-    np.testing.assert_array_equal(got_up.arrays["w"], arrays["w"])
-    got_up.arrays["w"][0, 0] = 99  # the receiver's copy is its own
+    metadata = sum(transport.ledger.metadata.values())
+    assert metadata == len(encode_message(request)) - len(encode(down)) + len(encode_message(request.answer(up))) - len(
+        encode(up)
+    )
+    assert 0 < metadata < 100
+    np.testing.assert_array_equal(got_up.content.arrays["w"], arrays["w"])
+    got_up.content.arrays["w"][0, 0] = 99  # the receiver's copy is its own
     assert arrays["w"][0, 0] == 0
-    assert got_down.precision == {"z": "int8"}
+    assert got_down.content.precision == {"z": "int8"}
+    assert (got_down.verb, got_down.receiver, got_up.sender, got_up.is_answer) == (
+        "train",
+        "client-1",
+        "client-1",
+        True,
+    )
 
 
-def test_nothing_sent_counts_nothing():
+def test_a_message_without_content_counts_no_content_and_an_evaluation_is_not_counted():
     transport = InProcessTransport()
-    assert transport.upload(None, 1, "c") is None
-    assert transport.ledger.total(UP) == 0
+    transport.carry(Message("hello", SERVER, "c", 0))
+    scores = Payload("metrics", "c", 1, scalars={"accuracy": 0.5})
+    transport.carry(Message("evaluate", "c", SERVER, 1, scores, is_answer=True))
+    assert transport.ledger.total(UP) == 0 and transport.ledger.total(DOWN) == 0
+    assert sum(transport.ledger.content.values()) == len(encode(scores))  # kept, under its verb

@@ -1,5 +1,6 @@
 """FedCache: its loss, its payload sizes against the spec's formulas, id alignment, end to end."""
 
+import as_sent
 import numpy as np
 import pytest
 import torch
@@ -8,7 +9,6 @@ from torch import nn
 from edgefd.algorithms.fedcache import FedCacheParams, fedcache_loss
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload, encode
-from edgefd.runtime import envelope
 from edgefd.simulate import SimulationConfig, build, run
 
 QUICK = dict(
@@ -143,11 +143,11 @@ def test_per_batch_exchange_sends_the_spec_bytes_in_one_message_per_batch(tmp_pa
     for cid, client in sim.clients.items():
         n = len(client.data.train_y)
         steps = -(-n // 8)
-        assert ledger.messages[(1, "up", cid)] == ledger.messages[(1, "down", cid)] == steps
+        assert ledger.messages[(1, "up", cid, "step")] == ledger.messages[(1, "down", cid, "step")] == steps
         # every sample's C logits + id go up once and its C teacher logits + id come down once (§2.4),
         # plus one codec header per message
         for direction in ("up", "down"):
-            overhead = ledger.entries[(1, direction, cid)] - n * (10 * 4 + 4)
+            overhead = ledger.total(direction, 1, cid) - n * (10 * 4 + 4)
             assert 0 < overhead < 200 * steps
     assert record.server["cache_rows_updated"] == sum(len(c.data.train_y) for c in sim.clients.values())
     assert bool(sim.server.cache.filled.all())
@@ -239,14 +239,12 @@ def honest(tmp_path_factory):
     by_round = build(SimulationConfig(out=str(tmp_path_factory.mktemp("round")), **QUICK))
     by_round.federation.hello()  # every hello passes the loop's check (fedcache's start needs all of them)
     client = by_round.clients["client-1"]
-    uplink = envelope.train_round(client, 1, by_round.federation.downlink(1, "client-1"))
+    uplink = as_sent.train_round(client, 1, by_round.federation.downlink(1, "client-1"))
     by_batch = build(SimulationConfig(out=str(tmp_path_factory.mktemp("batch")), **PER_BATCH))
     by_batch.federation.hello()
-    steps = envelope.train_steps(by_batch.clients["client-1"], 1)
-    request = next(steps)
-    steps.close()
+    request = as_sent.first_step_request(by_batch.clients["client-1"], 1)
     messages = {
-        "hello": (lambda p: by_round.server.check_hello("client-1", p), envelope.hello(client)),
+        "hello": (lambda p: by_round.server.check_hello("client-1", p), as_sent.hello(client)),
         "uplink": (lambda p: by_round.server.check_uplink(1, "client-1", p), uplink),
         "request": (lambda p: by_batch.server.check_request(1, "client-1", p), request),
     }

@@ -2,6 +2,7 @@
 profiles; knowledge keyed by sample id whatever the order; bytes on the wire; short runs on digits
 and watch."""
 
+import as_sent
 import numpy as np
 import pytest
 import torch
@@ -26,7 +27,6 @@ from edgefd.algorithms.schema import UplinkRejected
 from edgefd.metrics.results import load_run
 from edgefd.models import build_model
 from edgefd.protocol import HEADER_SIZE, Payload, encode
-from edgefd.runtime import envelope
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import TrainConfig
@@ -395,9 +395,9 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
             + array_header("feature_shape", 1)
         )
         b_hello = h_hello + C * 4 + n * 8 + n * 8 + 3 * 8  # d^k, Y^k, ids, feature shape
-        assert ledger.entries[(1, UP, cid)] == b_up
-        assert ledger.entries[(1, DOWN, cid)] == b_down
-        assert ledger.entries[(0, UP, cid)] == b_hello
+        assert ledger.total(UP, 1, cid) == b_up
+        assert ledger.total(DOWN, 1, cid) == b_down
+        assert ledger.total(UP, 0, cid) == b_hello
         upload = client.train_round(2, None)
         assert upload.arrays["features"].shape == (n, D_H)  # flattened H^k of shape F on the wire
         assert client.feature_shape() == F
@@ -438,8 +438,8 @@ def honest_fedict(tmp_path_factory):
     sim = build(config)
     sim.federation.hello()
     client = sim.clients["client-1"]
-    uplink = envelope.train_round(client, 1, sim.federation.downlink(1, "client-1"))
-    return sim.server, envelope.hello(client), uplink, int(sim.server.clients["client-0"].index.ids[0])
+    uplink = as_sent.train_round(client, 1, sim.federation.downlink(1, "client-1"))
+    return sim.server, as_sent.hello(client), uplink, int(sim.server.clients["client-0"].index.ids[0])
 
 
 def foreign(ids, other):

@@ -1,0 +1,260 @@
+"""The verbs of a run, and the one client-side dispatcher that answers them.
+
+The server drives a run by sending each client a :class:`~edgefd.protocol.message.Message` whose
+verb says what to do; the client answers with a message of the same verb, round and step. The
+table :data:`VERBS` holds, for every verb, the client's handler and what the channels need to
+know to carry it (how long to wait, whether its bytes are the method's communication, whether the
+client sends on it). Every channel hands a client's messages to :class:`ClientApp`, so a
+simulated client, a device over MQTT and a later channel route each verb the same way; the broker
+ACL (``edgefd.deploy.acl``) is generated from the same table.
+
+    verb      sent by the loop                  the client's handler
+    hello     at the start                      role.hello()                  -> its one-time upload
+    train     each round (most methods)         role.train_round(r, content)  -> its uplink
+    steps     each round (step exchange)        role.train_steps(r): each request goes up as a
+                                                ``step`` message and waits for the server's answer
+    reply     after aggregation                 role.receive_reply(r, content) -> nothing
+    evaluate  every eval round                  role.evaluate(content)        -> its scores
+    stop      at the end                        nothing (a device process exits)
+
+A method that needs another server-to-client message after aggregation adds one :class:`Verb`
+(``register_verb``) whose ``after_aggregation`` builds the content from the server role, and a
+handler for the client role; the loop sends every such verb, the channels carry it, and the ACL
+lets clients answer it, without another change.
+
+Precision is applied here and in the loop, never by a method: every content a role produces is
+put at the run's wire precision (``--precision``) on the arrays the role names as knowledge.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from edgefd.algorithms.base import ClientRole, ServerRole
+from edgefd.algorithms.toolkit import at_precision
+from edgefd.protocol import Payload
+from edgefd.protocol.message import SERVER, Message
+from edgefd.protocol.payload import Scalar
+
+__all__ = [
+    "SERVER",
+    "VERBS",
+    "Ask",
+    "ClientApp",
+    "Deadline",
+    "UnknownVerb",
+    "Verb",
+    "Wait",
+    "after_aggregation_verbs",
+    "register_verb",
+    "scores_of",
+    "verb",
+]
+
+Ask = Callable[[Message], Message]
+"""How a client asks the server during its work and waits for the answer (a ``step``)."""
+Handler = Callable[["ClientApp", Message, "Ask | None"], "Payload | None"]
+ServerContent = Callable[[ServerRole, int, str], "Payload | None"]
+
+SCORES_KIND = "metrics"
+"""The kind of an evaluate answer's content: the client's scores as float scalars."""
+
+
+class Wait(enum.Enum):
+    """Which of a deployment's timeouts a verb's answers are waited for."""
+
+    HELLO = "hello"
+    ROUND = "round"
+    EVAL = "eval"
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """How long a channel waits for the answers of one send (the seconds are the channel's own:
+    a deployment's settings; a simulation does not wait)."""
+
+    wait: Wait
+    quorum: bool = False
+    """Wait past the timeout (up to a deployment's ``max_wait``) until ``min_clients`` answered."""
+    skip_offline: bool = False
+    """Stop waiting once every client still missing is offline."""
+
+
+@dataclass(frozen=True)
+class Verb:
+    """One verb: its client handler and how channels carry it."""
+
+    name: str
+    handle: Handler | None
+    """The client's handler; None for a verb only clients send (``step``: a request to the server)."""
+    deadline: Deadline = Deadline(Wait.ROUND)
+    counted: bool = True
+    """Its contents are the method's communication and count in the round's bytes (an evaluation
+    is the run's measurement, and is not counted)."""
+    trains: bool = False
+    """A round's training: answered once per round, and the client's last trained round moves."""
+    after_aggregation: ServerContent | None = None
+    """Sent after the round's aggregation to each aggregated client for which this returns content."""
+    answers: bool = True
+    """The client answers it (False: one way, the client only reads it)."""
+    small_answer: bool = False
+    """Its answer is a few scalars or nothing (a channel caps it small, whatever the method's size)."""
+    check_answer: Callable[[Payload | None], None] | None = None
+    """ValueError for an answer's content that the server must not take (it is rejected on arrival)."""
+    refused_as: str = "bad-answer"
+    """The reason an answer that ``check_answer`` refuses is counted under."""
+
+
+class UnknownVerb(ValueError):
+    """A message whose verb is not in the table."""
+
+
+class ClientApp:
+    """One client's side of a run: every verb a server sends, routed to its handler. Used by every
+    channel, so a client answers the same wherever it runs."""
+
+    def __init__(self, role: ClientRole, full_test: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """``full_test`` (x, y): also score the client on it (the whole test set) when evaluated."""
+        self.role = role
+        self.full_test = full_test
+
+    @property
+    def client_id(self) -> str:
+        return self.role.client_id
+
+    def handle(self, message: Message, ask: Ask | None = None) -> Message:
+        """The answer to ``message``; ``ask`` carries the client's own requests during its work
+        (needed by ``steps``). UnknownVerb for a verb the table does not hold or a client is not sent."""
+        spec = verb(message.verb)
+        if spec.handle is None:
+            raise UnknownVerb(f"{message.verb!r} is sent by clients, not to them")
+        return message.answer(spec.handle(self, message, ask))
+
+    def at_precision(self, content: Payload | None) -> Payload | None:
+        """``content`` at the run's wire precision on the role's knowledge arrays."""
+        return None if content is None else at_precision(content, self.role.context.precision, self.role.knowledge)
+
+
+def server_at_precision(role: ServerRole, content: Payload | None) -> Payload | None:
+    """The server's ``content`` at the run's wire precision on its knowledge arrays."""
+    return None if content is None else at_precision(content, role.context.precision, role.knowledge)
+
+
+# ---------------------------------------------------------------------- the handlers
+def _hello(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
+    return app.at_precision(app.role.hello())
+
+
+def _train(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
+    return app.at_precision(app.role.train_round(message.round, message.content))
+
+
+def _steps(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
+    """Drive the role's step generator: each request goes to the server as step 1, 2, ... and the
+    server's answer to it goes back in; the generator's return value is the round's uplink."""
+    if ask is None:
+        raise ValueError("steps: this channel gave the client no way to ask the server")
+    steps = app.role.train_steps(message.round)
+    answer: Payload | None = None
+    step = 0
+    while True:
+        try:
+            # next() is send(None), the only value a generator can be started with.
+            request = next(steps) if answer is None else steps.send(answer)
+        except StopIteration as finished:
+            return app.at_precision(finished.value)
+        step += 1
+        content = app.at_precision(request)
+        answered = ask(Message("step", app.client_id, SERVER, message.round, content, step, message.run))
+        if answered.content is None:
+            raise ValueError(f"step {step} of round {message.round}: the server's answer has no content")
+        answer = answered.content
+
+
+def _reply(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
+    if message.content is None:
+        raise ValueError(f"reply of round {message.round} without content")
+    app.role.receive_reply(message.round, message.content)
+    return None
+
+
+def _evaluate(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
+    scores: dict[str, Scalar] = {"accuracy": float(app.role.evaluate(message.content)["accuracy"])}
+    if app.full_test is not None:
+        scores["accuracy_full"] = float(app.role.evaluate(message.content, app.full_test)["accuracy"])
+    return Payload(SCORES_KIND, app.client_id, message.round, scalars=scores)
+
+
+def _stop(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
+    return None
+
+
+def scores_of(content: Payload | None) -> dict[str, float]:
+    """The scores an evaluate answer carries: accuracies in [0, 1], or NaN (a client with no test
+    data). ValueError for anything else (text, Inf, 1.7): it would crash or skew the round's mean."""
+    if content is None or content.kind != SCORES_KIND:
+        raise ValueError(f"an evaluate answer needs {SCORES_KIND!r} content, got {content and content.kind!r}")
+    scores = {}
+    for name in ("accuracy", "accuracy_full"):
+        value = content.scalars.get(name)
+        if value is None and name != "accuracy":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"an evaluate answer needs a numeric {name}, got {value!r}")
+        if not (math.isnan(value) or 0.0 <= value <= 1.0):
+            raise ValueError(f"{name} {value!r} is outside [0, 1]")
+        scores[name] = float(value)
+    return scores
+
+
+def _check_scores(content: Payload | None) -> None:
+    scores_of(content)
+
+
+VERBS: dict[str, Verb] = {}
+
+
+def register_verb(spec: Verb) -> Verb:
+    """Add a verb to the table (a name already there is an error: verbs are the wire's words)."""
+    if spec.name in VERBS:
+        raise ValueError(f"verb {spec.name!r} is registered already")
+    VERBS[spec.name] = spec
+    return spec
+
+
+def verb(name: str) -> Verb:
+    try:
+        return VERBS[name]
+    except KeyError:
+        raise UnknownVerb(f"unknown verb {name!r} (known: {', '.join(VERBS)})") from None
+
+
+def after_aggregation_verbs() -> list[Verb]:
+    """The verbs the loop sends after a round's aggregation, in the table's order."""
+    return [spec for spec in VERBS.values() if spec.after_aggregation is not None]
+
+
+register_verb(Verb("hello", _hello, Deadline(Wait.HELLO, quorum=True)))
+register_verb(Verb("train", _train, trains=True))
+register_verb(Verb("steps", _steps, trains=True))
+register_verb(Verb("step", None))
+register_verb(
+    Verb("reply", _reply, after_aggregation=lambda server, round, cid: server.reply(round, cid), small_answer=True)
+)
+register_verb(
+    Verb(
+        "evaluate",
+        _evaluate,
+        Deadline(Wait.EVAL, skip_offline=True),
+        counted=False,
+        small_answer=True,
+        check_answer=_check_scores,
+        refused_as="bad-accuracy",
+    )
+)
+register_verb(Verb("stop", _stop, counted=False, answers=False))
