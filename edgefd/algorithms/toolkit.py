@@ -1,29 +1,16 @@
-"""Chores every method shares, written once: the wire precision of knowledge, matching knowledge
-to samples by stable id, averaging model states, and what the clients of one process share."""
+"""Chores every method shares, written once: matching knowledge to samples by stable id, averaging
+model states, and what the clients of one process share."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
 from edgefd.algorithms.base import check_choices, param
-from edgefd.protocol import Payload
-
-
-def at_precision(payload: Payload, precision: str, names: Iterable[str] | None = None) -> Payload:
-    """``payload`` with the run's wire precision (``--precision``: fp32, fp16 or int8) on its
-    knowledge: the float arrays in ``names`` (those absent from the payload are skipped), or every
-    float array. fp32 leaves the payload as it is, so what is not knowledge (model weights, a
-    float64 table, labels and ids) always travels losslessly."""
-    if precision == "fp32":
-        return payload
-    if names is not None:
-        names = [name for name in names if name in payload.arrays]
-    return payload.with_precision(precision, names)
 
 
 class SampleIndex:

@@ -53,10 +53,12 @@ from .errors import (
     VersionError,
 )
 from .payload import NONFINITE_OK_KINDS, PRECISIONS, Payload, finite_required
+from .precision import at_precision
 
 __all__ = [
     "Payload",
     "PRECISIONS",
+    "at_precision",
     "NONFINITE_OK_KINDS",
     "finite_required",
     "encode",

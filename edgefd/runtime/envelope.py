@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable
 
 from edgefd.algorithms.base import ClientRole, ServerRole
-from edgefd.algorithms.toolkit import at_precision
-from edgefd.protocol import Payload
+from edgefd.protocol import Payload, at_precision
 from edgefd.runtime.records import HELLO_ROUND
 
 SERVER = "server"
