@@ -88,7 +88,6 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import cast
 
 import numpy as np
 import torch
@@ -511,74 +510,52 @@ class FedD2SServer(ServerRole):
         return layer(self.selected.get(client_id, 0)), layer(self.uploaded.get(client_id, 0) + 1)
 
     def uplink_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
-        """H_1, H_l (none at l = 1) and the labels of every local sample, at a layer `allowed_layers`
-        allows; hl's width and presence follow the layer reported (`check_uplink`)."""
+        """H_1, H_l (none at l = 1) and the labels of every local sample, one row each of the
+        ``samples`` the uplink declares, at a layer `allowed_layers` allows; hl's width and presence
+        follow the layer reported (`check_uplink`)."""
         dims, C = self.global_model.layer_dims(), self.num_classes
         shallowest, deepest = self.allowed_layers(client_id)
-        # None rows: the server has no hello, so K_n is the uplink's `samples` (check_uplink holds every
-        # array to it); None width: hl's is d_l of the layer reported, when more than one is allowed.
+        # "samples" rows: the server has no hello, so K_n is the uplink's `samples` scalar; None width:
+        # hl's is d_l of the layer reported, when more than one is allowed.
         hl_width = dims[deepest - 1] if shallowest == deepest else None
         arrays = {
-            "h1": schema.knowledge((None, dims[0])),
-            "hl": dataclasses.replace(schema.knowledge((None, hl_width)), optional=shallowest == 1),
-            "labels": schema.labels(C, (np.dtype(_label_dtype(C)).name,)),
+            "h1": schema.knowledge(("samples", dims[0])),
+            "hl": dataclasses.replace(schema.knowledge(("samples", hl_width)), optional=shallowest == 1),
+            "labels": schema.labels(C, (np.dtype(_label_dtype(C)).name,), "samples"),
         }
         scalars = {"layer": schema.ScalarSpec(int, shallowest, deepest), "samples": schema.samples()}
         return (schema.MessageSchema(UP_KIND, arrays, scalars),)
 
     def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
-        """The schema, then `samples` rows in every array and hl exactly when l > 1, of width d_l."""
+        """The schema, then hl exactly when l > 1, of width d_l."""
         super().check_uplink(round, client_id, payload)
-        layer, n = int(payload.scalars["layer"]), payload.scalars["samples"]
+        layer = int(payload.scalars["layer"])
         if layer > 1 and "hl" not in payload.arrays:
             raise schema.UplinkRejected("missing-array", f"no array 'hl' at layer {layer}")
         if layer == 1 and "hl" in payload.arrays:
             raise schema.UplinkRejected("unexpected-array", "array 'hl' at layer 1 (H_1 is h1)")
-        for name, array in payload.arrays.items():
-            if len(array) != n:
-                raise schema.UplinkRejected("shape", f"array {name!r} has {len(array)} rows, samples = {n}")
         width = self.global_model.layer_dims()[layer - 1]
         if "hl" in payload.arrays and payload.arrays["hl"].shape[1] != width:
             raise schema.UplinkRejected("shape", f"hl has width {payload.arrays['hl'].shape[1]}, d_{layer} = {width}")
 
-    def _unpack(self, cid: str, payload: Payload) -> _Upload:
-        model = self.global_model
-        L, dims, C = model.num_layers, model.layer_dims(), self.num_classes
-        if payload.kind != UP_KIND:
-            raise ValueError(f"fedd2s uplink of {cid}: expected kind {UP_KIND!r}, got {payload.kind!r}")
-        layer = payload.scalars.get("layer")
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= L:
-            raise ValueError(f"fedd2s uplink of {cid}: layer must be an integer in [1, {L}], got {layer!r}")
-        n = payload.scalars.get("samples")
-        arrays = payload.arrays
-        for field in ("h1", "labels") + (("hl",) if layer > 1 else ()):
-            if field not in arrays:
-                raise ValueError(f"fedd2s uplink of {cid}: missing array {field!r}")
-        labels = np.asarray(arrays["labels"]).reshape(-1).astype(np.int64)
-        if n != len(labels):
-            raise ValueError(f"fedd2s uplink of {cid}: samples = {n!r} but {len(labels)} labels")
-        if len(labels) and (labels.min() < 0 or labels.max() >= C):
-            raise ValueError(f"fedd2s uplink of {cid}: labels must lie in [0, {C})")
+    def _unpack(self, payload: Payload) -> _Upload:
+        """An uplink that passed `check_uplink`, as tensors in the layers' shapes."""
+        model, arrays = self.global_model, payload.arrays
+        layer = int(payload.scalars["layer"])
 
         def features(field: str, l: int) -> torch.Tensor:
-            a = np.asarray(arrays[field], dtype=np.float32)
-            if a.shape != (n, dims[l - 1]):
-                raise ValueError(
-                    f"fedd2s uplink of {cid}: {field} must have shape {(n, dims[l - 1])} "
-                    f"(H_{l} of {n} samples, flattened), got {a.shape}"
-                )
-            rows = cast(int, n)  # n == len(labels), checked above
-            return torch.from_numpy(a.copy()).reshape((rows,) + model.layer_output_shapes[l - 1])
+            a = np.array(arrays[field], dtype=np.float32)  # a copy: the server trains on it
+            return torch.from_numpy(a).reshape((len(a),) + model.layer_output_shapes[l - 1])
 
         h1 = features("h1", 1)
         hl = features("hl", layer) if layer > 1 else h1
-        return _Upload(h1, hl, layer, torch.from_numpy(labels))
+        return _Upload(h1, hl, layer, torch.from_numpy(arrays["labels"].astype(np.int64)))
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         arrived = sorted(uplinks)
         if not arrived:
             return {}
-        uploads = {cid: self._unpack(cid, uplinks[cid]) for cid in arrived}
+        uploads = {cid: self._unpack(uplinks[cid]) for cid in arrived}
         for cid in arrived:
             self.uploaded[cid] = self.uploaded.get(cid, 0) + 1
         states, losses = [], []

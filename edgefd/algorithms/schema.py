@@ -46,25 +46,33 @@ class UplinkRejected(ValueError):
         self.detail = detail
 
 
+Axis = int | str | None
+"""One axis of an :class:`ArraySpec`'s shape: a fixed length, any length (``None``), or a named length
+(``"n"``) that every axis of that name in the message shares, and that an int scalar of that name
+(a declared sample count) fixes where the message carries one."""
+
+
 @dataclass(frozen=True)
 class ArraySpec:
-    """One array: accepted dtypes, shape (``None``: any length on that axis), value range
-    (inclusive, for numbers), and optionally the only values allowed (``members``, sorted)."""
+    """One array: accepted dtypes, shape (see :data:`Axis`), value range (inclusive, for numbers),
+    optionally the only values allowed (``members``, sorted) and whether a value may repeat."""
 
     dtypes: tuple[str, ...]
-    shape: tuple[int | None, ...]
+    shape: tuple[Axis, ...]
     low: float | None = None
     high: float | None = None
     members: np.ndarray | None = field(default=None, compare=False)
     """Every value must be one of these (a client's own sample ids); a value outside is
     ``foreign-ids``."""
+    unique: bool = False
+    """No value twice (sample ids: a sample is sent once per message); a repeat is ``repeated-ids``."""
     optional: bool = False
 
     def check(self, name: str, array: np.ndarray) -> None:
         if array.dtype.name not in self.dtypes:
             raise UplinkRejected("dtype", f"array {name!r} is {array.dtype.name}, expected {' or '.join(self.dtypes)}")
         if len(array.shape) != len(self.shape) or any(
-            want is not None and got != want for got, want in zip(array.shape, self.shape)
+            isinstance(want, int) and got != want for got, want in zip(array.shape, self.shape)
         ):
             expected = "(" + ", ".join("*" if d is None else str(d) for d in self.shape) + ")"
             raise UplinkRejected("shape", f"array {name!r} has shape {array.shape}, expected {expected}")
@@ -83,6 +91,10 @@ class ArraySpec:
             if not owned.all():
                 outside = array[~owned].reshape(-1)[:3].tolist()
                 raise UplinkRejected("foreign-ids", f"array {name!r} names values this client does not own: {outside}")
+        if self.unique and array.size > 1:
+            ordered = np.sort(array, axis=None)
+            if (ordered[1:] == ordered[:-1]).any():
+                raise UplinkRejected("repeated-ids", f"array {name!r} names a value twice")
 
 
 def is_member(values: np.ndarray, members: np.ndarray) -> np.ndarray:
@@ -138,6 +150,22 @@ class MessageSchema:
             self.arrays[name].check(name, array)
         for name, value in payload.scalars.items():
             self.scalars[name].check(name, value)
+        self._check_lengths(payload)
+
+    def _check_lengths(self, payload: Payload) -> None:
+        """Every named axis agrees with the others of its name, and with the int scalar of its name."""
+        lengths: dict[str, tuple[str, int]] = {}
+        for name, value in payload.scalars.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                lengths[name] = (f"scalar {name!r}", value)
+        for name, array in payload.arrays.items():
+            for axis, want in enumerate(self.arrays[name].shape):
+                if not isinstance(want, str):
+                    continue
+                got = array.shape[axis]
+                where, length = lengths.setdefault(want, (f"array {name!r}", got))
+                if got != length:
+                    raise UplinkRejected("shape", f"array {name!r} has {want} = {got}, {where} says {length}")
 
 
 def _check_names(
@@ -163,24 +191,22 @@ def check_payload(payload: Payload, schemas: Sequence[MessageSchema]) -> None:
     raise UplinkRejected("wrong-kind", f"a payload of kind {payload.kind!r}; this client sends {expected}")
 
 
-def knowledge(shape: tuple[int | None, ...], dtypes: tuple[str, ...] = ("float32",)) -> ArraySpec:
+def knowledge(shape: tuple[Axis, ...], dtypes: tuple[str, ...] = ("float32",)) -> ArraySpec:
     """Logits, soft targets or features: finite and within ``KNOWLEDGE_BOUND``."""
     return ArraySpec(dtypes, shape, -KNOWLEDGE_BOUND, KNOWLEDGE_BOUND)
 
 
-def counts(shape: tuple[int | None, ...], dtypes: tuple[str, ...] = ("int64",)) -> ArraySpec:
+def counts(shape: tuple[Axis, ...], dtypes: tuple[str, ...] = ("int64",)) -> ArraySpec:
     """Per-label sample counts: whole numbers in [0, COUNT_MAX]."""
     return ArraySpec(dtypes, shape, 0, COUNT_MAX)
 
 
-def sample_ids(owned: np.ndarray, dtypes: tuple[str, ...] = ("int32", "int64"), length: int | None = None) -> ArraySpec:
-    """Sample ids, each one of ``owned`` (the client's own, as its hello declared them)."""
-    return ArraySpec(dtypes, (length,), members=np.unique(np.asarray(owned)))
+def sample_ids(owned: np.ndarray, dtypes: tuple[str, ...] = ("int32", "int64"), length: Axis = None) -> ArraySpec:
+    """Sample ids, each one of ``owned`` (the client's own, as its hello declared them), none twice."""
+    return ArraySpec(dtypes, (length,), members=np.unique(np.asarray(owned)), unique=True)
 
 
-def labels(
-    num_classes: int, dtypes: tuple[str, ...] = ("uint8", "int32", "int64"), length: int | None = None
-) -> ArraySpec:
+def labels(num_classes: int, dtypes: tuple[str, ...] = ("uint8", "int32", "int64"), length: Axis = None) -> ArraySpec:
     """Class labels in [0, num_classes)."""
     return ArraySpec(dtypes, (length,), 0, num_classes - 1)
 
@@ -216,11 +242,12 @@ def message_bound(schemas: Sequence[MessageSchema]) -> int | None:
         for name, scalar in message.scalars.items():
             size += 2 + len(name.encode()) + (2 + MAX_STR_SCALAR_LEN if scalar.type is str else 8)
         for name, array in message.arrays.items():
-            if any(d is None for d in array.shape):
+            fixed = [d for d in array.shape if isinstance(d, int)]
+            if len(fixed) < len(array.shape):
                 return None
-            elements = math.prod(d for d in array.shape if d is not None)
+            elements = math.prod(fixed)
             widest = max(np.dtype(dtype).itemsize for dtype in array.dtypes)
-            rows = elements // array.shape[-1] if array.shape and array.shape[-1] else 1
+            rows = elements // fixed[-1] if fixed and fixed[-1] else 1
             size += ARRAY_ENTRY.size + len(name.encode()) + 4 * len(array.shape) + elements * widest + 4 * rows
         bounds.append(size)
     return max(bounds)

@@ -1,29 +1,16 @@
-"""Chores every method shares, written once: the wire precision of knowledge, matching knowledge
-to samples by stable id, averaging model states, and what the clients of one process share."""
+"""Chores every method shares, written once: matching knowledge to samples by stable id, averaging
+model states, and what the clients of one process share."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
 from edgefd.algorithms.base import check_choices, param
-from edgefd.protocol import Payload
-
-
-def at_precision(payload: Payload, precision: str, names: Iterable[str] | None = None) -> Payload:
-    """``payload`` with the run's wire precision (``--precision``: fp32, fp16 or int8) on its
-    knowledge: the float arrays in ``names`` (those absent from the payload are skipped), or every
-    float array. fp32 leaves the payload as it is, so what is not knowledge (model weights, a
-    float64 table, labels and ids) always travels losslessly."""
-    if precision == "fp32":
-        return payload
-    if names is not None:
-        names = [name for name in names if name in payload.arrays]
-    return payload.with_precision(precision, names)
 
 
 class SampleIndex:
@@ -62,6 +49,11 @@ class SampleIndex:
             bad = ids[~found]
             raise ValueError(f"{bad.size} unknown sample id(s), e.g. {bad[:3].tolist()}")
         return self._order[pos]
+
+    def rows_of_known(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``ids`` known to be this index's (a message schema's ``members`` held them to
+        it): `rows`' lookup without its checks, for a server's every step."""
+        return self._order[np.searchsorted(self._sorted, ids)]
 
     def permutation(self, ids) -> np.ndarray:
         """Rows of ``ids`` when they must be exactly this index's ids, each once, in any order."""

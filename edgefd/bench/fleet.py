@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from edgefd.bench.broker_rigs import rss_mb, start_mosquitto_bridge, start_rabbitmq_cluster
 from edgefd.deploy.broker import start_broker
-from edgefd.deploy.cluster import rss_mb, start_mosquitto_bridge, start_rabbitmq_cluster
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 
 METHODS = {

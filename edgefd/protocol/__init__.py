@@ -54,6 +54,7 @@ from .errors import (
 )
 from .message import SERVER, Message, decode_message, encode_message, encode_message_buffers
 from .payload import NONFINITE_OK_KINDS, PRECISIONS, Payload, finite_required
+from .precision import at_precision
 
 __all__ = [
     "Message",
@@ -63,6 +64,7 @@ __all__ = [
     "decode_message",
     "Payload",
     "PRECISIONS",
+    "at_precision",
     "NONFINITE_OK_KINDS",
     "finite_required",
     "encode",

@@ -48,6 +48,8 @@ _KIND_RE = re.compile(r"[a-z][a-z0-9_.\-]*\Z")
 MAX_SENDER_LEN = 64
 #: array and scalar names: 1..64 bytes of UTF-8, no control characters.
 MAX_NAME_LEN = 64
+#: the control characters refused in a sender or a name: C0, DEL and C1 (one search, not a loop per character).
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_RANK = 8
 #: one dimension is a u32 on the wire.
 MAX_DIM = 2**32 - 1
@@ -114,7 +116,7 @@ def _text_problem(what: str, value: object, max_len: int) -> str | None:
         return f"{what} {value!r} is not encodable as UTF-8"
     if not 1 <= n <= max_len:
         return f"{what} must be 1..{max_len} bytes of UTF-8, got {n}"
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+    if _CONTROL_RE.search(value):
         return f"{what} {value!r} contains control characters"
     return None
 

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from edgefd.algorithms.base import ClientRole, ServerRole
-from edgefd.algorithms.toolkit import at_precision
-from edgefd.protocol import Payload
+from edgefd.protocol import Payload, at_precision
 from edgefd.protocol.message import SERVER, Message
 from edgefd.protocol.payload import Scalar
 

@@ -144,3 +144,26 @@ def test_is_member_agrees_with_isin():
     values = rng.integers(-5, 510, (7, 9))
     np.testing.assert_array_equal(is_member(values, members), np.isin(values, members))
     assert not is_member(np.array([1, 2]), np.array([], np.int64)).any()
+
+
+def test_named_axes_agree_with_each_other_and_with_the_scalar_of_their_name():
+    rows = MessageSchema(
+        "rows",
+        {"ids": ArraySpec(("int64",), ("samples",), unique=True), "logits": schema.knowledge(("samples", C))},
+        {"samples": schema.samples()},
+    )
+
+    def payload(ids, logits_rows, samples):
+        arrays = {"ids": np.array(ids, np.int64), "logits": np.zeros((logits_rows, C), np.float32)}
+        return Payload("rows", "c1", 1, arrays, {"samples": samples})
+
+    check_payload(payload([1, 2], 2, 2), [rows])
+    for bad, reason in [
+        (payload([1, 2], 3, 2), "shape"),  # a row of logits without an id
+        (payload([1, 2], 2, 3), "shape"),  # more samples declared than sent
+        (payload([1, 1], 2, 2), "repeated-ids"),
+    ]:
+        with pytest.raises(UplinkRejected) as refused:
+            check_payload(bad, [rows])
+        assert refused.value.reason == reason
+    assert schema.message_bound([rows]) is None  # a named length is an open one

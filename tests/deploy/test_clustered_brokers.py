@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for
 
-from edgefd.deploy.cluster import (
+from edgefd.bench.broker_rigs import (
     NOT_INSTALLED,
     RunningBridge,
     RunningCluster,

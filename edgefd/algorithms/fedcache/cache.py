@@ -328,14 +328,9 @@ class KnowledgeCache:
         return self._ids[client_id]
 
     def rows(self, client_id: str, sample_ids: np.ndarray) -> np.ndarray:
-        """Cache rows of this client's samples, by stable sample id (any order)."""
-        if client_id not in self.slices:
-            raise ValueError(f"unknown client {client_id!r}")
-        try:
-            rows = self._index[client_id].rows(sample_ids)
-        except ValueError as error:
-            raise ValueError(f"client {client_id!r}: {error}") from None
-        return self.slices[client_id].start + rows
+        """Cache rows of this registered client's samples, by stable sample id (any order; every id
+        one it registered: the server's message schemas refuse others before they get here)."""
+        return self.slices[client_id].start + self._index[client_id].rows_of_known(sample_ids)
 
     def fetch(self, client_id: str) -> torch.Tensor:
         """Mean of the cached neighbours' logits for each of the client's samples, in
@@ -358,13 +353,12 @@ class KnowledgeCache:
         written in. A row's teacher therefore sees the logits of the rows before it in the message.
 
         Vectorised: the rows' neighbours are gathered into a small table with the message's
-        logits appended, and a neighbour written earlier in the message points at its new logits."""
+        logits appended, and a neighbour written earlier in the message points at its new logits.
+
+        ``rows`` are distinct, with a row of ``num_classes`` logits each: a client's request is held
+        to that by the server's schema (`FedCacheServer.request_schemas`)."""
         rows = np.asarray(rows, dtype=np.int64)
         logits = np.asarray(logits, dtype=np.float32)
-        if logits.shape != (len(rows), self.num_classes):
-            raise ValueError(f"logits: expected shape {(len(rows), self.num_classes)}, got {logits.shape}")
-        if len(np.unique(rows)) != len(rows):
-            raise ValueError("a message names the same sample twice")
         if len(rows) == 0:
             return torch.zeros((0, self.num_classes))
         neighbours = self.neighbours[rows]  # [n, R], -1 = none
@@ -389,8 +383,7 @@ class KnowledgeCache:
     def update(self, rows: np.ndarray, logits: np.ndarray) -> None:
         """Overwrites those rows with the new logits (Eq. 13)."""
         logits = np.asarray(logits, dtype=np.float32)
-        if logits.shape != (len(rows), self.num_classes):
-            raise ValueError(f"logits: expected shape {(len(rows), self.num_classes)}, got {logits.shape}")
+        assert logits.shape == (len(rows), self.num_classes), "a row of logits per row (the schemas')"
         index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
         self.knowledge[index] = torch.from_numpy(logits)
         self.filled[index] = True

@@ -287,34 +287,28 @@ class FedCacheServer(ServerRole):
         self.cross_client = self.cache.cross_client_fraction()
 
     def hello_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:
-        """Ids, labels and hashes of every sample, and the encoder's name (lengths: `check_hello`)."""
+        """Ids (none twice), labels and hashes of every sample, one of each per sample, and the
+        encoder's name."""
         # The sample count is known only from the hello itself, and the ids it declares are what the
         # client's later messages are checked against: foreign ids cannot be caught here.
         C = self.num_classes
         arrays = {
-            "ids": schema.ArraySpec(("int32",), (None,)),
-            "labels": schema.labels(C, (np.dtype(label_dtype(C)).name,)),
-            "hashes": schema.knowledge((None, hash_width(self.params.encoder, self.context.input_shape))),
+            "ids": schema.ArraySpec(("int32",), ("n",), unique=True),
+            "labels": schema.labels(C, (np.dtype(label_dtype(C)).name,), "n"),
+            "hashes": schema.knowledge(("n", hash_width(self.params.encoder, self.context.input_shape))),
         }
         return (schema.MessageSchema("fedcache.hello", arrays, {"encoder": schema.ScalarSpec(str)}),)
 
-    def check_hello(self, client_id: str, payload: Payload) -> None:
-        """The schema, one label and one hash per id, and no id twice (the cache would refuse both)."""
-        super().check_hello(client_id, payload)
-        ids, labels, hashes = (payload.arrays[name] for name in ("ids", "labels", "hashes"))
-        if not len(ids) == len(labels) == len(hashes):
-            raise schema.UplinkRejected("shape", f"{len(ids)} ids, {len(labels)} labels and {len(hashes)} hashes")
-        if len(np.unique(ids)) != len(ids):
-            raise schema.UplinkRejected("repeated-ids", "a sample id is declared twice")
-
     def _logits(self, client_id: str, length: int | None) -> schema.MessageSchema:
-        """Logits of ``length`` of this client's own samples (the ids its hello declared). Made once
-        per client: the ids are fixed at the start, and a request is checked at every step."""
+        """Logits of ``length`` (None: any number) of this client's own samples (the ids its hello
+        declared), each once, one row per id. Made once per client: the ids are fixed at the start,
+        and a request is checked at every step."""
         key = (client_id, length)
         if key not in self.logit_schemas:
+            rows = "n" if length is None else length
             arrays = {
-                "ids": schema.sample_ids(self.cache.sample_ids(client_id), ("int32",), length),
-                "logits": schema.knowledge((length, self.num_classes)),
+                "ids": schema.sample_ids(self.cache.sample_ids(client_id), ("int32",), rows),
+                "logits": schema.knowledge((rows, self.num_classes)),
             }
             self.logit_schemas[key] = schema.MessageSchema("fedcache.logits", arrays)
         return self.logit_schemas[key]
@@ -329,14 +323,7 @@ class FedCacheServer(ServerRole):
         """``exchange=batch``: the logits of one mini-batch of the client's samples."""
         if not self.step_exchange or client_id not in self.cache.slices:
             return ()
-        return (self._logits(client_id, None),)  # None: batches vary in length (an epoch's last is shorter)
-
-    def check_request(self, round: int, client_id: str, payload: Payload) -> None:
-        """The schema, and one row of logits per id."""
-        super().check_request(round, client_id, payload)
-        ids, logits = payload.arrays["ids"], payload.arrays["logits"]
-        if len(ids) != len(logits):
-            raise schema.UplinkRejected("shape", f"{len(ids)} ids but {len(logits)} rows of logits")
+        return (self._logits(client_id, None),)  # batches vary in length (an epoch's last is shorter)
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
         if client_id not in self.cache.slices:  # left out at the start
@@ -350,7 +337,8 @@ class FedCacheServer(ServerRole):
         )
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
-        """``exchange=batch``: the teachers of the request's samples, then their logits written in."""
+        """``exchange=batch``: the teachers of the request's samples, then their logits written in
+        (the request fits `request_schemas`: this client's ids, each once, a row of logits each)."""
         ids = request.arrays["ids"]
         teachers = self.cache.exchange(self.cache.rows(client_id, ids), request.arrays["logits"])
         self.rows_answered += len(ids)

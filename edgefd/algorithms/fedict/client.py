@@ -14,8 +14,8 @@ from edgefd.algorithms.base import ClientContext, ClientRole
 from edgefd.algorithms.fedict.losses import class_distribution, client_loss, softmax
 from edgefd.algorithms.fedict.params import DIST_META_SCALE, FedICTParams
 from edgefd.algorithms.fedict.split_models import SplitLike, not_split_error, optimizer
-from edgefd.algorithms.toolkit import SampleIndex, at_precision
-from edgefd.protocol import Payload
+from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.protocol import Payload, at_precision
 from edgefd.training import (
     forward,
     to_model,

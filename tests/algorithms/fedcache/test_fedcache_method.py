@@ -280,6 +280,12 @@ def foreign(ids, other):
         ("request", lambda p, other: altered(p, logits=p.arrays["logits"] * 0 - 1e30), "out-of-range"),
         ("request", lambda p, other: altered(p, logits=p.arrays["logits"][1:]), "shape"),  # a row short
         ("request", lambda p, other: altered(p, logits=p.arrays["logits"].astype(np.float64)), "dtype"),
+        (
+            "request",
+            lambda p, other: altered(p, ids=np.repeat(p.arrays["ids"][:1], len(p.arrays["ids"]))),
+            "repeated-ids",
+        ),
+        ("request", lambda p, other: altered(p, ids=p.arrays["ids"][1:], logits=p.arrays["logits"][1:]), None),
     ],
 )
 def test_the_server_accepts_honest_messages_and_refuses_tampered_ones(honest, message, tamper, reason):

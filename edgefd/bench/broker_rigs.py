@@ -1,4 +1,5 @@
-"""Past one broker: clustered broker topologies on this machine, for tests and benchmarks.
+"""Past one broker: clustered broker topologies on this machine, rigs for tests and benchmarks (`edgefd bench
+fleet --topology`, benchmarks/clustered_brokers.py), never part of a deployment.
 
 Two existing ways to spread a fleet over several brokers, started on loopback like
 :func:`edgefd.deploy.broker.start_broker` starts one Mosquitto:
@@ -612,12 +613,12 @@ def start_mosquitto_bridge(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edgefd.deploy.cluster rabbitmq|bridge``: start a topology, print its URLs, keep it
+    """``python -m edgefd.bench.broker_rigs rabbitmq|bridge``: start a topology, print its URLs, keep it
     up until Ctrl-C or SIGTERM, then stop it."""
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m edgefd.deploy.cluster",
+        prog="python -m edgefd.bench.broker_rigs",
         description="Start a clustered broker topology on loopback (for trying out and benchmarks) and keep it up "
         "until Ctrl-C: a RabbitMQ cluster with its MQTT plugin, or Mosquitto sites bridged to a central Mosquitto.",
     )
@@ -639,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
             running = start_mosquitto_bridge(args.sites, args.workdir)
             print("central:", running.central_url, "sites:", " ".join(running.site_urls), flush=True)
     except RuntimeError as error:
-        print(f"python -m edgefd.deploy.cluster: {error}")
+        print(f"python -m edgefd.bench.broker_rigs: {error}")
         return 1
     try:
         stop.wait()
