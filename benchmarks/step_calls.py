@@ -4,8 +4,9 @@ FedCache's default exchange (``exchange=batch``) sends a request per mini-batch 
 server's answer, so whatever the wire and the checks cost in Python is paid once per training step.
 This counts it, through public entry points only: a simulation is built (`edgefd.runtime.build.build`:
 FedCache on digits, 3 clients, exact relations), round 0 runs (`Federation.start`), then one client's
-round 1 (`Federation.exchange_steps`) runs twice: once under cProfile with the exchange (``exchange=batch``)
-and once, built alike, with ``exchange=round`` and the same batches (its one download and one upload a
+round 2 alone, as the loop sends it (`Federation.exchange` of its ``steps`` or ``train`` verb), runs
+twice: once under cProfile with the exchange (``exchange=batch``) and once, built alike, with
+``exchange=round`` and the same batches (its one download and one upload a
 round are the only exchange). Both train the same model on the same batches, so the difference,
 divided by the number of steps, is what ONE step's exchange costs: the client's request sealed,
 encoded, counted and decoded, checked and answered by the server, the answer sealed, encoded and
@@ -56,10 +57,9 @@ def profile_round(exchange: str, clients: int, samples: int, batch_size: int) ->
     client = federation.client_ids[0]
     profiler = cProfile.Profile()
     if exchange == "batch":
-        profiler.runcall(federation.exchange_steps, 2, client)
+        profiler.runcall(federation.exchange, "steps", 2, {client: None}, federation.step_answers(2, client))
     else:
-        downlink = federation.downlink(2, client)
-        profiler.runcall(federation.channel.train, 2, {client: downlink})
+        profiler.runcall(federation.exchange, "train", 2, {client: federation.downlink(2, client)})
     samples = len(sim.clients[client].data.train_y)
     steps = -(-samples // batch_size)  # the last batch of the epoch may be short
     stats = pstats.Stats(profiler)

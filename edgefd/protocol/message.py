@@ -50,6 +50,8 @@ _FIXED = struct.Struct("<4sBBiI")
 _HAS_CONTENT = 1
 _IS_ANSWER = 2
 _VERB_RE = re.compile(r"[a-z][a-z0-9_]{0,31}\Z")
+_PLAIN_NAME_RE = re.compile(rf"[\x20-\x7e]{{1,{MAX_SENDER_LEN}}}\Z")
+"""A sender, receiver or run name of printable ASCII that fits: the common case, checked in one match."""
 MAX_STEP = 2**32 - 1
 
 
@@ -84,7 +86,8 @@ class Message:
 
     @property
     def metadata_bytes(self) -> int:
-        return _FIXED.size + sum(1 + len(t.encode()) for t in (self.verb, self.sender, self.receiver, self.run))
+        texts = (self.verb, self.sender, self.receiver, self.run)
+        return _FIXED.size + sum(1 + (len(t) if t.isascii() else len(t.encode())) for t in texts)
 
 
 def _metadata_problem(message: Message) -> str | None:
@@ -92,7 +95,9 @@ def _metadata_problem(message: Message) -> str | None:
         return f"verb {message.verb!r} must match [a-z][a-z0-9_]{{0,31}}"
     for what in ("sender", "receiver", "run"):
         value = getattr(message, what)
-        problem = None if what == "run" and value == "" else _text_problem(what, value, MAX_SENDER_LEN)
+        if (what == "run" and value == "") or (type(value) is str and _PLAIN_NAME_RE.match(value)):
+            continue
+        problem = _text_problem(what, value, MAX_SENDER_LEN)  # says what is wrong, or takes other UTF-8
         if problem:
             return problem
     if (

@@ -117,7 +117,7 @@ class Federation:
         run = self.channel.run
         return [Message(name, SERVER, cid, round, contents[cid], run=run) for cid in sorted(contents)]
 
-    def _exchange(
+    def exchange(
         self, name: str, round: int, contents: Mapping[str, Payload | None], serve: Serve | None = None
     ) -> dict[str, Message]:
         """Send verb ``name`` with ``contents`` and take the answers in client-id order."""
@@ -144,7 +144,7 @@ class Federation:
     def hello(self) -> dict[str, str]:
         """The one-time uploads and the server's start; returns the clients whose hello was
         refused, and why (the server starts without them)."""
-        answers = self._exchange("hello", HELLO_ROUND, {cid: None for cid in self.client_ids})
+        answers = self.exchange("hello", HELLO_ROUND, {cid: None for cid in self.client_ids})
         release_shared()  # what simulated clients shared for their hellos (FedCache's hash encoder) is done with
         hellos, rejected = {}, {}
         for cid, answer in answers.items():
@@ -185,9 +185,9 @@ class Federation:
         if self.server.step_exchange:
             answered: dict[str, Message] = {}
             for cid in selected:  # one after another: each client sees what the ones before it wrote
-                answered.update(self._exchange("steps", round, {cid: None}, self._step_answers(round, cid)))
+                answered.update(self.exchange("steps", round, {cid: None}, self.step_answers(round, cid)))
         else:
-            answered = self._exchange("train", round, {cid: self.downlink(round, cid) for cid in selected})
+            answered = self.exchange("train", round, {cid: self.downlink(round, cid) for cid in selected})
         late = [cid for cid in selected if cid in stragglers or cid not in answered]
         uplinks, rejected = {}, {}
         for cid, answer in answered.items():
@@ -226,7 +226,7 @@ class Federation:
                 contents[cid] = content
         if not contents:
             return
-        missing = sorted(set(contents) - set(self._exchange(spec.name, round, contents)))
+        missing = sorted(set(contents) - set(self.exchange(spec.name, round, contents)))
         if missing:
             log.warning(
                 "round %d: %d client(s) had not taken in the server's %s by the deadline: %s",
@@ -236,7 +236,7 @@ class Federation:
                 ", ".join(missing[:5]),
             )
 
-    def _step_answers(self, round: int, cid: str) -> Callable[[Message], Message]:
+    def step_answers(self, round: int, cid: str) -> Callable[[Message], Message]:
         """The server's answers to one client's step requests in ``round``."""
 
         def serve(request: Message) -> Message:
@@ -251,7 +251,7 @@ class Federation:
         """Every client's accuracy of its deliverable model; the record's mean over those that answered."""
         states = {cid: self.server.evaluation_state(cid) for cid in self.client_ids}
         scores = {}
-        for cid, answer in self._exchange("evaluate", record.round, states).items():
+        for cid, answer in self.exchange("evaluate", record.round, states).items():
             try:
                 scores[cid] = scores_of(answer.content)
             except ValueError as problem:
