@@ -129,7 +129,16 @@ def test_fedcache_paper_exchange_over_mqtt_matches_simulate_run_after_run(tmp_pa
     clients one after another) gives simulate's accuracies and codec bytes, round for round, in
     every one of two deployments (hnswlib's relations too: its indexes are built one thread each),
     with the simulation's kernels."""
-    config = dict(algo="fedcache", dataset="digits", clients=clients, rounds=2, seed=seed, threads=1, models="mlp")
+    config = dict(
+        algo="fedcache",
+        dataset="digits",
+        clients=clients,
+        rounds=2,
+        seed=seed,
+        threads=1,
+        models="mlp",
+        samples_per_client=60,
+    )
     simulated = tmp_path / "sim"
     run(SimulationConfig(**config, params={"knn": knn}, out=str(simulated)), progress=False)
     for attempt in (1, 2):
