@@ -35,6 +35,7 @@ from edgefd.runtime.build import (
     client_ids_of,
     local_training_of,
     model_choice_note,
+    peak_gpu_mb,
     peak_rss_mb,
     prepare,
     resolve_models,
@@ -123,6 +124,7 @@ def _run(
         **run_summary(config, writer.lines, sim.model_names, sim.server.params, time.perf_counter() - started),
         "startup_seconds": round_seconds(writer.lines[0]["seconds"]),
         "peak_rss_mb": peak_rss_mb(),
+        **({} if (gpu_mb := peak_gpu_mb()) is None else {"peak_gpu_mb": gpu_mb}),
         "local_training": local_training_of(config),
     }
     writer.write_summary(summary)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKED = ["edgefd", "tests", "benchmarks"]
+CHECKED = ["edgefd", "tests", "benchmarks", "scripts"]
 
 
 def _run(*command: str) -> subprocess.CompletedProcess:
@@ -32,7 +32,7 @@ def test_ruff_lint_is_clean():
 
 def test_ruff_format_is_clean():
     result = _run(_tool("ruff"), "format", "--check", *CHECKED)
-    assert result.returncode == 0, "run `ruff format edgefd tests benchmarks`:\n" + result.stdout + result.stderr
+    assert result.returncode == 0, f"run `ruff format {' '.join(CHECKED)}`:\n" + result.stdout + result.stderr
 
 
 def test_mypy_is_clean_on_the_package():

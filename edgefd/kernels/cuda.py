@@ -13,7 +13,7 @@ never been run on a GPU: the machine they were written on has none. This backend
 of the emulated kernels (the same test, through the public ``edgefd.kernels`` API); only its
 device and stream lines (``torch.cuda.device``,
 ``current_stream``) have never run. Treat both as unverified on hardware until
-``tests/kernels/test_kernels.py``-style comparisons have been run on a CUDA device.
+``scripts/gpu_check.sh`` (which runs tests/kernels/test_kernels.py on CUDA tensors) has passed on a GPU.
 """
 
 from __future__ import annotations

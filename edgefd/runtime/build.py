@@ -298,5 +298,13 @@ def peak_rss_mb() -> float:
     return round(kib / 1024, 1)
 
 
+def peak_gpu_mb() -> float | None:
+    """The most memory torch's CUDA allocator held for tensors in this process so far, in MiB, on
+    the current GPU; None where this process never used CUDA (a CPU run)."""
+    if not torch.cuda.is_initialized():
+        return None
+    return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+
+
 def round_seconds(value: float) -> float:
     return round(value, 3)

@@ -43,3 +43,17 @@ def test_only_gather_mean_moves_more_than_it_touches():
         n, r, c = (int(part.split("=")[1]) for part in case.shape.split())
         assert case.bytes_touched == n * r * INDEX + 2 * n * c * FLOAT
         assert case.bytes_moved == n * r * INDEX + n * r * c * FLOAT + n * c * FLOAT
+
+
+def test_a_gpu_run_adds_shapes_past_a_gpus_l2_cache():
+    """An H100's L2 holds 50 MB: a kernel whose data fits in it would be timed against L2, not the
+    memory that the copy bandwidth measures."""
+    cpu = {(case.kernel, case.shape) for case in cases(quick=False)}
+    gpu_only = [case for case in cases(quick=False, device="cuda") if (case.kernel, case.shape) not in cpu]
+    assert {case.kernel for case in gpu_only} == {
+        "weighted_kl fwd+bwd",
+        "sl_loss fwd+bwd",
+        "labelwise_mean",
+        "gather_mean",
+    }
+    assert all(case.bytes_touched > 2 * 50e6 for case in gpu_only)

@@ -1,6 +1,13 @@
-"""The C++ kernels against their pure-torch references, on random and on hard inputs."""
+"""The C++ kernels against their pure-torch references, on random and on hard inputs.
+
+``EDGEFD_TEST_DEVICE=cuda`` runs every test here on a GPU: the tensors are made there, so the "cpp"
+backend is the CUDA kernels and the comparison is CUDA against the torch references on the same
+device (scripts/gpu_check.sh does this). Unset, everything runs on the CPU.
+"""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -9,9 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgefd import kernels
+from edgefd.kernels import cuda
 
 ATOL = 1e-5
 RTOL = 1e-4
+
+DEVICE = torch.device(os.environ.get("EDGEFD_TEST_DEVICE", "cpu"))
+if DEVICE.type != "cpu":
+    # Before the parametrize lists below are built: their tensors are made on the device too.
+    torch.set_default_device(DEVICE)
 
 
 def both(fn, *args, **kwargs):
@@ -40,7 +53,7 @@ def close(a, b, atol=ATOL, rtol=RTOL):
 
 
 def rng(seed=0):
-    return torch.Generator().manual_seed(seed)
+    return torch.Generator(device=DEVICE).manual_seed(seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,6 +453,15 @@ def test_gather_mean_property(cache_rows, classes, n, r, seed):
 
 # ---------------------------------------------------------------------------------------------
 # backend selection
+
+
+def test_the_compiled_kernels_of_the_device_are_the_ones_compared():
+    """Otherwise "cpp" falls back to the torch reference and every comparison here is the
+    reference against itself."""
+    if DEVICE.type == "cuda":
+        assert cuda.available(), f"the CUDA kernels are not built or no GPU is visible: {cuda.IMPORT_ERROR}"
+    else:
+        assert kernels.cpp_available(), "the C++ kernels are not built"
 
 
 def test_set_backend_rejects_unknown_names():
