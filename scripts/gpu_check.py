@@ -350,7 +350,7 @@ STEPS: dict[str, Callable[[Check, Step], None]] = {
 
 def summary_markdown(check: Check, steps: list[Step], seconds: float) -> str:
     env = steps[0].details if steps and steps[0].name == "environment" else {}
-    where = env.get("gpu", "CPU (--cpu: shapes cut down, not a GPU measurement)")
+    where = env.get("gpu") or ("CPU (--cpu: shapes cut down, not a GPU measurement)" if check.cut_down else "no GPU")
     lines = [
         f"# edgefd GPU check: {where}",
         "",
@@ -449,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
         if step.error:
             print(step.error, flush=True)
         steps.append(step)
+        if name == "environment" and not step.ok:
+            print("the other steps need what the environment lacks: not run", flush=True)
+            break
     seconds = time.perf_counter() - started
     record = dict(device=check.device, seconds=round(seconds, 1), steps=[vars(step) for step in steps])
     (out / "gpu_check.json").write_text(json.dumps(record, indent=2, default=str))

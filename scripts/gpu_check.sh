@@ -53,8 +53,9 @@ else
   if ((cpu)); then
     cuda=OFF
   else
-    # Only this machine's GPU architecture: a build for every architecture takes minutes.
-    arch=$("$python" -c 'import torch; major, minor = torch.cuda.get_device_capability(); print(f"{major}{minor}")')
+    # Only this machine's GPU architecture (EDGEFD_CUDA_ARCH overrides, e.g. 90): a build for every
+    # architecture takes minutes.
+    arch=${EDGEFD_CUDA_ARCH:-$("$python" -c 'import torch; major, minor = torch.cuda.get_device_capability(); print(f"{major}{minor}")')}
     defines=(--config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES="$arch")
   fi
   echo "gpu_check: building edgefd (EDGEFD_CUDA=$cuda) into $site"
