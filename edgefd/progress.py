@@ -1,5 +1,5 @@
 """Progress for the long steps inside a run: hashing a dataset, searching relations, a server's
-distillation, exporting models.
+distillation, exporting models; and the bar of a whole run's rounds (`simulate`, `deploy-local`).
 
 A step that ends within a couple of seconds shows nothing; a longer one shows a bar with its rate
 and an estimate of the time left (tqdm's), on standard error and only on a terminal, so services and
@@ -8,8 +8,9 @@ logs are not flooded. `edgefd simulate --quiet` switches every bar off.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
@@ -38,3 +39,25 @@ def track(items: Iterable[T], description: str, total: int | None = None, unit: 
     # disable=None: no bar when standard error is not a terminal (a service, a pipe, a test).
     with tqdm(items, desc=description, total=total, unit=unit, leave=False, delay=DELAY_SECONDS, disable=None) as bar:
         yield from bar
+
+
+def round_bar(total: int, description: str) -> tqdm | None:
+    """The bar of a run's rounds, one step a round, on standard error (None when switched off)."""
+    if not _enabled:
+        return None
+    return tqdm(total=total, desc=description, unit="round", file=sys.stderr)
+
+
+def show_round(bar: tqdm | None, line: dict[str, Any]) -> None:
+    """One finished round (a line of metrics.jsonl) on ``bar``: its accuracy and the bytes so far."""
+    if bar is None:
+        return
+    bar.update(1)
+    accuracy = "" if line.get("accuracy") is None else f"acc {100 * line['accuracy']:.1f}%  "
+    bar.set_postfix_str(
+        f"{accuracy}up {megabytes(line['bytes_up_cumulative'])}  down {megabytes(line['bytes_down_cumulative'])}"
+    )
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"

@@ -99,7 +99,7 @@ def _run(
         print(sim.model_note, file=sys.stderr)
     out = config.out_dir()
     writer = RunWriter(out)
-    bar = _progress_bar(config, progress)
+    bar = progress_bars.round_bar(config.rounds, f"{config.algo} on {config.dataset}")
 
     def record(round_record: RoundRecord) -> None:
         line = writer.add(round_record)
@@ -107,13 +107,7 @@ def _run(
             return
         if on_round is not None:
             on_round(line)
-        if bar is not None:
-            bar.update(1)
-            accuracy = "" if line["accuracy"] is None else f"acc {100 * line['accuracy']:.1f}%  "
-            bar.set_postfix_str(
-                f"{accuracy}up {_megabytes(line['bytes_up_cumulative'])}  "
-                f"down {_megabytes(line['bytes_down_cumulative'])}"
-            )
+        progress_bars.show_round(bar, line)
 
     sim.federation.run(record)
     if bar is not None:
@@ -132,18 +126,6 @@ def _run(
 
     plot_curves({f"{config.algo} (seed {config.seed})": writer.lines}, out / "curves.png")
     return summary
-
-
-def _megabytes(n: int) -> str:
-    return f"{n / 1e6:.2f} MB"
-
-
-def _progress_bar(config: SimulationConfig, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=config.rounds, desc=f"{config.algo} on {config.dataset}", unit="round", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,7 +163,8 @@ def run_cli(args: argparse.Namespace) -> int:
     print(
         f"{config.algo} on {config.dataset}: final accuracy {100 * final:.2f}% "
         f"(best {100 * summary['best_accuracy']:.2f}%), "
-        f"{_megabytes(summary['bytes_up_total'])} up, {_megabytes(summary['bytes_down_total'])} down, "
+        f"{progress_bars.megabytes(summary['bytes_up_total'])} up, "
+        f"{progress_bars.megabytes(summary['bytes_down_total'])} down, "
         f"{summary['wall_seconds']:.1f} s -> {config.out_dir()}"
     )
     return 0

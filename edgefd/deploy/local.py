@@ -4,7 +4,8 @@
     edgefd deploy-local --broker mqtt://127.0.0.1:1883 ...     # use a running broker
 
 Starts a broker (Mosquitto when installed, else the embedded amqtt; unless `--broker` is given),
-one `edgefd server` and K `edgefd client` processes, waits for the server to finish, and leaves
+one `edgefd server` and K `edgefd client` processes, shows the server's rounds as they finish
+(`--quiet`: only the final line), waits for the server to finish, and leaves
 the same outputs as `edgefd simulate` in the out folder (plus run.toml, the resolved config the
 server ran; logs/ with every process's log; clients/ with the clients' checkpoints).
 """
@@ -18,14 +19,16 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
-from edgefd import kernels
+from edgefd import kernels, progress
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
 from edgefd.deploy.mqtt_transport import BrokerSettings
 from edgefd.deploy.server import add_deployment_arguments
+from edgefd.metrics.results import METRICS_FILE
 from edgefd.runtime.build import client_ids_of
-from edgefd.runtime.config import config_to_toml
+from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.runtime.process import edgefd_command
 
@@ -51,6 +54,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: start one, see --broker-kind)",
     )
     add_deployment_arguments(parser)
+
+
+def follow_rounds(server: subprocess.Popen, metrics: Path, config: SimulationConfig, enabled: bool) -> int:
+    """Waits for the server to exit, showing each round as it lands in its metrics.jsonl (the bar
+    `edgefd simulate` shows); the server's exit status."""
+    progress.set_enabled(enabled)
+    bar = progress.round_bar(config.rounds, f"{config.algo} on {config.dataset} over MQTT")
+    shown = 0
+    while True:
+        code = server.poll()  # before reading: the lines of a server that has exited are all there
+        lines = finished_lines(metrics)
+        for line in lines[shown:]:
+            if line["round"] > 0:  # round 0: the hellos
+                progress.show_round(bar, line)
+        shown = len(lines)
+        if code is not None:
+            if bar is not None:
+                bar.close()
+            return code
+        time.sleep(0.5)
+
+
+def finished_lines(metrics: Path) -> list[dict]:
+    """The complete lines of a metrics.jsonl that is still being written (none before it exists)."""
+    try:
+        text = metrics.read_text()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.split("\n")[:-1] if line.strip()]
 
 
 def _command(*args: str) -> list[str]:
@@ -117,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
                     stderr=subprocess.STDOUT,
                     env=env,
                 )
-        code = processes["server"].wait()
+        code = follow_rounds(processes["server"], out / METRICS_FILE, config, enabled=not args.quiet)
         for process in processes.values():
             try:
                 process.wait(timeout=15)

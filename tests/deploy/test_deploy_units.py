@@ -311,3 +311,12 @@ def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeyp
     assert [(topic, m.content, m.round, m.is_answer) for topic, m in sent] == [
         ("edgefd/u/up/client-1/reply", None, 3, True)
     ] * 2
+
+
+def test_deploy_local_reads_only_the_finished_lines_of_a_growing_metrics_file(tmp_path):
+    from edgefd.deploy.local import finished_lines
+
+    metrics = tmp_path / "metrics.jsonl"
+    assert finished_lines(metrics) == []  # the server has not written it yet
+    metrics.write_text('{"round": 0}\n{"round": 1}\n{"rou')  # the server is writing round 2
+    assert finished_lines(metrics) == [{"round": 0}, {"round": 1}]

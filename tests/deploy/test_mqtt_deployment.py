@@ -96,7 +96,6 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
         *flags(config),
         "--out",
         deployed,
-        "--quiet",
         "--round-timeout",
         60,
         "--max-message-bytes",
@@ -121,6 +120,9 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
     assert all(line["wire"]["up"] > line["bytes_up"] for line in dep_lines)
     assert (deployed / "curves.png").stat().st_size > 1000
     assert set(summary["deployment"]["clients"]) == {"client-0", "client-1", "client-2"}
+    # the rounds showed on the console as they finished, not only in the server's log
+    console = (tmp_path / "deploy.log").read_text()
+    assert "fd on digits over MQTT" in console and "2/2" in console and "acc " in console, console[-2000:]
 
 
 @pytest.mark.parametrize("seed, clients, knn", [(4, 3, "exact"), (2718, 4, "hnsw")])
