@@ -53,9 +53,9 @@ def test_forward_moves_the_batch_to_the_model_and_the_output_back():
 def test_models_and_server_models_are_placed_on_the_configured_device(monkeypatch):
     """Without a GPU, the meta device stands in for one: every model the run builds must land on
     the device the config resolves to (building moves nothing else, so meta tensors are enough)."""
-    import edgefd.runtime.config as run_config
+    import edgefd.training as training
 
-    monkeypatch.setattr(run_config, "resolve_device", lambda spec: "meta")
+    monkeypatch.setattr(training, "resolve_device", lambda spec: "meta")  # the config imports it when used
     sim = build(SimulationConfig(algo="fd", clients=2, rounds=1))
     assert all(model_device(client.model).type == "meta" for client in sim.clients.values())
     server = build(SimulationConfig(algo="fedzkt", clients=2, rounds=1)).server

@@ -22,9 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-import torch
-
-from edgefd import kernels
+# torch (and the kernels, which import it) is imported where a benchmark runs: `--help` needs neither.
 
 FLOAT = 4
 INDEX = 8
@@ -80,6 +78,8 @@ def _median_ms(call: Callable[[], object], repeats: int) -> float:
 
 def copy_bandwidth_gbps(mib: int, repeats: int) -> float:
     """Bytes read plus bytes written per second by a large contiguous copy."""
+    import torch
+
     n = mib * 2**20 // FLOAT
     src = torch.ones(n)
     dst = torch.zeros(n)
@@ -88,6 +88,10 @@ def copy_bandwidth_gbps(mib: int, repeats: int) -> float:
 
 
 def _weighted_kl_case(batch: int, classes: int) -> Case:
+    import torch
+
+    from edgefd import kernels
+
     def make():
         g = torch.Generator().manual_seed(0)
         student = (torch.randn(batch, classes, generator=g) * 3).requires_grad_(True)
@@ -103,6 +107,10 @@ def _weighted_kl_case(batch: int, classes: int) -> Case:
 
 
 def _sl_loss_case(teachers: int, batch: int, classes: int) -> Case:
+    import torch
+
+    from edgefd import kernels
+
     def make():
         g = torch.Generator().manual_seed(0)
         student = torch.randn(batch, classes, generator=g).requires_grad_(True)
@@ -120,6 +128,10 @@ def _sl_loss_case(teachers: int, batch: int, classes: int) -> Case:
 
 
 def _labelwise_mean_case(rows: int, classes: int) -> Case:
+    import torch
+
+    from edgefd import kernels
+
     def make():
         g = torch.Generator().manual_seed(0)
         logits = torch.randn(rows, classes, generator=g)
@@ -130,6 +142,10 @@ def _labelwise_mean_case(rows: int, classes: int) -> Case:
 
 
 def _gather_mean_case(samples: int, neighbours: int, classes: int) -> Case:
+    import torch
+
+    from edgefd import kernels
+
     def make():
         g = torch.Generator().manual_seed(0)
         cache = torch.randn(samples, classes, generator=g)
@@ -158,6 +174,8 @@ def cases(quick: bool) -> list[Case]:
 
 def measure(config: BenchConfig, progress: Callable[[str], None] = print) -> tuple[float, list[Record]]:
     """Measure the copy bandwidth, then every case under both backends."""
+    from edgefd import kernels
+
     if not kernels.cpp_available():
         raise RuntimeError("the C++ extension is not built; `pip install .` builds it")
     kernels.set_num_threads(config.threads)
@@ -235,6 +253,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     config = BenchConfig(threads=args.threads, repeats=args.repeats, quick=args.quick)
     print(HEADER)
     bandwidth, records = measure(config)

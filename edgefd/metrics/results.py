@@ -10,7 +10,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from edgefd import kernels
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import RoundRecord
 
@@ -102,6 +101,8 @@ def run_summary(
     """What summary.json says of any run, simulated or deployed: the run, its accuracies and bytes
     (round 0 is the one-time uploads), its models, the method's params as the server resolved
     them (FedZKT's preset), the kernel backend and the whole config."""
+    from edgefd import kernels  # torch: `edgefd report` reads runs without it
+
     return {
         "algo": config.algo,
         "dataset": config.dataset,
