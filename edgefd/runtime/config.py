@@ -16,13 +16,13 @@ if TYPE_CHECKING:
 
 
 def setting(default: Any, help: str) -> Any:
-    """A config field with its `--flag` help (what it does, what values it takes)."""
+    """A config field with the help of its command-line flag (what it does, what values it takes)."""
     return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class SimulationConfig:
-    """One simulated run. Every field is also a `--flag` and a TOML key."""
+    """One simulated run. Every field is also a command-line flag and a TOML key."""
 
     algo: str = setting("fd", "the method to run (see `edgefd methods`), e.g. fedcache, fedict, fedavg")
     dataset: str = setting(
