@@ -126,10 +126,13 @@ def _run(
     from edgefd.metrics.results import RunWriter, run_summary
     from edgefd.runtime.build import build, local_training_of, peak_rss_mb, round_seconds
     from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+    from edgefd.training import device_choice
 
     sim = build(config)
     if progress and sim.model_note:
         print(sim.model_note, file=sys.stderr)
+    if progress and (note := device_choice(config.device)):
+        print(note, file=sys.stderr)
     out = config.out_dir()
     writer = RunWriter(out)
     bar = _progress_bar(config, progress)
