@@ -246,6 +246,13 @@ def export_client(
     data = _client_data(checkpoint)
     if data is not None:
         train_x, test_x, test_y = data
+        if len(train_x):
+            # `edgefd predict` warns about inputs outside it (raw pixels passed without --normalise)
+            meta["input"]["range"] = {
+                "min": float(train_x.min()),
+                "max": float(train_x.max()),
+                "of": "the client's training inputs, normalised (the model's input space)",
+            }
         with torch.no_grad():
             reference = model(torch.from_numpy(test_x)).numpy() if len(test_x) else np.zeros((0, 0))
         logits = run_onnx(session, test_x)
