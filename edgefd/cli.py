@@ -283,18 +283,18 @@ def _load(module: str):
     return importlib.import_module(module)
 
 
-def _chosen(argv: Sequence[str] | None) -> str | None:
-    """The subcommand named in argv (its first word that is not an option), if any."""
-    for word in argv or ():
-        if not word.startswith("-"):
-            return word
-    return None
+def _words(argv: Sequence[str]) -> list[str]:
+    """The words of argv that are not options: the subcommand (and the benchmark) come first."""
+    return [word for word in argv if not word.startswith("-")]
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
-    """Every subcommand is listed, but when ``argv`` names one only its module is imported:
-    ``edgefd predict`` then runs without importing torch (an edge device may not have it)."""
-    chosen = _chosen(argv)
+    """Every subcommand is listed, but only the module of the one ``argv`` names is imported (every
+    module when ``argv`` is None): `edgefd --help` and `edgefd predict` then start without torch,
+    which takes seconds and hundreds of MB to import (an edge device may not even have it)."""
+    words = None if argv is None else _words(argv)
+    chosen = None if words is None else (words[:1] or [""])[0]
+    benchmark = None if words is None else (words[1:2] or [""])[0]
     parser = argparse.ArgumentParser(
         prog="edgefd",
         description="Federated knowledge distillation for edge devices.",
@@ -317,7 +317,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         dest="benchmark", metavar="BENCHMARK", help="which benchmark to run (`edgefd bench BENCHMARK --help`)"
     )
     for item in BENCHMARKS.values():
-        _add_command(which, item, chosen in (None, "bench"))
+        _add_command(which, item, chosen is None or (chosen == "bench" and benchmark in (None, item.name)))
 
     for item in SUBCOMMANDS:
         _add_command(commands, item, chosen in (None, item.name))

@@ -18,11 +18,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from edgefd.algorithms.base import get_method, make_params
 from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.runtime.process import edgefd_command
-from edgefd.simulate import SimulationConfig, config_to_toml, local_training_of
-from edgefd.simulate import run as run_simulation
+from edgefd.simulate import SimulationConfig, config_to_toml
 
 
 @dataclass
@@ -553,6 +551,8 @@ def changed_params(summary: dict[str, Any], config: SimulationConfig) -> list[st
     a default that changed since the run (the run.toml names only the params a recipe pins). A
     param the code leaves None is resolved when the run starts (from a preset, the run's length),
     so it is not compared."""
+    from edgefd.algorithms.base import get_method, make_params  # torch: not for --help
+
     current = asdict(make_params(get_method(config.algo).params, config.params))
     recorded = summary.get("params", {})
     return [
@@ -574,6 +574,8 @@ def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | Non
     if changed:
         print(f"{folder}: params changed since this run ({', '.join(changed)}): running it again", flush=True)
         return None
+    from edgefd.runtime.build import local_training_of  # torch: not for --help
+
     # a summary written before epochs were recorded has none: its run.toml, which then always named
     # them, already matched
     recorded = summary.get("local_training", {})
@@ -608,6 +610,8 @@ def run_recipe(
     """Runs every arm and seed (keeping a finished run of the same config unless ``rerun``), then
     writes and returns the table. ``threads`` overrides the recipe's CPU threads (not part of the
     setting: 1 lets two recipes share two cores)."""
+    from edgefd.simulate import run as run_simulation  # torch: not for --help
+
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
     for arm in recipe.arms:
         for seed in seeds:

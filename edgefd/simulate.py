@@ -13,42 +13,70 @@ The out folder receives `metrics.jsonl`, `summary.json`, `curves.png` and `model
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgefd import progress as progress_bars
-from edgefd.algorithms.base import list_methods
-from edgefd.data import DatasetNotFoundError
-from edgefd.export.checkpoint import save_run_models
-from edgefd.metrics.results import RunWriter, run_summary
-from edgefd.models import in_channels_of
-from edgefd.runtime.build import (
-    KEEP_TRAINING_ARRAYS_BELOW,
-    RunPieces,
-    Simulation,
-    build,
-    build_client,
-    build_server,
-    client_data,
-    client_ids_of,
-    local_training_of,
-    model_choice_note,
-    peak_gpu_mb,
-    peak_rss_mb,
-    prepare,
-    resolve_models,
-    round_seconds,
-    selection_rng,
-    without_training_arrays,
-)
 from edgefd.runtime.config import SimulationConfig, config_to_toml, setting
 from edgefd.runtime.flags import add_config_arguments, config_from_args
-from edgefd.runtime.loop import HELLO_ROUND, RoundRecord
 
 # What building a run needs lives in edgefd.runtime (config, build): the deployed server and clients
-# use it too. `edgefd.simulate` keeps the names a researcher's script imports from it.
+# use it too. `edgefd.simulate` keeps the names a researcher's script imports from it, imported on
+# first use (`__getattr__` below): they import torch, and `edgefd simulate --help` must not.
+_LAZY = {
+    "edgefd.runtime.build": (
+        "KEEP_TRAINING_ARRAYS_BELOW",
+        "RunPieces",
+        "Simulation",
+        "build",
+        "build_client",
+        "build_server",
+        "client_data",
+        "client_ids_of",
+        "local_training_of",
+        "model_choice_note",
+        "peak_rss_mb",
+        "prepare",
+        "resolve_models",
+        "round_seconds",
+        "selection_rng",
+        "without_training_arrays",
+    ),
+    "edgefd.models": ("in_channels_of",),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
+if TYPE_CHECKING:
+    from edgefd.models import in_channels_of
+    from edgefd.runtime.build import (
+        KEEP_TRAINING_ARRAYS_BELOW,
+        RunPieces,
+        Simulation,
+        build,
+        build_client,
+        build_server,
+        client_data,
+        client_ids_of,
+        local_training_of,
+        model_choice_note,
+        peak_rss_mb,
+        prepare,
+        resolve_models,
+        round_seconds,
+        selection_rng,
+        without_training_arrays,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(_MODULE_OF[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "KEEP_TRAINING_ARRAYS_BELOW",
     "RunPieces",
@@ -94,9 +122,17 @@ def _run(
     on_round: Callable[[dict[str, Any]], None] | None,
     started: float,
 ) -> dict[str, Any]:
+    from edgefd.export.checkpoint import save_run_models
+    from edgefd.metrics.results import RunWriter, run_summary
+    from edgefd.runtime.build import build, local_training_of, peak_gpu_mb, peak_rss_mb, round_seconds
+    from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+    from edgefd.training import device_choice
+
     sim = build(config)
     if progress and sim.model_note:
         print(sim.model_note, file=sys.stderr)
+    if progress and (note := device_choice(config.device)):
+        print(note, file=sys.stderr)
     out = config.out_dir()
     writer = RunWriter(out)
     bar = progress_bars.round_bar(config.rounds, f"{config.algo} on {config.dataset}")
@@ -139,17 +175,19 @@ EXAMPLES = """examples:
   edgefd simulate --algo fd --param beta=2 --param temperature=3
   edgefd simulate --config run.toml                  # the same keys in TOML, method params in [params]
 
-methods: {methods} (their --param NAME=VALUE: edgefd methods NAME)"""
+methods: `edgefd methods` lists them, `edgefd methods NAME` gives one's --param NAME=VALUE"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`edgefd simulate`'s flags and its examples."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = EXAMPLES.format(methods=", ".join(m.name for m in list_methods()))
+    parser.epilog = EXAMPLES
     add_config_arguments(parser)
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    from edgefd.data import DatasetNotFoundError
+
     try:
         config = config_from_args(args)
         summary = run(config, progress=not args.quiet)

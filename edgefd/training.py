@@ -132,6 +132,16 @@ def resolve_device(spec: str) -> str:
     raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {spec!r}")
 
 
+def device_choice(spec: str) -> str | None:
+    """The line that says what ``--device auto`` chose and why (None for a device the user named):
+    whether a run used the GPU should not be a guess."""
+    if str(spec).strip().lower() != "auto":
+        return None
+    device = resolve_device(spec)
+    why = f"torch sees {torch.cuda.get_device_name(0)}" if device == "cuda" else "torch sees no CUDA GPU"
+    return f"device: {device} (--device auto: {why})"
+
+
 def model_device(model: nn.Module) -> torch.device:
     """Where ``model``'s parameters (or, without any, its buffers) live."""
     for parameter in model.parameters():

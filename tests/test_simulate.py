@@ -107,6 +107,18 @@ def test_report_compares_runs(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
 
 
+def test_report_draws_beside_the_first_run_by_default(tmp_path, capsys, monkeypatch):
+    runs = tmp_path / "runs"
+    run(SimulationConfig(algo="local", out=str(runs / "local"), **QUICK), progress=False)
+    started_in = tmp_path / "checkout"
+    started_in.mkdir()
+    monkeypatch.chdir(started_in)
+    assert cli.main(["report", str(runs / "local")]) == 0
+    assert f"plot: {runs / 'report.png'}" in capsys.readouterr().out
+    assert (runs / "report.png").stat().st_size > 1000
+    assert list(started_in.iterdir()) == []  # nothing left where the command was started
+
+
 def test_test_fraction_sizes_each_clients_test_split(tmp_path):
     sim = build(
         SimulationConfig(

@@ -12,7 +12,7 @@ from torch import nn
 
 from edgefd.cli import main
 from edgefd.simulate import SimulationConfig, build, run
-from edgefd.training import forward, model_device, resolve_device, to_model
+from edgefd.training import device_choice, forward, model_device, resolve_device, to_model
 
 
 def test_auto_is_the_cpu_without_a_gpu_and_cpu_is_cpu():
@@ -53,9 +53,9 @@ def test_forward_moves_the_batch_to_the_model_and_the_output_back():
 def test_models_and_server_models_are_placed_on_the_configured_device(monkeypatch):
     """Without a GPU, the meta device stands in for one: every model the run builds must land on
     the device the config resolves to (building moves nothing else, so meta tensors are enough)."""
-    import edgefd.runtime.config as run_config
+    import edgefd.training as training
 
-    monkeypatch.setattr(run_config, "resolve_device", lambda spec: "meta")
+    monkeypatch.setattr(training, "resolve_device", lambda spec: "meta")  # the config imports it when used
     sim = build(SimulationConfig(algo="fd", clients=2, rounds=1))
     assert all(model_device(client.model).type == "meta" for client in sim.clients.values())
     server = build(SimulationConfig(algo="fedzkt", clients=2, rounds=1)).server
@@ -75,3 +75,27 @@ def test_device_cpu_and_auto_give_the_same_metrics_here(tmp_path):
         return [{k: v for k, v in line.items() if "seconds" not in k} for line in lines]
 
     assert metrics("cpu") == metrics("auto")
+
+
+def test_device_choice_names_what_auto_chose_and_nothing_for_a_named_device():
+    chosen = resolve_device("auto")
+    assert device_choice("auto") == f"device: {chosen} (--device auto: {_why(chosen)})"
+    assert device_choice(" AUTO ") == device_choice("auto")
+    assert device_choice("cpu") is None
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu"])
+def test_simulate_says_what_auto_chose_and_the_summary_records_it(device, capsys, tmp_path):
+    out = tmp_path / "run"
+    args = ["simulate", "--device", device, "--clients", "2", "--rounds", "1", "--out", str(out)]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    chosen = resolve_device(device)
+    said = [line for line in err.splitlines() if line.startswith("device: ")]
+    assert said == ([f"device: {chosen} (--device auto: {_why(chosen)})"] if device == "auto" else [])
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["device"] == summary["config"]["device"] == chosen
+
+
+def _why(device: str) -> str:
+    return f"torch sees {torch.cuda.get_device_name(0)}" if device == "cuda" else "torch sees no CUDA GPU"

@@ -378,7 +378,9 @@ def list_methods() -> list[MethodSpec]:
 
 
 def _load_builtin_methods() -> None:
-    import edgefd.algorithms  # noqa: F401  (its __init__ imports every method module)
+    from edgefd.algorithms import import_methods
+
+    import_methods()
 
 
 # ----------------------------------------------------------------------------------------------

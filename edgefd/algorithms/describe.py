@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from edgefd.algorithms.base import MethodSpec, describe_params, list_methods
-from edgefd.models import assign_models
+# The functions below import the methods (and so torch) when they run: `--help` needs neither.
+if TYPE_CHECKING:
+    from edgefd.algorithms.base import MethodSpec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,9 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "name",
         nargs="?",
         metavar="METHOD",
-        help="show only this method, one of: "
-        + ", ".join(m.name for m in list_methods())
-        + " (default: list them all)",
+        help="show only this method, e.g. fedcache (default: list them all, with their names)",
     )
 
 
@@ -31,6 +31,8 @@ EXAMPLE_SHAPES: tuple[tuple[str, tuple[int, ...]], ...] = (
 
 def model_lines(method: MethodSpec) -> list[str]:
     """What ``--models auto`` gives ``method`` on each example data shape, as model names."""
+    from edgefd.models import assign_models
+
     lines = []
     for label, shape in EXAMPLE_SHAPES:
         try:
@@ -50,6 +52,8 @@ ORDER_TEXT = {
 
 def describe(method: MethodSpec) -> str:
     """Everything a user needs to run ``method``: summary, paper, models, params, a command line."""
+    from edgefd.algorithms.base import describe_params
+
     lines = [f"{method.name}: {method.summary}"]
     if method.paper:
         lines.append(f"paper: {method.paper}")
@@ -76,6 +80,8 @@ def describe(method: MethodSpec) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgefd.algorithms.base import describe_params, list_methods
+
     methods = [m for m in list_methods() if args.name in (None, m.name)]
     if not methods:
         known = ", ".join(m.name for m in list_methods())

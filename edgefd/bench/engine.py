@@ -16,11 +16,14 @@ import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+# torch (and the engine, which imports it) is imported where a benchmark runs: `--help` needs neither.
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-from edgefd.simulate import SimulationConfig, build
+    from edgefd.simulate import SimulationConfig
 
 
 @dataclass
@@ -41,6 +44,9 @@ def _plain_round(
     config: SimulationConfig,
     generators: list[torch.Generator],
 ) -> None:
+    import torch
+    from torch import nn
+
     states, sizes = [], []
     for model, (x, y, _, _), gen in zip(models, data, generators):
         model.load_state_dict(global_model.state_dict())
@@ -72,6 +78,10 @@ def _plain_round(
 def measure(
     dataset: str = "fmnist", clients: int = 10, rounds: int = 3, threads: int = 2, progress=print
 ) -> EngineBenchResult:
+    import torch
+
+    from edgefd.simulate import SimulationConfig, build
+
     config = SimulationConfig(
         algo="fedavg",
         dataset=dataset,

@@ -26,16 +26,14 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from edgefd import kernels
-from edgefd.kernels import reference
+# torch (and the kernels, which import it) is imported where a benchmark runs: `--help` needs neither.
+if TYPE_CHECKING:
+    import torch
 
 FLOAT = 4
 INDEX = 8
-CPU = torch.device("cpu")
 
 
 @dataclass
@@ -93,6 +91,10 @@ class CompiledReferences:
     """The torch references under torch.compile, with the keyword arguments of edgefd.kernels."""
 
     def __init__(self) -> None:
+        import torch
+
+        from edgefd.kernels import reference
+
         self.weighted_kl = torch.compile(reference.weighted_kl)
         self.sl_loss = torch.compile(reference.sl_loss)
         self.labelwise_mean = torch.compile(reference.labelwise_mean)
@@ -102,12 +104,14 @@ class CompiledReferences:
 def _synchronize(device: torch.device) -> Callable[[], None]:
     """What makes a timer's stop wait for the device's work (a GPU runs asynchronously)."""
     if device.type == "cuda":
+        import torch
+
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
 
 
-def _median_ms(call: Callable[[], object], repeats: int, device: torch.device = CPU) -> float:
-    sync = _synchronize(device)
+def _median_ms(call: Callable[[], object], repeats: int, device: torch.device | None = None) -> float:
+    sync = _synchronize(device) if device is not None else lambda: None
     call()  # warm-up: first touch of buffers, lazy initialisation, torch.compile's compilation
     sync()
     times = []
@@ -119,8 +123,10 @@ def _median_ms(call: Callable[[], object], repeats: int, device: torch.device = 
     return statistics.median(times) * 1e3
 
 
-def copy_bandwidth_gbps(mib: int, repeats: int, device: torch.device = CPU) -> float:
-    """Bytes read plus bytes written per second by a large contiguous copy on ``device``."""
+def copy_bandwidth_gbps(mib: int, repeats: int, device: torch.device | None = None) -> float:
+    """Bytes read plus bytes written per second by a large contiguous copy on ``device`` (the CPU by default)."""
+    import torch
+
     n = mib * 2**20 // FLOAT
     src = torch.ones(n, device=device)
     dst = torch.zeros(n, device=device)
@@ -130,6 +136,8 @@ def copy_bandwidth_gbps(mib: int, repeats: int, device: torch.device = CPU) -> f
 
 def _weighted_kl_case(batch: int, classes: int) -> Case:
     def make(device: torch.device) -> WithOps:
+        import torch
+
         g = torch.Generator().manual_seed(0)
         student = (torch.randn(batch, classes, generator=g) * 3).to(device).requires_grad_(True)
         teacher = (torch.randn(batch, classes, generator=g) * 3).to(device)
@@ -148,6 +156,8 @@ def _weighted_kl_case(batch: int, classes: int) -> Case:
 
 def _sl_loss_case(teachers: int, batch: int, classes: int) -> Case:
     def make(device: torch.device) -> WithOps:
+        import torch
+
         g = torch.Generator().manual_seed(0)
         student = torch.randn(batch, classes, generator=g).to(device).requires_grad_(True)
         teacher = torch.randn(teachers, batch, classes, generator=g).to(device)
@@ -168,6 +178,8 @@ def _sl_loss_case(teachers: int, batch: int, classes: int) -> Case:
 
 def _labelwise_mean_case(rows: int, classes: int) -> Case:
     def make(device: torch.device) -> WithOps:
+        import torch
+
         g = torch.Generator().manual_seed(0)
         logits = torch.randn(rows, classes, generator=g).to(device)
         labels = torch.randint(0, classes, (rows,), generator=g).to(device)
@@ -178,6 +190,8 @@ def _labelwise_mean_case(rows: int, classes: int) -> Case:
 
 def _gather_mean_case(samples: int, neighbours: int, classes: int) -> Case:
     def make(device: torch.device) -> WithOps:
+        import torch
+
         g = torch.Generator().manual_seed(0)
         cache = torch.randn(samples, classes, generator=g).to(device)
         ids = torch.randint(0, samples, (samples, neighbours), generator=g).to(device)
@@ -189,6 +203,7 @@ def _gather_mean_case(samples: int, neighbours: int, classes: int) -> Case:
 
 
 def cases(quick: bool, device: str = "cpu") -> list[Case]:
+    on_gpu = device.startswith("cuda")
     if quick:
         return [
             _weighted_kl_case(256, 10),
@@ -200,7 +215,7 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
     out += [_sl_loss_case(k, b, c) for k in (5, 10) for b in (256, 4096, 65536) for c in (10, 100)]
     out += [_labelwise_mean_case(1_000_000, c) for c in (10, 100)]
     out += [_gather_mean_case(60_000, 16, c) for c in (10, 100)]
-    if torch.device(device).type == "cuda":
+    if on_gpu:
         # Past a GPU's L2 cache (50-60 MB on an H100): every input several hundred MB.
         out += [_weighted_kl_case(1 << 20, c) for c in (10, 100)]
         out += [_sl_loss_case(10, 1 << 18, c) for c in (10, 100)]
@@ -211,6 +226,10 @@ def cases(quick: bool, device: str = "cpu") -> list[Case]:
 
 def measure(config: BenchConfig, progress: Callable[[str], None] = print) -> tuple[float, list[Record]]:
     """Measure the copy bandwidth, then every case under each implementation."""
+    import torch
+
+    from edgefd import kernels
+
     device = torch.device(config.device)
     if device.type == "cuda":
         if not kernels.cuda.available():
@@ -280,6 +299,8 @@ def format_row(r: Record) -> str:
 
 def report(config: BenchConfig, bandwidth: float, records: list[Record]) -> dict[str, Any]:
     """What `--json` writes: the setting, the copy bandwidth and one record per kernel and shape."""
+    import torch
+
     device = torch.device(config.device)
     return {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

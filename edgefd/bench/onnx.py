@@ -19,12 +19,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
-from edgefd.data import load_dataset
-from edgefd.export.onnx_export import export_onnx, onnx_session, sample_shape
-from edgefd.export.quantize import quantize_static_int8
-from edgefd.models import build_model, in_channels_of
+# torch (and what exports, which imports it) is imported where a benchmark runs: `--help` needs neither.
 
 BATCHES = (1, 32)
 
@@ -46,6 +41,12 @@ def _median_ms(calls: list[float]) -> float:
 
 
 def measure_model(name: str, dataset, repeats: int, warmup: int, folder: Path) -> list[OnnxBenchRow]:
+    import torch
+
+    from edgefd.export.onnx_export import export_onnx, onnx_session, sample_shape
+    from edgefd.export.quantize import quantize_static_int8
+    from edgefd.models import build_model, in_channels_of
+
     torch.manual_seed(0)
     shape = tuple(dataset.input_shape)
     model = build_model(
@@ -91,6 +92,10 @@ def measure_model(name: str, dataset, repeats: int, warmup: int, folder: Path) -
 
 
 def measure(models: list[str], dataset_name: str, repeats: int, warmup: int, threads: int) -> list[OnnxBenchRow]:
+    import torch
+
+    from edgefd.data import load_dataset
+
     torch.set_num_threads(threads)
     dataset = load_dataset(dataset_name)
     with tempfile.TemporaryDirectory() as tmp:

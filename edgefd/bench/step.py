@@ -15,12 +15,10 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 
-import torch
-from torch import nn
+# torch (and the models, which import it) is imported where a benchmark runs: `--help` needs neither.
 
-from edgefd.models import build_model
-
-LAYOUTS = {"nchw": torch.contiguous_format, "channels_last": torch.channels_last}
+LAYOUTS = {"nchw": "contiguous_format", "channels_last": "channels_last"}
+"""Each layout's torch memory format, by its name in torch (torch is imported where it runs)."""
 
 
 @dataclass
@@ -34,6 +32,11 @@ class StepResult:
 
 def measure_model(name: str, batch_size: int, steps: int, input_shape: tuple[int, int, int]) -> dict[str, float]:
     """Median ms per SGD step (momentum 0.9, weight decay 5e-4) of ``name`` in each layout."""
+    import torch
+    from torch import nn
+
+    from edgefd.models import build_model
+
     x = torch.randn(1024, *input_shape, generator=torch.Generator().manual_seed(0))
     y = torch.randint(0, 10, (1024,), generator=torch.Generator().manual_seed(1))
     order = torch.Generator().manual_seed(2)
@@ -41,7 +44,7 @@ def measure_model(name: str, batch_size: int, steps: int, input_shape: tuple[int
     for layout, memory_format in LAYOUTS.items():
         torch.manual_seed(0)
         model = build_model(name, in_channels=input_shape[0], num_classes=10, input_shape=input_shape)
-        model = model.to(memory_format=memory_format).train()
+        model = model.to(memory_format=getattr(torch, memory_format)).train()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
         runs[layout] = (model, optimizer)
     times: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
@@ -61,6 +64,8 @@ def measure_model(name: str, batch_size: int, steps: int, input_shape: tuple[int
 def measure(
     models: list[str], batch_size: int = 8, steps: int = 300, threads: int = 2, input_shape=(1, 28, 28)
 ) -> list[StepResult]:
+    import torch
+
     torch.set_num_threads(threads)
     return [
         StepResult(name, batch_size, threads, measure_model(name, batch_size, steps, tuple(input_shape)))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import Dataset, DatasetNotFoundError, image_dataset
+from .dataset import Dataset, DatasetNotFoundError, download_hint, image_dataset
 
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -46,7 +46,7 @@ def _missing(
     return DatasetNotFoundError(
         f"{title} ({key!r}) not found: looked in {root / folder}. Extract the official python version ({archive}) "
         f"so that DIR/{folder}/ holds {', '.join(files)}, and pass root=DIR (CLI: --data-root DIR), "
-        f"or use download=True (CLI: --download) where a network is available."
+        f"{download_hint(key, root)}."
     )
 
 

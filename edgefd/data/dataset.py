@@ -7,6 +7,7 @@ partitioners, models and the ONNX export need.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +18,18 @@ class DatasetNotFoundError(Exception):
     """A dataset's files (or the package that bundles them) are not on this machine.
 
     The message always says how to get the data: which package to install, which folder layout
-    to create and pass as ``root`` / ``--data-root``, or that ``download=True`` / ``--download``
-    fetches it (where a network is available).
+    to create and pass as ``root`` / ``--data-root``, or how to fetch it (:func:`download_hint`).
     """
+
+
+def download_hint(name: str, root: object) -> str:
+    """How to fetch a missing on-disk dataset into ``root``, in Python and from the shell. Only
+    `edgefd partition` takes ``--download``: the error reaches `simulate`, `server` and devices too,
+    so it names that command in full rather than a flag theirs lack."""
+    return (
+        f"or fetch it where a network is available: load_dataset({name!r}, root=DIR, download=True) in Python, "
+        f"or `edgefd partition --dataset {name} --data-root {shlex.quote(str(root))} --download` from the shell"
+    )
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import Dataset, DatasetNotFoundError, image_dataset
+from .dataset import Dataset, DatasetNotFoundError, download_hint, image_dataset
 
 # IDX type codes (third byte of the magic number) and the numpy dtype they hold (big-endian).
 _IDX_DTYPES: dict[int, np.dtype] = {
@@ -123,7 +123,7 @@ class IdxSource:
             f"{self.title} ({self.name!r}) not found. Searched:\n  {searched}\n"
             f"{advice}"
             f"Put the four IDX files ({names}) in {example} and pass root=DIR (CLI: --data-root DIR), "
-            f"or use download=True (CLI: --download) where a network is available."
+            f"{download_hint(self.name, root)}."
         )
 
 

@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .dataset import Dataset
+if TYPE_CHECKING:  # a type only: splitting labels needs no torch
+    from .dataset import Dataset
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .dataset import Dataset, DatasetNotFoundError, image_dataset
+from .dataset import Dataset, DatasetNotFoundError, download_hint, image_dataset
 
 SVHN_FILES = ("train_32x32.mat", "test_32x32.mat")
 
@@ -43,7 +43,7 @@ def load_svhn(root: Path, on_demand: bool = False) -> Dataset:
         raise DatasetNotFoundError(
             f"SVHN ('svhn') not found: looked for {' and '.join(SVHN_FILES)} in {root}, {root / 'SVHN'}. "
             f"Put the official cropped-digits .mat files in DIR/ and pass root=DIR (CLI: --data-root DIR), "
-            f"or use download=True (CLI: --download) where a network is available."
+            f"{download_hint('svhn', root)}."
         )
     if importlib.util.find_spec("scipy") is None:  # pragma: no cover - scipy comes with scikit-learn
         raise DatasetNotFoundError("SVHN needs scipy to read its .mat files: pip install scipy")

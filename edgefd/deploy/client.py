@@ -18,8 +18,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from edgefd.data import DatasetNotFoundError
-from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
 from edgefd.deploy.flags import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
 from edgefd.runtime.flags import read_config_file
 
@@ -92,6 +90,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch comes with these: imported here, not for --help
+    from edgefd.data import DatasetNotFoundError
+    from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
+
     try:
         args = resolve(args)
         setup_logging(args.log_level)

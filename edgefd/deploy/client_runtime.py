@@ -55,7 +55,7 @@ from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.build import build_client, peak_rss_mb, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.verbs import VERBS, ClientApp
-from edgefd.training import resolve_device
+from edgefd.training import device_choice, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -357,6 +357,8 @@ class ClientRuntime:
             self.role = build_client(config, pieces, index, data)
             self.last_round, self.replies = 0, {}
         self.app = ClientApp(self.role)
+        if note := device_choice(config.device):
+            log.info("%s: %s", self.cid, note)
         clear_dataset_cache()  # the role holds its share; the rest of the dataset is not needed again
         self._say(wire.ONLINE)
         source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"

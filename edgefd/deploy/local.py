@@ -21,13 +21,12 @@ import time
 import uuid
 from pathlib import Path
 
-from edgefd import kernels, progress
+from edgefd import progress
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
 from edgefd.deploy.mqtt_transport import BrokerSettings
 from edgefd.deploy.server import add_deployment_arguments
 from edgefd.metrics.results import METRICS_FILE
-from edgefd.runtime.build import client_ids_of
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.runtime.process import edgefd_command
@@ -90,6 +89,10 @@ def _command(*args: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch comes with these: imported here, not for --help
+    from edgefd import kernels
+    from edgefd.runtime.build import client_ids_of
+
     try:
         config = config_from_args(args)
         config.validate()

@@ -16,9 +16,8 @@ import argparse
 import logging
 import sys
 
-from edgefd.data import DatasetNotFoundError
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
-from edgefd.deploy.server_runtime import DeploymentSettings, ServerRuntime
+from edgefd.deploy.mqtt_channel import DeploymentSettings
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 
 
@@ -110,6 +109,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch comes with these: imported here, not for --help
+    from edgefd.data import DatasetNotFoundError
+    from edgefd.deploy.server_runtime import ServerRuntime
+
     setup_logging(args.log_level)
     try:
         config = config_from_args(args)

@@ -28,6 +28,7 @@ from edgefd.runtime.build import build_server, local_training_of, peak_rss_mb, p
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.records import RoundRecord
+from edgefd.training import device_choice
 
 __all__ = ["CHECKPOINT_FILE", "DeployedRoundRecord", "DeploymentSettings", "ServerRuntime"]
 
@@ -45,6 +46,8 @@ class ServerRuntime:
         self.settings = settings
         self.resume = resume
         self.pieces = prepare(config, on_demand=True)  # the server takes shapes and classes, no rows
+        if note := device_choice(config.device):
+            log.info("server: %s", note)
         role = build_server(config, self.pieces)
         if config.score_full_test:
             raise ValueError(

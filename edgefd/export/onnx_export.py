@@ -31,14 +31,18 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from edgefd import progress
-from edgefd.export.checkpoint import ClientCheckpoint, list_checkpoints, load_checkpoint
+
+# The functions that need torch import it: `edgefd export --help` must not wait seconds for it.
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from edgefd.export.checkpoint import ClientCheckpoint
 
 EXPORTERS = ("auto", "torchscript", "dynamo")
 INPUT_NAME = "input"
@@ -70,6 +74,8 @@ def export_onnx(
     """Writes ``model`` (in eval mode) to one ``.onnx`` file with a dynamic batch axis.
 
     Returns the exporter that produced it ("torchscript" or "dynamo")."""
+    import torch
+
     if exporter not in EXPORTERS:
         raise ValueError(f"exporter: expected one of {EXPORTERS}, got {exporter!r}")
     path = Path(path)
@@ -91,6 +97,8 @@ def export_onnx(
 
 
 def _export_torchscript(model: nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:
+    import torch
+
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")  # deprecation and tracer warnings, for every model
         torch.onnx.export(
@@ -106,6 +114,8 @@ def _export_torchscript(model: nn.Module, example: torch.Tensor, path: Path, ops
 
 
 def _export_dynamo(model: nn.Module, example: torch.Tensor, path: Path, opset: int) -> None:
+    import torch
+
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
     quiet = logging.getLogger("torch.onnx")
     level = quiet.level
@@ -172,6 +182,8 @@ class ExportConfig:
 
 def _client_data(checkpoint: ClientCheckpoint) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(train_x, test_x, test_y) of the client, or None when the dataset is not on this machine."""
+    import torch
+
     from edgefd.data import DatasetNotFoundError, load_dataset
 
     try:
@@ -185,6 +197,8 @@ def _client_data(checkpoint: ClientCheckpoint) -> tuple[np.ndarray, np.ndarray, 
 
 def sidecar(checkpoint: ClientCheckpoint, shape: Sequence[int], exporter: str, opset: int) -> dict[str, Any]:
     """The JSON a device reads next to the model."""
+    import torch
+
     classes = checkpoint.class_names or [str(c) for c in range(checkpoint.num_classes)]
     return {
         "format": SIDECAR_FORMAT,
@@ -216,6 +230,8 @@ def export_client(
     checkpoint: ClientCheckpoint, out_dir: str | Path, config: ExportConfig | None = None
 ) -> dict[str, Path]:
     """Writes one client's model (and its int8 copy when asked); returns the files written."""
+    import torch
+
     config = config or ExportConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -230,6 +246,13 @@ def export_client(
     data = _client_data(checkpoint)
     if data is not None:
         train_x, test_x, test_y = data
+        if len(train_x):
+            # `edgefd predict` warns about inputs outside it (raw pixels passed without --normalise)
+            meta["input"]["range"] = {
+                "min": float(train_x.min()),
+                "max": float(train_x.max()),
+                "of": "the client's training inputs, normalised (the model's input space)",
+            }
         with torch.no_grad():
             reference = model(torch.from_numpy(test_x)).numpy() if len(test_x) else np.zeros((0, 0))
         logits = run_onnx(session, test_x)
@@ -284,6 +307,8 @@ def export_run(
     run_dir: str | Path, client: str, out_dir: str | Path, config: ExportConfig | None = None
 ) -> dict[str, dict[str, Path]]:
     """Exports one client (``client-3``) or every client (``all``) of a run folder."""
+    from edgefd.export.checkpoint import list_checkpoints, load_checkpoint
+
     config = config or ExportConfig()
     available = list_checkpoints(run_dir)
     if client == "all":

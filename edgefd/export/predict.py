@@ -153,11 +153,41 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+RANGE_MARGIN = 0.1
+"""How far past the recorded training range (as a fraction of its width) an input may reach before
+`predict` warns. The warning is for inputs on another scale (raw 0-255 pixels are 100 times the
+width of normalised ones), not for a test sample a little brighter than any one client's training set."""
+
+
+def range_warning(path: str | Path, x: np.ndarray, meta: dict[str, Any], raw_npy: bool = False) -> str | None:
+    """One line when the input ``x`` (as fed to the model) reaches outside the range of the training
+    inputs recorded at export: the model then answers confidently about data it never saw, typically
+    raw values without --normalise. None within the range, or for a sidecar without one (an export
+    made before the range was recorded, or without the client's data)."""
+    recorded = meta["input"].get("range")
+    if recorded is None or x.size == 0:
+        return None
+    low, high = float(recorded["min"]), float(recorded["max"])
+    margin = RANGE_MARGIN * (high - low)
+    seen_low, seen_high = float(x.min()), float(x.max())
+    if low - margin <= seen_low and seen_high <= high + margin:
+        return None
+    hint = "already normalised? then leave out --normalise" if raw_npy else "raw values? then pass --normalise"
+    return (
+        f"edgefd predict: warning: {path} holds values in [{seen_low:.4g}, {seen_high:.4g}], outside the range "
+        f"the model was trained on, [{low:.4g}, {high:.4g}]: its answers may be confidently wrong ({hint})"
+    )
+
+
 def predict_files(model: ExportedModel, paths: list[str], raw_npy: bool = False) -> list[dict[str, Any]]:
-    """One record per sample: file, index in the file, predicted class, probabilities."""
+    """One record per sample: file, index in the file, predicted class, probabilities. A file whose
+    values fall outside the training range gets one warning line on stderr (:func:`range_warning`)."""
     results = []
     for path in paths:
-        probabilities = softmax(model.logits(read_input(path, model, raw_npy)).astype(np.float64))
+        x = read_input(path, model, raw_npy)
+        if warning := range_warning(path, x, model.meta, raw_npy and Path(path).suffix.lower() == ".npy"):
+            print(warning, file=sys.stderr)
+        probabilities = softmax(model.logits(x).astype(np.float64))
         for index, row in enumerate(probabilities):
             best = int(row.argmax())
             results.append(

@@ -20,9 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot",
         metavar="FILE",
-        default="report.png",
+        default=None,
         help="image file for the plot of every run's accuracy against round and against cumulative MB; "
-        "the suffix picks the format, e.g. compare.png or compare.pdf (default: %(default)s)",
+        "the suffix picks the format, e.g. compare.png or compare.pdf (default: report.png beside the first "
+        "run folder: runs/report.png for runs/fedavg)",
     )
 
 
@@ -51,6 +52,16 @@ def run(args: argparse.Namespace) -> int:
         )
     from edgefd.metrics.plots import plot_curves  # matplotlib: a device install has none
 
-    plot_curves(runs, args.plot)
-    print(f"plot: {args.plot}")
+    plot = Path(args.plot) if args.plot else default_plot(args.runs[0])
+    plot_curves(runs, plot)
+    print(f"plot: {plot}")
     return 0
+
+
+def default_plot(first_run: str | Path) -> Path:
+    """report.png beside the first run folder (runs/report.png for runs/fedavg): with the runs it
+    compares, never in whatever folder the command was started from (a checkout, say)."""
+    folder = Path(first_run)
+    if folder.name in ("", ".", ".."):
+        folder = folder.resolve()
+    return folder.parent / "report.png"

@@ -10,7 +10,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from edgefd import kernels
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import RoundRecord
 
@@ -101,7 +100,12 @@ def run_summary(
 ) -> dict[str, Any]:
     """What summary.json says of any run, simulated or deployed: the run, its accuracies and bytes
     (round 0 is the one-time uploads), its models, the method's params as the server resolved
-    them (FedZKT's preset), the kernel backend and the whole config."""
+    them (FedZKT's preset), the kernel backend, the device this process trained on (what `auto`
+    resolved to) and the whole config, its device resolved too."""
+    from edgefd import kernels  # torch: `edgefd report` reads runs without it
+    from edgefd.training import resolve_device
+
+    device = resolve_device(config.device)
     return {
         "algo": config.algo,
         "dataset": config.dataset,
@@ -114,5 +118,6 @@ def run_summary(
         "models": models,
         "params": asdict(params),
         "kernels": kernels.get_backend(),
-        "config": asdict(config),
+        "device": device,
+        "config": {**asdict(config), "device": device},
     }

@@ -12,15 +12,18 @@ deployment's sends the same messages over MQTT (`edgefd.deploy.mqtt_channel.Mqtt
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
-
-from edgefd.algorithms.base import ClientRole
 from edgefd.protocol.message import Message
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger, InProcessTransport
 from edgefd.runtime.verbs import ClientApp, Deadline
+
+# Types only: `edgefd server --help` reaches this module through the MQTT channel, and torch is slow to import.
+if TYPE_CHECKING:
+    import torch
+
+    from edgefd.algorithms.base import ClientRole
 
 Serve = Callable[[Message], Message]
 """The server's answer to a request a client makes during its work (a ``step``)."""

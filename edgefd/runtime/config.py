@@ -6,28 +6,23 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edgefd.data import dataset_label
-from edgefd.runtime.loop import LoopConfig
-from edgefd.training import (
-    BATCH_ORDERS,
-    OPTIMIZER_LIFECYCLES,
-    TrainConfig,
-    check_choice,
-    check_epochs,
-    resolve_device,
-)
+# The methods below import what they use: `edgefd simulate --help` builds its flags from this class
+# and must not wait seconds for torch, which the data, the loop and the trainer import.
+if TYPE_CHECKING:
+    from edgefd.runtime.loop import LoopConfig
+    from edgefd.training import TrainConfig
 
 
 def setting(default: Any, help: str) -> Any:
-    """A config field with its `--flag` help (what it does, what values it takes)."""
+    """A config field with the help of its command-line flag (what it does, what values it takes)."""
     return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class SimulationConfig:
-    """One simulated run. Every field is also a `--flag` and a TOML key."""
+    """One simulated run. Every field is also a command-line flag and a TOML key."""
 
     algo: str = setting("fd", "the method to run (see `edgefd methods`), e.g. fedcache, fedict, fedavg")
     dataset: str = setting(
@@ -112,6 +107,8 @@ class SimulationConfig:
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
 
     def train_config(self) -> TrainConfig:
+        from edgefd.training import TrainConfig, resolve_device
+
         return TrainConfig(
             epochs=self.epochs,
             batch_size=self.batch_size,
@@ -126,6 +123,8 @@ class SimulationConfig:
         )
 
     def loop_config(self) -> LoopConfig:
+        from edgefd.runtime.loop import LoopConfig
+
         return LoopConfig(
             rounds=self.rounds,
             participation=self.participation,
@@ -134,9 +133,13 @@ class SimulationConfig:
         )
 
     def out_dir(self) -> Path:
+        from edgefd.data import dataset_label
+
         return Path(self.out) if self.out else Path("runs") / f"{self.algo}-{dataset_label(self.dataset)}-s{self.seed}"
 
     def validate(self) -> None:
+        from edgefd.training import BATCH_ORDERS, OPTIMIZER_LIFECYCLES, check_choice, check_epochs, resolve_device
+
         if self.clients < 1:
             raise ValueError(f"clients: must be >= 1, got {self.clients}")
         if self.precision not in ("fp32", "fp16", "int8"):

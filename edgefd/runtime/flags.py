@@ -12,7 +12,6 @@ from typing import Any
 
 import tomllib
 
-from edgefd.algorithms.base import parse_param_assignments
 from edgefd.runtime.config import SimulationConfig
 
 
@@ -99,6 +98,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:
+    from edgefd.algorithms.base import parse_param_assignments  # torch: not for building the flags
+
     values: dict[str, Any] = {}
     params: dict[str, Any] = {}
     if getattr(args, "config", None):

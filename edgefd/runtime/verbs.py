@@ -32,13 +32,17 @@ import enum
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from edgefd.algorithms.base import ClientRole, ServerRole
 from edgefd.protocol import Payload, at_precision
 from edgefd.protocol.message import SERVER, Message
 from edgefd.protocol.payload import Scalar
+
+# Types only: the MQTT flags that `edgefd server --help` lists reach this table, and torch is slow to import.
+if TYPE_CHECKING:
+    import torch
+
+    from edgefd.algorithms.base import ClientRole, ServerRole
 
 __all__ = [
     "SERVER",
@@ -58,7 +62,7 @@ __all__ = [
 Ask = Callable[[Message], Message]
 """How a client asks the server during its work and waits for the answer (a ``step``)."""
 Handler = Callable[["ClientApp", Message, "Ask | None"], "Payload | None"]
-ServerContent = Callable[[ServerRole, int, str], "Payload | None"]
+ServerContent = Callable[["ServerRole", int, str], "Payload | None"]
 
 SCORES_KIND = "metrics"
 """The kind of an evaluate answer's content: the client's scores as float scalars."""

@@ -121,6 +121,7 @@ def test_predict_runs_without_torch_on_npy_and_images(exported, tmp_path):
     logits = run_onnx(onnx_session(model), batch)
     assert [p["class"] for p in predictions[:5]] == logits.argmax(1).tolist()
     assert predictions[5]["class"] == predictions[0]["class"]
+    assert "warning" not in result.stderr  # normalised inputs, and an image predict normalised
     image_logits = run_onnx(onnx_session(model), dataset.test_x[5:6].numpy())
     assert predictions[6]["class"] == int(image_logits.argmax())
     np.testing.assert_allclose(
@@ -133,6 +134,37 @@ def test_predict_runs_without_torch_on_npy_and_images(exported, tmp_path):
     text = _predict(exported / "onnx" / "client-1.int8.onnx", tmp_path / "one.npy")
     assert text.returncode == 0, text.stderr
     assert text.stdout.startswith(f"{tmp_path / 'one.npy'}[0]: ")
+
+
+def test_predict_warns_once_per_file_outside_the_training_range(exported, tmp_path):
+    sidecar = json.loads((exported / "onnx" / "client-0.json").read_text())
+    recorded = sidecar["input"]["range"]
+    client = load_checkpoint(list_checkpoints(exported / "run")["client-0"])
+    train_x = load_dataset("digits").train_x[client.train_indices]
+    assert (recorded["min"], recorded["max"]) == pytest.approx((float(train_x.min()), float(train_x.max())))
+
+    dataset = load_dataset("digits")
+    raw = np.round((dataset.test_x[:4].numpy() * dataset.std[0] + dataset.mean[0]) * dataset.input_scale)
+    np.save(tmp_path / "raw.npy", raw.astype(np.float32))  # 0..16, as the digits are stored
+    model = exported / "onnx" / "client-0.onnx"
+    result = _predict(model, tmp_path / "raw.npy")
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "raw.npy holds values in [0, 16]" in warnings[0]
+    assert "outside the range the model was trained on" in warnings[0] and "pass --normalise" in warnings[0]
+    assert len(result.stdout.splitlines()) == 4  # it still answers
+
+    normalised = _predict(model, tmp_path / "raw.npy", "--normalise")
+    assert normalised.returncode == 0 and "warning" not in normalised.stderr
+
+    # an export made before the range was recorded: no range, no warning
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "client-0.onnx").write_bytes(model.read_bytes())
+    del sidecar["input"]["range"]
+    (old / "client-0.json").write_text(json.dumps(sidecar))
+    result = _predict(old / "client-0.onnx", tmp_path / "raw.npy")
+    assert result.returncode == 0 and result.stderr == ""
 
 
 def test_predict_rejects_bad_inputs_with_a_message(exported, tmp_path):

@@ -75,7 +75,7 @@ EXCHANGES = ("batch", "round")
 
 @dataclass
 class FedCacheParams:
-    beta: float = param(1.5, "weight of the distillation term (the code's --alpha)")
+    beta: float = param(1.5, "weight of the distillation term (alpha in the paper's official code)")
     temperature: float = param(3.0, "distillation temperature (KL only; CE at 1)")
     eps: float = param(1e-7, "added to the teacher probabilities, not renormalised")
     neighbours: int = param(16, "R: related same-label samples per sample")
