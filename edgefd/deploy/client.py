@@ -50,6 +50,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: none, a restart starts the client afresh)",
     )
     parser.add_argument(
+        "--models-dir",
+        metavar="DIR",
+        help="folder where the client writes its final model (CLIENT_ID.pt) when the server ends the run, for "
+        "`edgefd export` (default: STATE_DIR/models with --state-dir, else none)",
+    )
+    parser.add_argument(
         "--data-dir",
         metavar="DIR",
         help="folder with this device's own data.npz (train_x, train_y, test_x, test_y, num_classes; see "
@@ -102,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             args.client_id,
             broker_settings(args),
             state_dir=args.state_dir,
+            models_dir=args.models_dir,
             data_dir=args.data_dir,
             chunk_size=args.chunk_size,
             max_message_bytes=args.max_message_bytes,

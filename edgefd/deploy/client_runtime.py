@@ -51,10 +51,17 @@ from edgefd.deploy.mqtt_transport import (
     check_name,
     encode_frames,
 )
+from edgefd.export.checkpoint import (
+    MODELS_DIR,
+    ClientCheckpoint,
+    client_checkpoint,
+    deliverable_model,
+    save_checkpoint,
+)
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.build import build_client, peak_rss_mb, prepare
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.verbs import VERBS, ClientApp
+from edgefd.runtime.verbs import VERBS, ClientApp, scores_of
 from edgefd.training import device_choice, resolve_device
 
 log = logging.getLogger(__name__)
@@ -80,6 +87,9 @@ class ClientSettings:
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     device: str = "auto"
     """Where this device trains (auto, cpu, cuda, cuda:N): its own choice, whatever the server uses."""
+    models_dir: str | None = None
+    """Where the client writes its final model (``<client>.pt``, what `edgefd export` reads) when the
+    server ends the run; None: ``state_dir/models``, or nowhere without a state dir."""
 
     def __post_init__(self) -> None:
         check_name("client id", self.client_id)
@@ -150,6 +160,16 @@ class ClientRuntime:
         """When each cached reply last went out (monotonic): see `_send_again`."""
         self.stopping = threading.Event()
         self._backlog: list[Incoming] = []
+        self.model_card: ClientCheckpoint | None = None
+        """This client's model file without weights and accuracy, made when the config arrives."""
+        self.last_evaluation: Message | None = None
+        """The last evaluate request answered: what the server had this client evaluate."""
+
+    @property
+    def models_dir(self) -> Path | None:
+        if self.settings.models_dir is not None:
+            return Path(self.settings.models_dir)
+        return None if self.settings.state_dir is None else Path(self.settings.state_dir) / MODELS_DIR
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -203,6 +223,7 @@ class ClientRuntime:
                 log.info("%s: a stop left by an earlier run; waiting for this run's config", self.cid)
                 return
             log.info("%s: the server ended the run", self.cid)
+            self._save_model()
             self.stopping.set()
             return
         if self.app is None:
@@ -238,6 +259,8 @@ class ClientRuntime:
             return
         try:
             self._answer(message)
+            if msg.verb == "evaluate":
+                self.last_evaluation = message
         except _Interrupted:
             log.info("%s: round %d's %s abandoned unanswered", self.cid, message.round, msg.verb)
         except ValueError as error:  # a request the client cannot take (a reply without content, ...)
@@ -357,6 +380,9 @@ class ClientRuntime:
             self.role = build_client(config, pieces, index, data)
             self.last_round, self.replies = 0, {}
         self.app = ClientApp(self.role)
+        if data is None:  # a device's own data says nothing of its normalisation: no model file for it
+            card = client_checkpoint(config, pieces.dataset, self.cid, pieces.model_names[index], pieces.splits[index])
+            self.model_card = card
         if note := device_choice(config.device):
             log.info("%s: %s", self.cid, note)
         clear_dataset_cache()  # the role holds its share; the rest of the dataset is not needed again
@@ -372,6 +398,27 @@ class ClientRuntime:
             self.last_round + 1,
             peak_rss_mb(),
         )
+
+    def _save_model(self) -> None:
+        """The model the run measured for this client (its own, or the state the server last had it
+        evaluate), with its last accuracy, into the models folder: what `edgefd export` reads."""
+        folder = self.models_dir
+        if folder is None or self.role is None:
+            return
+        if self.model_card is None:
+            log.info("%s: trained on its own data (--data-dir): no model file for edgefd export", self.cid)
+            return
+        evaluation = self.last_evaluation
+        answer = self.replies.get(("evaluate", evaluation.round)) if evaluation is not None else None
+        accuracy = scores_of(answer.content)["accuracy"] if answer is not None else None
+        model = deliverable_model(self.role, evaluation.content if evaluation is not None else None)
+        card = replace(self.model_card, accuracy=accuracy, state=model.state_dict())
+        try:
+            path = save_checkpoint(card, folder / f"{self.cid}.pt")
+        except OSError as error:  # a full or read-only disk: the run is over either way
+            log.error("%s: could not save its model in %s: %s", self.cid, folder, error)
+            return
+        log.info("%s: its model is in %s (edgefd export reads it)", self.cid, path)
 
     # ------------------------------------------------------------------ status and checkpoints
     def _announce(self) -> None:

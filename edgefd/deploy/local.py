@@ -7,7 +7,8 @@ Starts a broker (Mosquitto when installed, else the embedded amqtt; unless `--br
 one `edgefd server` and K `edgefd client` processes, shows the server's rounds as they finish
 (`--quiet`: only the final line), waits for the server to finish, and leaves
 the same outputs as `edgefd simulate` in the out folder (plus run.toml, the resolved config the
-server ran; logs/ with every process's log; clients/ with the clients' checkpoints).
+server ran; logs/ with every process's log; clients/ with the clients' checkpoints; models/ with
+each client's final model, which the clients write when the run ends).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def _command(*args: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     # torch comes with these: imported here, not for --help
     from edgefd import kernels
+    from edgefd.export.checkpoint import MODELS_DIR
     from edgefd.runtime.build import client_ids_of
 
     try:
@@ -144,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
                         cid,
                         "--state-dir",
                         str(out / "clients"),
+                        "--models-dir",
+                        str(out / MODELS_DIR),
                         "--device",
                         config.device,
                         *shared,

@@ -1,6 +1,8 @@
 """Each client's final personalised model, saved into a run folder so that it can be exported.
 
-``edgefd simulate`` writes ``RUN_DIR/models/<client>.pt`` for every client: the weights of the
+``edgefd simulate`` writes ``RUN_DIR/models/<client>.pt`` for every client, and each deployed client
+(``edgefd client``) writes its own when the run ends, into ``--models-dir`` (``deploy-local``: the
+run folder's ``models/``): the weights of the
 model the run measured for that client (its own model, or the server-side global model for methods
 whose deliverable lives there, e.g. FedAvg and DFL), the architecture name, everything needed to
 rebuild it (input shape, channels, classes), the dataset's normalisation, the client's train and
@@ -13,6 +15,7 @@ The file holds only tensors, numbers, strings and lists, and is read with
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,52 +112,75 @@ def list_checkpoints(run_dir: str | Path) -> dict[str, Path]:
     folder = Path(run_dir) / MODELS_DIR
     files = sorted(folder.glob("*.pt")) if folder.is_dir() else []
     if not files:
-        raise ValueError(
-            f"{run_dir}: no client models in {folder} (runs made before models were saved have none; "
-            "re-run `edgefd simulate`)"
-        )
+        raise ValueError(f"{run_dir}: no client models in {folder}: {_where_the_models_are(Path(run_dir))}")
     return {file.stem: file for file in files}
 
 
-def deliverable_model(client: Any, server: Any) -> nn.Module:
-    """The model a run measures for this client: its own, or the server-side state loaded into a copy."""
+def _where_the_models_are(run_dir: Path) -> str:
+    """Why a run folder holds no models, and where they are."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None
+    if not isinstance(summary, dict):
+        return "the run has not finished (no summary.json), or this is not a run folder"
+    deployment = summary.get("deployment")
+    if isinstance(deployment, dict):
+        clients = ", ".join(str(c) for c in deployment.get("clients", [])) or "its clients"
+        return (
+            f"this is an `edgefd server` run, whose models are on the devices ({clients}): each writes its own "
+            "when the run ends, into `edgefd client --models-dir` (default: STATE_DIR/models). Copy them into "
+            f"{run_dir / MODELS_DIR}/, or export on a device: `edgefd export STATE_DIR`"
+        )
+    return "runs made before models were saved have none; run it again"
+
+
+def deliverable_model(client: Any, evaluation_state: Any = None) -> nn.Module:
+    """The model a run measures for this client: its own, or ``evaluation_state`` (what the server
+    sent it to evaluate: FedAvg's and DFL's global model) loaded into a copy."""
     from edgefd.training import load_state_arrays
 
-    state = server.evaluation_state(client.client_id)
-    if state is None:
+    if evaluation_state is None:
         return client.model
     model = copy.deepcopy(client.model)
-    load_state_arrays(model, state.arrays)
+    load_state_arrays(model, evaluation_state.arrays)
     return model
+
+
+def client_checkpoint(
+    config: Any, dataset: Any, client_id: str, model_name: str, split: Any | None = None
+) -> ClientCheckpoint:
+    """A client's checkpoint without its weights and accuracy, from what its run knows: the config,
+    the dataset's description and the client's split (None for a device's own data: no indices)."""
+    from edgefd.models import in_channels_of
+
+    return ClientCheckpoint(
+        client_id=client_id,
+        model_name=model_name,
+        in_channels=in_channels_of(tuple(dataset.input_shape)),
+        num_classes=int(dataset.num_classes),
+        input_shape=[int(s) for s in dataset.input_shape],
+        dataset=config.dataset,
+        data_root=config.data_root,
+        mean=[float(m) for m in dataset.mean],
+        std=[float(s) for s in dataset.std],
+        input_scale=float(dataset.input_scale),
+        class_names=list(dataset.class_names) if dataset.class_names else None,
+        accuracy=None,
+        algo=config.algo,
+        train_indices=[] if split is None else [int(i) for i in split.train_indices],
+        test_indices=[] if split is None else [int(i) for i in split.test_indices],
+    )
 
 
 def save_run_models(sim: Any, final_accuracy: dict[str, float], out_dir: str | Path) -> list[Path]:
     """Writes ``out_dir/models/<client>.pt`` for every client of a finished simulation."""
-    from edgefd.models import in_channels_of
-
-    config, dataset = sim.config, sim.dataset
     paths = []
     for cid, client in sim.clients.items():
-        split = sim.splits[cid]
-        model = deliverable_model(client, sim.server)
+        model = deliverable_model(client, sim.server.evaluation_state(cid))
         accuracy = final_accuracy.get(cid)
-        checkpoint = ClientCheckpoint(
-            client_id=cid,
-            model_name=sim.model_names[cid],
-            in_channels=in_channels_of(tuple(dataset.input_shape)),
-            num_classes=int(dataset.num_classes),
-            input_shape=[int(s) for s in dataset.input_shape],
-            dataset=config.dataset,
-            data_root=config.data_root,
-            mean=[float(m) for m in dataset.mean],
-            std=[float(s) for s in dataset.std],
-            input_scale=float(dataset.input_scale),
-            class_names=list(dataset.class_names) if dataset.class_names else None,
-            accuracy=None if accuracy is None else float(accuracy),
-            algo=config.algo,
-            train_indices=[int(i) for i in split.train_indices],
-            test_indices=[int(i) for i in split.test_indices],
-            state=model.state_dict(),
-        )
+        checkpoint = client_checkpoint(sim.config, sim.dataset, cid, sim.model_names[cid], sim.splits[cid])
+        checkpoint.accuracy = None if accuracy is None else float(accuracy)
+        checkpoint.state = model.state_dict()
         paths.append(save_checkpoint(checkpoint, Path(out_dir) / MODELS_DIR / f"{cid}.pt"))
     return paths

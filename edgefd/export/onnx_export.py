@@ -330,8 +330,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "run_dir",
         metavar="RUN_DIR",
-        help="a run folder written by `edgefd simulate` (or `server` / `deploy-local`) with the clients' "
-        "final models in RUN_DIR/models/<client>.pt",
+        help="a folder with the clients' final models in RUN_DIR/models/<client>.pt: a run of `edgefd simulate` "
+        "or `deploy-local`, a device's `edgefd client --state-dir`, or an `edgefd server` run once the devices' "
+        "models are copied into its models/",
     )
     parser.add_argument(
         "--client",

@@ -1,12 +1,15 @@
 """Every registered method deploys: one round over a real Mosquitto (a server process and a
-process per client, `edgefd deploy-local`) gives exactly the metrics of the same run in-process."""
+process per client, `edgefd deploy-local`) gives exactly the metrics of the same run in-process,
+and each device saves the same model file as the simulation (what `edgefd export` reads)."""
 
 import pytest
+import torch
 from light_settings import LIGHT_SETTINGS
 from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto
 
 from edgefd.algorithms.base import list_methods
 from edgefd.deploy.broker import start_broker
+from edgefd.export.checkpoint import list_checkpoints, load_checkpoint
 from edgefd.simulate import SimulationConfig, run
 
 pytestmark = needs_mosquitto
@@ -52,3 +55,11 @@ def test_one_round_over_mqtt_equals_the_simulation(tmp_path, broker, algo):
     simulated, deployed = lines_of(tmp_path / "sim"), lines_of(tmp_path / "deploy")
     assert len(deployed) == 2  # round 0 (the hellos) and round 1
     assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated]
+    simulated_models, deployed_models = list_checkpoints(tmp_path / "sim"), list_checkpoints(tmp_path / "deploy")
+    assert deployed_models.keys() == simulated_models.keys()
+    for cid, path in simulated_models.items():
+        expected, saved = load_checkpoint(path), load_checkpoint(deployed_models[cid])
+        assert saved.metadata() == expected.metadata(), cid
+        assert (saved.train_indices, saved.test_indices) == (expected.train_indices, expected.test_indices)
+        assert saved.state.keys() == expected.state.keys()
+        assert all(torch.equal(saved.state[k], expected.state[k]) for k in expected.state), cid

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for
 
+from edgefd import cli
 from edgefd.deploy.broker import start_broker
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
+from edgefd.export.checkpoint import load_checkpoint
 from edgefd.protocol import Message, Payload, encode_message, split
 from edgefd.simulate import SimulationConfig, run
 
@@ -120,6 +122,12 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
     assert all(line["wire"]["up"] > line["bytes_up"] for line in dep_lines)
     assert (deployed / "curves.png").stat().st_size > 1000
     assert set(summary["deployment"]["clients"]) == {"client-0", "client-1", "client-2"}
+    # every device saved its final model where `edgefd export` reads it, with the run's last accuracy
+    assert cli.main(["export", str(deployed), "--out", str(tmp_path / "onnx")]) == 0
+    final = dep_lines[-1]["client_accuracy"]
+    for cid in ("client-0", "client-1", "client-2"):
+        assert load_checkpoint(deployed / "models" / f"{cid}.pt").accuracy == pytest.approx(final[cid])
+        assert (tmp_path / "onnx" / f"{cid}.onnx").stat().st_size > 1000
     # the rounds showed on the console as they finished, not only in the server's log
     console = (tmp_path / "deploy.log").read_text()
     assert "fd on digits over MQTT" in console and "2/2" in console and "acc " in console, console[-2000:]

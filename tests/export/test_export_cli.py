@@ -86,6 +86,14 @@ def test_export_errors_are_clear(exported, tmp_path, capsys):
     assert "no client models" in capsys.readouterr().err
 
 
+def test_export_of_a_server_run_says_which_devices_hold_the_models(tmp_path, capsys):
+    """`edgefd server` trains no client model: the devices save theirs (`edgefd client --models-dir`)."""
+    (tmp_path / "summary.json").write_text(json.dumps({"deployment": {"clients": ["client-0", "client-1"]}}))
+    assert cli.main(["export", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    error = capsys.readouterr().err
+    assert "edgefd server" in error and "client-0, client-1" in error and "--models-dir" in error, error
+
+
 PREDICT_WITHOUT_TORCH = """
 import json, sys
 from edgefd.cli import main
