@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for edgefd: system packages, the pinned torch build, and edgefd itself
-# (compiling its C++ kernels). Safe to run again: every step is skipped or a no-op when done.
+# Sets up a fresh machine for edgefd: system packages, a virtual environment, the pinned torch build,
+# and edgefd itself (compiling its C++ kernels). Safe to run again: every step is skipped or a no-op
+# when done.
 #
 #   bash scripts/install.sh           # runtime only
 #   bash scripts/install.sh --test    # runtime + test tools
+#   . .venv/bin/activate              # then: edgefd, python3 -m pytest, ...
+#
+# Python packages go into the virtual environment that is active, else into .venv in the checkout
+# (EDGEFD_VENV=DIR: another folder), made with $PYTHON (default python3): never into the system's
+# Python, which Debian 12+ and Ubuntu 23.04+ refuse (PEP 668, "externally-managed-environment").
+# PyPI has no CPU-only torch for x86-64: its torch is the CUDA build (about 4.4 GB). With
+# EDGEFD_TORCH_INDEX=URL pip takes torch and torchvision from that index instead (a mirror, or
+# PyTorch's own CPU index where it has the pinned versions).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +23,7 @@ fi
 
 # System packages: a C++ toolchain and CMake for the kernels, the real Fashion-MNIST files, the
 # Mosquitto broker and its clients (edgefd deploy-local, the MQTT integration tests).
-apt_packages=(g++ cmake ninja-build dataset-fashion-mnist mosquitto mosquitto-clients)
+apt_packages=(g++ cmake ninja-build python3-venv dataset-fashion-mnist mosquitto mosquitto-clients)
 # With --test: an emulated arm64 device for tests/device/test_arm64.py (qemu-user with its binfmt
 # handler, mmdebstrap to build a Debian bookworm arm64 root filesystem), and RabbitMQ for
 # tests/deploy/test_clustered_brokers.py (a two-node cluster with its MQTT plugin, started by the test).
@@ -40,15 +49,30 @@ if dpkg -s rabbitmq-server >/dev/null 2>&1 && command -v systemctl >/dev/null 2>
   $sudo systemctl disable --now rabbitmq-server >/dev/null 2>&1 || true
 fi
 
+# The virtual environment: the active one, else EDGEFD_VENV or .venv, made once.
+if [[ -n ${VIRTUAL_ENV:-} ]]; then
+  venv=$VIRTUAL_ENV
+else
+  venv=${EDGEFD_VENV:-.venv}
+  if [[ ! -x $venv/bin/python ]]; then
+    echo "making the virtual environment $venv (with ${PYTHON:-python3})"
+    "${PYTHON:-python3}" -m venv "$venv"
+  fi
+fi
+py="$venv/bin/python"
+
 # torch first, pinned: an unpinned torch may resolve to a multi-GB build this machine cannot use,
 # and PyPI's torchvision only imports beside the matching torch.
 case "$(uname -m)" in
   aarch64) torch_pins=(torch==2.9.1 torchvision==0.24.1) ;;
   *) torch_pins=(torch==2.14.1 torchvision==0.29.1) ;;
 esac
-python3 -m pip install -q "${torch_pins[@]}"
+torch_index=()
+if [[ -n ${EDGEFD_TORCH_INDEX:-} ]]; then torch_index=(--index-url "$EDGEFD_TORCH_INDEX"); fi
+"$py" -m pip install -q "${torch_index[@]}" "${torch_pins[@]}"
 
 # edgefd, built in place (editable) so that tests and benchmarks run against this checkout.
-python3 -m pip install -q scikit-build-core pybind11
-python3 -m pip install -q --no-build-isolation -e ".[${extras}]"
-python3 -c "import edgefd.kernels as k; assert k.cpp_available(), 'C++ kernels failed to build'; print('edgefd installed; C++ kernels built')"
+"$py" -m pip install -q scikit-build-core pybind11
+"$py" -m pip install -q --no-build-isolation -e ".[${extras}]"
+"$py" -c "import edgefd.kernels as k; assert k.cpp_available(), 'C++ kernels failed to build'"
+echo "edgefd installed in $venv, C++ kernels built: \`. $venv/bin/activate\` puts edgefd on the PATH"
