@@ -38,12 +38,14 @@ BENCHMARKS = {
         "kernels",
         "edgefd.bench.kernels",
         "C++ kernels vs their torch references",
-        description="Time the four C++ kernels (weighted KL, SL loss, label-wise mean, gather mean; forward and "
-        "backward) against their pure-torch references at several shapes, and compare each kernel's bytes per "
-        "second with the copy bandwidth this same run measures. Prints one row per kernel and shape.",
+        description="Time the four kernels (weighted KL, SL loss, label-wise mean, gather mean; forward and "
+        "backward; C++ on the CPU, CUDA with --device cuda) against their pure-torch references at several "
+        "shapes, eager and, with --compiled, under torch.compile, and compare each kernel's bytes per second "
+        "with the copy bandwidth this same run measures. Prints one row per kernel and shape.",
         examples=(
             "edgefd bench kernels --quick                          # tiny shapes: checks it runs (seconds)",
             "edgefd bench kernels --threads 2 --json docs/bench-kernels.json",
+            "edgefd bench kernels --device cuda --compiled        # on a GPU, and against torch.compile",
         ),
     ),
     "cache": Subcommand(
