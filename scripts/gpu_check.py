@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from same_results import SETTINGS as LIGHT_METHOD  # scripts/: the lighter models some methods need on digits
+
 from edgefd.algorithms.base import list_methods
 from edgefd.reproduce import RECIPES
 from edgefd.runtime.config import SimulationConfig, config_to_toml
@@ -55,20 +57,8 @@ MEMORY_BOUND = ("weighted_kl", "labelwise_mean", "gather_mean")
 BANDWIDTH_GOAL = 0.6
 """The memory-bound kernels' goal at their largest shape: this fraction of the copy bandwidth."""
 
-# On the CPU (--cpu): the light settings some methods need to run in seconds (scripts/same_results.py's).
+# On the CPU (--cpu): few clients and samples, one thread (with LIGHT_METHOD: runs of seconds).
 LIGHT_RUN: dict[str, Any] = dict(clients=3, samples_per_client=80, threads=1)
-LIGHT_METHOD: dict[str, dict[str, Any]] = {
-    "fedcache": dict(params={"knn": "exact"}),
-    "fedict": dict(models="fedict_c1"),
-    "fedgkt": dict(models="fedict_c1"),
-    "fedmd": dict(params={"public_dataset": "digits", "alignment_size": 50}),
-    "fedd2s": dict(models="fedd2s_m1", params={"phase_epochs": 1}),
-    "fedzkt": dict(
-        models="zkt_tiny_a,zkt_tiny_e",
-        epochs=1,
-        params=dict(global_model="zkt_tiny_global", generator="zkt_generator_mlp", iterations=2, server_batch_size=16),
-    ),
-}
 
 
 @dataclass

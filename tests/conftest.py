@@ -1,7 +1,16 @@
-"""Shared test settings: deterministic, quiet, two threads like the target machines."""
+"""Shared test settings: deterministic, quiet, and one thread in every process of the suite.
+
+One thread: `OMP_NUM_THREADS=1` before torch loads, inherited by every process a test starts
+(`edgefd simulate`, servers, devices), and the default of every run's `threads` (its default is
+$OMP_NUM_THREADS where set). With two threads a process spins at each parallel region's barrier
+while the other thread waits for a core: beside two busy processes on 2 cores, FedD2S's 10 rounds
+took 84 s with two threads and 30 s with one, and 18 s either way alone (docs/TESTING.md)."""
 
 import os
 import tempfile
+
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["MKL_NUM_THREADS"] = "1"
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # FedCache's hash cache (and anything else edgefd keeps between runs) in a folder of this session,
@@ -10,4 +19,4 @@ os.environ["EDGEFD_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgefd-test-cache-")
 
 import torch  # noqa: E402
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)

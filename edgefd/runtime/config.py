@@ -4,6 +4,7 @@ files of `--config` and the deployed server's and clients' config (they must agr
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,18 @@ if TYPE_CHECKING:
 def setting(default: Any, help: str) -> Any:
     """A config field with the help of its command-line flag (what it does, what values it takes)."""
     return field(default=default, metadata={"help": help})
+
+
+DEFAULT_THREADS = 2
+"""A run's threads where the environment does not say: the target devices' cores."""
+
+
+def default_threads() -> int:
+    """``$OMP_NUM_THREADS``, the usual way to cap a process's threads (a test suite or a job scheduler
+    sets it), else `DEFAULT_THREADS`. As OpenMP does, a value that is not a positive count is ignored;
+    a list ("4,2": nested levels) gives its first level."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else DEFAULT_THREADS
 
 
 @dataclass
@@ -91,7 +104,13 @@ class SimulationConfig:
         "convolutional models in the channels-last (NHWC) memory layout, about a tenth faster to train on a CPU; "
         "false keeps PyTorch's default NCHW (results agree to float rounding)",
     )
-    threads: int = setting(2, "CPU threads for torch and the kernels (use 1 to run several simulations at once)")
+    threads: int = field(
+        default_factory=default_threads,
+        metadata={
+            "help": "CPU threads for torch and the kernels (default: $OMP_NUM_THREADS where it is set, else 2; "
+            "use 1 to run several simulations at once)"
+        },
+    )
     kernels: str | None = setting(None, "kernel backend: cpp or torch (default: $EDGEFD_KERNELS, else cpp)")
     device: str = setting(
         "auto",

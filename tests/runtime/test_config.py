@@ -1,4 +1,4 @@
-"""runtime.config: a run's config written as TOML reads back as the same run."""
+"""runtime.config: a run's config written as TOML reads back as the same run; its defaults."""
 
 import argparse
 
@@ -6,7 +6,7 @@ import pytest
 
 from edgefd.algorithms.base import make_params
 from edgefd.algorithms.dfl import DFLParams
-from edgefd.runtime.config import SimulationConfig, config_to_toml
+from edgefd.runtime.config import DEFAULT_THREADS, SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 
 
@@ -32,3 +32,16 @@ def test_a_flag_whose_default_is_none_takes_none_over_the_config_file(tmp_path):
     assert config_from_args(parser.parse_args(["--config", str(path), "--epochs", "3"])).epochs == 3
     with pytest.raises(SystemExit):
         parser.parse_args(["--epochs", "many"])
+
+
+@pytest.mark.parametrize(
+    ("variable", "threads"),
+    [(None, DEFAULT_THREADS), ("1", 1), ("3", 3), ("4,2", 4), ("0", DEFAULT_THREADS), ("x", DEFAULT_THREADS)],
+)
+def test_threads_default_to_omp_num_threads_where_it_is_a_count(monkeypatch, variable, threads):
+    if variable is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", variable)
+    assert SimulationConfig().threads == threads
+    assert SimulationConfig(threads=2).threads == 2  # a chosen count wins

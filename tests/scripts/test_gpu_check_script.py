@@ -15,7 +15,11 @@ def gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(SCRIPT.parent))  # it imports scripts/same_results.py, as when run as a script
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
     yield module
     del sys.modules[spec.name]
 
