@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from edgefd.claims import Claim, judge
 from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.runtime.process import edgefd_command
 from edgefd.simulate import SimulationConfig, config_to_toml
@@ -47,12 +48,19 @@ class Recipe:
     isolated: bool = False
     """Run every (arm, seed) in a process of its own, so that its peak memory is its own (the table
     then has a peak-memory column), and print the mean accuracy of every round."""
+    claims: list[Claim] = field(default_factory=list)
+    """The papers' own comparisons between these arms; the table ends with each one's verdict."""
 
     def __post_init__(self) -> None:
         folders = [arm.folder or arm.algo for arm in self.arms]
         repeated = sorted({name for name in folders if folders.count(name) > 1})
         if repeated:
             raise ValueError(f"recipe {self.name}: arms share the run folder(s) {repeated}; give them Arm.folder")
+        labels = {arm.label for arm in self.arms}
+        for claim in self.claims:
+            unknown = sorted({claim.method, claim.baseline} - labels)
+            if unknown:
+                raise ValueError(f"recipe {self.name}: claim {claim.text!r} names no arm {unknown}")
 
 
 _FEDCACHE_ARMS = [
@@ -613,6 +621,7 @@ def run_recipe(
     from edgefd.simulate import run as run_simulation  # torch: not for --help
 
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
+    by_seed: dict[str, dict[int, tuple[dict, list[dict]]]] = {}
     for arm in recipe.arms:
         for seed in seeds:
             folder = out / recipe.name / f"{arm.folder or arm.algo}-s{seed}"
@@ -636,6 +645,7 @@ def run_recipe(
                 summary = run_simulation(config, progress=True)
             lines = [json.loads(text) for text in (folder / "metrics.jsonl").read_text().splitlines()]
             results.setdefault(arm.label, []).append((summary, lines))
+            by_seed.setdefault(arm.label, {})[seed] = (summary, lines)
             print(f"{arm.label} seed {seed}: best {100 * summary['best_accuracy']:.2f}%", flush=True)
     best = {label: _mean_std([s["best_accuracy"] for s, _ in runs]) for label, runs in results.items()}
     target = min(best[label][0] for label in recipe.target_from) - 0.01
@@ -682,6 +692,9 @@ def run_recipe(
         )
     if recipe.isolated:
         rows += ["", "Mean client accuracy (%) after every round, mean over seeds:", "", *per_round_table(results)]
+    if recipe.claims:
+        rows += ["", "The papers' claims, judged on paired seeds (reproduced: the paper's direction on every seed):"]
+        rows += [""] + [f"- {judge(claim, by_seed).line()}" for claim in recipe.claims]
     table = "\n".join(rows) + "\n"
     (out / recipe.name).mkdir(parents=True, exist_ok=True)
     (out / recipe.name / "results.md").write_text(table)

@@ -185,3 +185,43 @@ def test_a_finished_run_made_under_other_local_training_defaults_is_run_again(tm
     run_recipe(recipe, tmp_path, (0,))
     assert "local training changed since this run (epochs): running it again" in capsys.readouterr().out
     assert summary_file.stat().st_mtime_ns > written
+
+
+def test_a_recipe_ends_with_each_claims_verdict_computed_from_its_runs(tmp_path):
+    from edgefd.claims import Claim, label_of
+
+    claim = Claim("FD", "above", "Local", "final", "a test's claim")
+    recipe = Recipe(
+        "claimed",
+        "test",
+        SimulationConfig(dataset="digits", clients=3, rounds=1, models="mlp", samples_per_client=40),
+        [Arm("Local", "local"), Arm("FD", "fd")],
+        target_from=["FD"],
+        seeds=(0, 1),
+        claims=[claim],
+    )
+    table = run_recipe(recipe, tmp_path, recipe.seeds)
+
+    def final(folder):
+        return json.loads((tmp_path / "claimed" / folder / "summary.json").read_text())["final_accuracy"]
+
+    differences = [final(f"fd-s{seed}") - final(f"local-s{seed}") for seed in (0, 1)]
+    points = " / ".join(f"{100 * d:+.2f}" for d in differences)
+    expected = f"- **FD above Local** (final accuracy; a test's claim): **{label_of(differences, 'above')}**"
+    assert f"{expected}, per seed 0, 1: {points} points" in table
+
+
+def test_a_claim_must_name_arms_of_its_recipe():
+    import pytest
+
+    from edgefd.claims import Claim
+
+    with pytest.raises(ValueError, match=r"claim 'FedAvg above Local' names no arm \['FedAvg'\]"):
+        Recipe(
+            "x",
+            "test",
+            SimulationConfig(),
+            [Arm("Local", "local")],
+            target_from=["Local"],
+            claims=[Claim("FedAvg", "above", "Local", "best", "paper")],
+        )
