@@ -456,16 +456,16 @@ def default_model(input_shape: Sequence[int] | None = None) -> str:
 
 
 def assign_models(
-    spec: str,
+    choice: str,
     num_clients: int,
     *,
     default: str | None = None,
     hetero: Iterable[str] | None = None,
     input_shape: Sequence[int] | None = None,
 ) -> list[str]:
-    """Per-client model names.
+    """Per-client model names from a `--models` value.
 
-    ``spec``:
+    ``choice``:
       - ``"homo"``: every client gets ``default`` (or ``default_model(input_shape)`` if not given);
       - ``"hetero"``: ``hetero`` (default ``DEFAULT_HETERO``: resnet8,resnet16,resnet20 for images,
         ``DEFAULT_HETERO_SENSOR`` for (T,F)/(D,) shapes) assigned round-robin;
@@ -473,13 +473,13 @@ def assign_models(
 
     Unknown names raise ``ValueError`` listing the known ones.
     """
-    if not isinstance(spec, str):
-        raise ValueError(f"model spec must be a string, got {type(spec).__name__}")
+    if not isinstance(choice, str):
+        raise ValueError(f"--models must be a string, got {type(choice).__name__}")
     if isinstance(num_clients, bool) or int(num_clients) != num_clients or num_clients < 1:
         raise ValueError(f"num_clients must be a positive integer, got {num_clients!r}")
-    key = spec.strip().lower()
+    key = choice.strip().lower()
     if not key:
-        raise ValueError("empty model spec; use 'homo', 'hetero' or a comma list of model names")
+        raise ValueError("--models is empty; use 'homo', 'hetero' or a comma list of model names")
     if key == "homo":
         names = [default if default is not None else default_model(input_shape)]
     elif key == "hetero":
@@ -492,7 +492,7 @@ def assign_models(
     else:
         names = [n.strip() for n in key.split(",")]
         if any(not n for n in names):
-            raise ValueError(f"empty model name in spec {spec!r}")
+            raise ValueError(f"--models {choice!r} has an empty model name")
     if not names:
         raise ValueError("empty heterogeneous model list")
     for n in names:
