@@ -165,6 +165,20 @@ SUBCOMMANDS = [
         ),
     ),
     Subcommand(
+        "compare",
+        "edgefd.compare",
+        "run methods side by side with one model family and one local training",
+        description="Run several methods that differ only in the method: every arm gets the first method's "
+        "client models and local training (epochs, optimiser lifecycle, batch order), or the ones the flags "
+        "give, the same data, split and seeds, and its own default params. Prints each arm's best and final "
+        "accuracy over the seeds and the first method's paired difference to each other arm, and writes "
+        "them to DIR/compare.md (DIR: --out, default runs/compare-ALGO-ALGO...).",
+        examples=(
+            "edgefd compare fedcache fd local --rounds 5",
+            "edgefd compare fd local --models cnn2 --epochs 1 --seeds 0 1 2 3 4 --out runs/fd-vs-local",
+        ),
+    ),
+    Subcommand(
         "methods",
         "edgefd.algorithms.describe",
         "list the methods and their hyperparameters",

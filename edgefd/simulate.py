@@ -17,6 +17,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from edgefd import progress as progress_bars
@@ -131,6 +132,8 @@ def _run(
     sim = build(config)
     if progress and sim.model_note:
         print(sim.model_note, file=sys.stderr)
+    if progress and (note := unlike_local_note(config, sim)):
+        print(note, file=sys.stderr)
     if progress and (note := device_choice(config.device)):
         print(note, file=sys.stderr)
     out = config.out_dir()
@@ -162,6 +165,36 @@ def _run(
 
     plot_curves({f"{config.algo} (seed {config.seed})": writer.lines}, out / "curves.png")
     return summary
+
+
+def unlike_local_note(config: SimulationConfig, sim: Any) -> str | None:
+    """One line when this run trains otherwise than Local would with the same flags (other models,
+    optimiser lifecycle, batch order or epochs): two default runs then differ in more than the
+    method, and `edgefd compare` runs them on one footing. None when they train alike."""
+    from edgefd.algorithms.base import get_method
+    from edgefd.models import assign_models
+    from edgefd.runtime.build import local_training_of, resolve_models
+
+    if config.algo == "local":
+        return None
+    shape = tuple(sim.dataset.input_shape)
+    local = replace(config, algo="local", params={})
+    ours_models = list(dict.fromkeys(sim.model_names.values()))
+    local_models = resolve_models(config.models, get_method("local"), shape)
+    theirs_models = list(dict.fromkeys(assign_models(local_models, config.clients, input_shape=shape)))
+    ours, theirs = local_training_of(config), local_training_of(local)
+    differences = []
+    if ours_models != theirs_models:
+        differences.append(f"models {', '.join(ours_models)} (Local: {', '.join(theirs_models)})")
+    differences += [
+        f"{name.replace('_', ' ')} {ours[name]} (Local: {theirs[name]})" for name in ours if ours[name] != theirs[name]
+    ]
+    if not differences:
+        return None
+    return (
+        f"note: {config.algo} trains otherwise than Local by default: {'; '.join(differences)}; "
+        f"to compare them on one footing: edgefd compare {config.algo} local"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
