@@ -1,4 +1,5 @@
-"""FedICT's and FedGKT's hyperparameters: the paper's defaults, the spec's switchable choices."""
+"""FedICT's and FedGKT's hyperparameters: the paper's defaults and edgefd's switchable choices
+(docs/methods/fedict.md#switchable-choices)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ SIM_WEIGHTINGS = ("additive", "scaled")
 DIST_META = ("none", "uniform", "normal", "exponential")
 FEATURE_PRECISIONS = ("fp32", "fp16", "int8")
 
-#: the demo adds this to teacher probabilities without renormalising (§3.10)
+#: the demo adds this to teacher probabilities without renormalising (docs/methods/fedict.md#reference-profile)
 REFERENCE_TEACHER_EPS = 1e-7
-#: the demo's KL_Loss() re-applied to probabilities has its own temperature, hard-coded (§3.10)
+#: the demo's KL_Loss() re-applied to probabilities has its own temperature, hard-coded
+#: (docs/methods/fedict.md#reference-profile)
 REFERENCE_EXTRA_TEMPERATURE = 3.0
-#: scale of the Tab. VIII random distributions: U(0,3), N(0, sigma=3), Exp(mean 3) (§9 A24)
+#: scale of the Table VIII random distributions: U(0,3), N(0, sigma=3), Exp(mean 3)
+#: (docs/methods/fedict.md#random-distribution-ablation)
 DIST_META_SCALE = 3.0
 
 
@@ -35,9 +38,14 @@ class FedICTParams:
         aliases={"balance": "balanced", "similarity": "sim"},
     )
     profile: str = param(
-        "paper", "paper (the equations as printed) | reference (the authors' demo arithmetic, §3.10)", choices=PROFILES
+        "paper",
+        "paper (the equations as printed) | reference (the authors' demo arithmetic; "
+        "docs/methods/fedict.md#reference-profile)",
+        choices=PROFILES,
     )
-    beta: float = param(1.5, "weight of the base KL term on client and server (§5); the demo's alpha in reference")
+    beta: float = param(
+        1.5, "weight of the base KL term on client and server (Sec. 5.1.4); the demo's alpha in reference"
+    )
     lam: float = param(1.5, "FPKD weight lambda (Eq. 8); 0 = FedGKT client")
     mu: float = param(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
     sim_weighting: str | None = param(
@@ -68,7 +76,8 @@ class FedICTParams:
     )
     lka_client_weighting: str = param(
         "sample",
-        "LKA averaging: sample (minibatch mean, §3.9) | client_uniform (x N/(K N^k), Eq. 12-13)",
+        "LKA averaging: sample (minibatch mean) | client_uniform (x N/(K N^k), Eq. 12-13; "
+        "docs/methods/fedict.md#lka-averaging)",
         choices=LKA_CLIENT_WEIGHTING,
     )
     server_order: str = param(
@@ -88,7 +97,7 @@ class FedICTParams:
     resend_labels: bool = param(False, "upload labels every round like the demo (the paper sends them once)")
     dist_meta: str = param(
         "none",
-        "Tab. VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
+        "Table VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
         choices=DIST_META,
     )
 
@@ -139,7 +148,8 @@ class FedICTParams:
 
 @dataclass
 class FedGKTParams(FedICTParams):
-    """FedGKT = FedICT with the FPKD and LKA weights off (lam = mu = 0, spec §6.5, §11.4)."""
+    """FedGKT = FedICT with the FPKD and LKA weights off (lam = mu = 0: Eq. 2 and 4 of the FedICT paper;
+    docs/methods/fedgkt.md#formulation-used)."""
 
     lam: float = param(0.0, "FPKD weight: 0 for FedGKT (use --algo fedict to change it)")
     mu: float = param(0.0, "LKA weight: 0 for FedGKT (use --algo fedict to change it)")
