@@ -50,28 +50,33 @@ class FedICTParams:
     mu: float = param(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
     sim_weighting: str | None = param(
         None,
-        "server KL weight of lka=sim: additive (beta + mu cos_k, Eq. 9 + 12 as printed) | scaled (beta cos_k: the "
-        "authors' code scales the KL term by the similarity); None: by profile (paper additive, reference scaled)",
+        "server KL weight of lka=sim: additive (beta + mu cos_k, Eq. 9 + 12) | scaled (beta cos_k, the authors' "
+        "code); None: by profile (docs/methods/fedict.md#similarity-weighting)",
         choices=SIM_WEIGHTINGS,
     )
     fpkd_T: float = param(3.0, "FPKD weight temperature T (Eq. 11); never applied to logits")
     lka_U: float = param(7.0, "class-balanced LKA weight temperature U (Eq. 14); never applied to logits")
     kd_temperature: float | None = param(
-        None, "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference)"
+        None,
+        "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference; "
+        "docs/methods/fedict.md#kd-temperature)",
     )
     weight_form: str | None = param(
         None,
-        "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile",
+        "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile "
+        "(docs/methods/fedict.md#softmax-or-linear-weights)",
         choices=WEIGHT_FORMS,
     )
     first_round_kd: str | None = param(
         None,
-        "round 1 (no server logits yet): uniform (KD to the zero logits the server sends) | skip; None: by profile",
+        "round 1 (no server logits yet): uniform (KD to the zero logits the server sends, Alg. 2 l.10-11) | skip; "
+        "None: by profile (docs/methods/fedict.md#first-round)",
         choices=FIRST_ROUND,
     )
     zs_generation: str | None = param(
         None,
-        "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile",
+        "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile "
+        "(docs/methods/fedict.md#server-logit-generation)",
         choices=ZS_GENERATION,
     )
     lka_client_weighting: str = param(
