@@ -67,7 +67,8 @@ _FEDCACHE_ARMS = [
     Arm("Local", "local"),
     Arm("FedCache", "fedcache", {"knn": "exact"}),  # faithful: per-batch exchange, clients in sequence
     Arm("FedCache (round-batched)", "fedcache", {"knn": "exact", "exchange": "round"}, folder="fedcache-round"),
-    Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),  # spec §9 A20
+    # FD with FedCache's KD loss and the leave-one-out teacher: docs/methods/fd.md#distillation-weight-and-temperature
+    Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),
     Arm("FedAvg", "fedavg"),
 ]
 
@@ -201,13 +202,13 @@ RECIPES["fedd2s"] = Recipe(
     target_from=["Local", "FedD2S"],
 )
 
-# specs/fedict.md §11: digits, 5 clients, weak clients (D1 = fedict_c1), scaled server, 30 rounds.
+# docs/methods/fedict.md#small-recipe: digits, 5 clients, weak clients (fedict_c1), scaled server, 30 rounds.
 _FEDICT_BASE = SimulationConfig(
     dataset="digits",
     clients=5,
     models="fedict_c1",
     rounds=30,
-    epochs=1,  # FedICT's paper (§5.1.4), for every arm
+    epochs=1,  # FedICT's paper (Sec. 5.1.4), for every arm
     batch_size=32,
     lr=0.01,
     momentum=0.9,
@@ -227,7 +228,7 @@ for _alpha in ("0.5", "3.0"):
     _name = f"fedict-a{_alpha}"
     RECIPES[_name] = Recipe(
         _name,
-        f"specs/fedict.md §11 (digits, K = 5, Dirichlet {_alpha}, fedict_c1 clients, "
+        f"docs/methods/fedict.md#small-recipe (digits, K = 5, Dirichlet {_alpha}, fedict_c1 clients, "
         "server auto (fedict_server_small), batch 32, 30 rounds)",
         replace(_FEDICT_BASE, partition=f"dirichlet:{_alpha}"),
         _FEDICT_ARMS,
@@ -239,7 +240,8 @@ for _alpha in ("0.5", "3.0"):
 # `reference` formulas, over four seeds.
 RECIPES["fedict-profiles"] = Recipe(
     "fedict-profiles",
-    "specs/fedict.md §11 at Dirichlet 3.0 (as fedict-a3.0), FedICT's two weight profiles (§3.10)",
+    "docs/methods/fedict.md#small-recipe at Dirichlet 3.0 (as fedict-a3.0), FedICT's two weight profiles "
+    "(docs/methods/fedict.md#reference-profile)",
     replace(_FEDICT_BASE, partition="dirichlet:3.0"),
     [
         Arm("FedGKT", "fedgkt"),
@@ -260,7 +262,7 @@ RECIPES["fedict-profiles"] = Recipe(
 # the server (mu), each alone, and both at a third of the paper's weight; FedGKT is lambda = mu = 0.
 RECIPES["fedict-weights"] = Recipe(
     "fedict-weights",
-    "specs/fedict.md §11 at Dirichlet 3.0 (as fedict-a3.0), FedICT (sim, paper) with lambda and mu "
+    "docs/methods/fedict.md#small-recipe at Dirichlet 3.0 (as fedict-a3.0), FedICT (sim, paper) with lambda and mu "
     "switched on one at a time",
     replace(_FEDICT_BASE, partition="dirichlet:3.0"),
     [
@@ -350,7 +352,7 @@ RECIPES["fedcache-demo"] = Recipe(
 )
 RECIPES["fedict-fmnist"] = Recipe(
     "fedict-fmnist",
-    "specs/fedict.md §11 settings on Fashion-MNIST (K = 5, Dirichlet 0.5, fedict_c1 clients), "
+    "docs/methods/fedict.md#small-recipe settings on Fashion-MNIST (K = 5, Dirichlet 0.5, fedict_c1 clients), "
     "scaled: the small server fedict_server_small (the paper's A^S_1 costs ~90 s a round here), "
     "at most 200 training samples per client (local test splits of the same size), 12 rounds",
     replace(
@@ -373,7 +375,7 @@ RECIPES["fedict-fmnist"] = Recipe(
 )
 RECIPES["fedict-watch"] = Recipe(
     "fedict-watch",
-    "specs/fedict.md §11 sensor setting on the smartwatch IMU data (stand-in for the paper's "
+    "docs/methods/fedict.md#small-recipe settings on the smartwatch IMU data (stand-in for the paper's "
     "transport-mode data): 10 clients = 10 subjects (natural split), the weakest fully-connected "
     "client fedict_fc6 for all (FedAvg needs one architecture), server fedict_fc_server, batch 32, "
     "30 rounds",

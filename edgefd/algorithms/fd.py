@@ -7,9 +7,12 @@ weighting by those counts, so a client that lacks a label does not dilute it; ea
 trains with cross-entropy plus ``beta`` times KL(softmax(global[y] / T) || softmax(student / T))
 (the `weighted_kl` kernel), where ``global[y]`` is the global mean logit of the sample's label.
 
-Choices where the FD paper leaves room (documented, switchable):
+Method page: docs/methods/fd.md. Choices where the paper leaves room (documented, switchable):
 - the client's own contribution is not removed from the global average (``exclude_self=False``);
-  set ``exclude_self=true`` for the paper's "global minus own" teacher;
+  set ``exclude_self=true`` for the "global minus own" teacher (Eq. 2 of the FedCache paper;
+  docs/methods/fd.md#own-logits-in-the-teacher);
+- the clients' per-label means are weighted by their sample counts
+  (docs/methods/fd.md#weighting-of-the-clients);
 - the local logits are computed after local training, in eval mode, over all training samples.
 """
 
@@ -33,9 +36,12 @@ from edgefd.training import predict_logits
 
 @dataclass
 class FDParams(RobustAggregation):
-    beta: float = param(1.0, "weight of the distillation term")
+    beta: float = param(1.0, "weight of the distillation term (docs/methods/fd.md#distillation-weight-and-temperature)")
     temperature: float = param(1.0, "softmax temperature of the distillation term")
-    exclude_self: bool = param(False, "teacher = global average without this client's own logits")
+    exclude_self: bool = param(
+        False,
+        "teacher = global average without this client's own logits (docs/methods/fd.md#own-logits-in-the-teacher)",
+    )
 
 
 class FDClient(ClientRole):

@@ -1,11 +1,13 @@
-"""FedICT's client / server models (spec fedict.md §6.3-6.4, §11.2).
+"""FedICT's client / server models (Table III and Sec. 5.1.2 of the FedICT paper;
+docs/methods/fedict.md#client-and-server-models).
 
 Image clients A^C_1..A^C_5 share the extractor W_e = conv3x3(C -> 16, no bias) -> BN -> ReLU,
 giving features H of shape 16 x H x W; they differ in the predictor W_p (authors' code
 ``resnet2_56 .. resnet12_56``). The image server A^S_1 is the predictor-only
 ``ResNet(Bottleneck, [6,6,6])`` without stem, consuming those features.
 
-Executed parameter counts for 3x32x32, C = 10 (fedict.md §6.3), which are what the tests pin:
+Executed parameter counts for 3x32x32, C = 10, which are what the tests pin
+(docs/methods/fedict.md#parameter-counts):
 
 ========  =====================================================  ========  ===========
 name      predictor                                              params    paper Tab. III
@@ -17,20 +19,23 @@ c4 / c5   BasicBlock(16,16) x 2 -> GAP -> Linear(16 -> C)        9,978     9.8K
 server    Bottleneck [6,6,6], 16/32/64 planes, FC 256 -> C       590,858   588.2K
 ========  =====================================================  ========  ===========
 
-The paper's Table III counts are *not* reproduced by the authors' code (0.5-9 % off; the spec,
-§9 A18, says not to assert them). ``c4`` and ``c5`` compute the same function (the code's dead
-``layer2`` is not instantiated, spec §6.3).
+The paper's Table III counts are *not* reproduced by the authors' code (0.5-9 % off), so the tests
+do not assert them (docs/methods/fedict.md#parameter-counts). ``c4`` and ``c5`` compute the same
+function (the code's dead ``layer2`` is not instantiated,
+docs/methods/fedict.md#client-and-server-models).
 
-``fedict_server_small`` is the scaled server of the small recipe (§11.2): Bottleneck [1,1,1] on the
-16 x H x W features, 127,178 parameters for C = 10.
+``fedict_server_small`` is the scaled server of the small recipe
+(docs/methods/fedict.md#small-recipe): Bottleneck [1,1,1] on the 16 x H x W features, 127,178
+parameters for C = 10.
 
 TMD sensor models A^C_6..A^C_8 / A^S_2: the paper gives only parameter counts (1109 / 1335 /
 1877 / 2053) with a 13-d feature and C = 5, and no layer list. No natural fully connected
-architecture with one shared input dimension reproduces all four counts (spec §6.3, re-checked by
-brute force over 1-2 hidden layers: every input width that fits one count needs unrelated hidden
-widths for the others), so these are the spec's *labelled substitutes*: extractor
-Linear(D -> 13) -> ReLU; predictors Linear(13 -> h) -> ReLU -> Linear(h -> C) with h = 16 / 24 / 48;
-server Linear(13 -> 64) -> ReLU -> Linear(64 -> 64) -> ReLU -> Linear(64 -> C).
+architecture with one shared input dimension reproduces all four counts (checked by brute force
+over 1-2 hidden layers: every input width that fits one count needs unrelated hidden widths for the
+others), so these are edgefd's *labelled substitutes*
+(docs/methods/fedict.md#client-and-server-models): extractor Linear(D -> 13) -> ReLU; predictors
+Linear(13 -> h) -> ReLU -> Linear(h -> C) with h = 16 / 24 / 48; server Linear(13 -> 64) -> ReLU ->
+Linear(64 -> 64) -> ReLU -> Linear(64 -> C).
 """
 
 from __future__ import annotations
@@ -155,7 +160,8 @@ def build_fedict_server(
 def build_fedict_server_small(
     *, in_channels: int, num_classes: int, input_shape: Sequence[int], feature_channels: int = FEATURE_CHANNELS
 ) -> FedICTServer:
-    """Scaled server of the small recipe (fedict.md §11.2): Bottleneck [1,1,1], 127,178 params (C=10)."""
+    """Scaled server of the small recipe (docs/methods/fedict.md#small-recipe): Bottleneck [1,1,1],
+    127,178 params (C=10)."""
     return FedICTServer(
         _server_feature_shape("fedict_server_small", in_channels, input_shape, feature_channels), num_classes, (1, 1, 1)
     )

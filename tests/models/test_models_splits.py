@@ -31,7 +31,7 @@ def test_extract_predict_composes_to_forward(name, c, size):
 
 @pytest.mark.parametrize("c,size", [(1, 8), (1, 28), (3, 32)])
 def test_fedict_feature_shape_is_16_h_w(c, size):
-    # fedict.md §6.3: all image clients share the extractor, H in R^{16 x H x W}
+    # docs/methods/fedict.md#client-and-server-models: all image clients share the extractor, H in R^{16 x H x W}
     for k in range(1, 6):
         m = build_model(f"fedict_c{k}", in_channels=c, num_classes=10, input_shape=(c, size, size))
         assert m.feature_shape == (16, size, size)
@@ -58,7 +58,8 @@ def test_fedict_server_consumes_client_features(server, c, size):
 
 
 def test_fedict_c4_and_c5_compute_the_same_function():
-    # fedict.md §6.3: resnet10_56 and resnet12_56 have the same forward (dead layer2 not built)
+    # docs/methods/fedict.md#client-and-server-models: resnet10_56 and resnet12_56 have the same forward
+    # (dead layer2 not built)
     torch.manual_seed(1)
     a = build_model("fedict_c4", in_channels=3, num_classes=10, input_shape=(3, 32, 32))
     torch.manual_seed(1)

@@ -45,7 +45,8 @@ class FedICTClient(ClientRole):
         self.feature_precision = params.feature_precision or context.precision
 
     def _distribution(self, rng: np.random.Generator) -> np.ndarray:
-        """d^k (Eq. 7), or its random replacement of the Tab. VIII ablation (§7.5)."""
+        """d^k (Eq. 7), or its random replacement of the Table VIII ablation (Sec. 6.1;
+        docs/methods/fedict.md#random-distribution-ablation)."""
         C = self.data.num_classes
         meta = self.params.dist_meta
         if meta == "none":

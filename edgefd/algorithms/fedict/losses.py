@@ -1,4 +1,5 @@
-"""FedICT's O(C) quantities (class distributions, FPKD and LKA weights) and its KD losses (spec §3)."""
+"""FedICT's O(C) quantities (class distributions, FPKD and LKA weights) and its KD losses (Eq. 2-14;
+docs/methods/fedict.md#what-the-paper-does)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------
-# The O(C) quantities (spec K3, K4)
+# The O(C) quantities (Eq. 7, 11, 12, 14; Alg. 2 l.8)
 
 
 def class_distribution(labels, num_classes: int) -> np.ndarray:
-    """d^k_r = (1/N^k) sum_i 1[y_i = r] (Eq. 7), float64 [C]. All samples count (§3.2)."""
+    """d^k_r = (1/N^k) sum_i 1[y_i = r] (Eq. 7), float64 [C]. All samples count
+    (docs/methods/fedict.md#class-distribution-vectors)."""
     y = np.asarray(labels).reshape(-1)
     if y.size == 0:
         raise ValueError("class_distribution: no samples (N = 0)")
@@ -48,20 +50,21 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def fpkd_weights(d_k, T: float, form: str = "softmax") -> np.ndarray:
-    """FPKD class weights w^k: softmax(d^k / T) (Eq. 11) or the demo's d^k / T (§3.10)."""
+    """FPKD class weights w^k: softmax(d^k / T) (Eq. 11) or the demo's d^k / T
+    (docs/methods/fedict.md#softmax-or-linear-weights)."""
     d = np.asarray(d_k, dtype=np.float64)
     return softmax(d / T) if form == "softmax" else d / T
 
 
 def lka_balance_weights(d_S, d_k, U: float, form: str = "softmax") -> np.ndarray:
     """Class-balanced LKA weights v^k: softmax((d^S - d^k) / U) (Eq. 14) or the demo's signed
-    (d^S - d^k) / U (§3.10)."""
+    (d^S - d^k) / U (docs/methods/fedict.md#softmax-or-linear-weights)."""
     r = np.asarray(d_S, dtype=np.float64) - np.asarray(d_k, dtype=np.float64)
     return softmax(r / U) if form == "softmax" else r / U
 
 
 def cosine_similarity(d_S, d_k) -> float:
-    """cos_k = d^S . d^k / (|d^S| |d^k|) (Eq. 12); 0 if either vector is zero (K4)."""
+    """cos_k = d^S . d^k / (|d^S| |d^k|) (Eq. 12); 0 if either vector is zero."""
     a = np.asarray(d_S, dtype=np.float64)
     b = np.asarray(d_k, dtype=np.float64)
     na, nb = np.linalg.norm(a), np.linalg.norm(b)
@@ -69,7 +72,7 @@ def cosine_similarity(d_S, d_k) -> float:
 
 
 # ----------------------------------------------------------------------------------------------
-# Losses (§3.7, §3.10)
+# Losses (Eq. 2, 4, 8-14; docs/methods/fedict.md#reference-profile)
 
 
 @dataclass
@@ -79,7 +82,7 @@ class KDLoss:
     ``KL_w = T^2/B sum_b m_b sum_r omega_r q_br (log q_br - log p_br)`` with ``p = softmax(s / T)``,
     ``q = softmax(t / T) (+ teacher_eps)`` and ``m`` the optional row mask; ``omega`` may be signed
     (applied as KL_w(omega+) - KL_w(omega-), which is exact because KL_w is linear in omega).
-    ``EXTRA`` is the demo's double softmax (§3.10): ``9/B sum_b sum_r q2 (log q2 -
+    ``EXTRA`` is the demo's double softmax (docs/methods/fedict.md#reference-profile): ``9/B sum_b sum_r q2 (log q2 -
     log_softmax(log p / 3))`` with ``q2 = softmax(q / 3) + 1e-7``.
     """
 

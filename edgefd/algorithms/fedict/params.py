@@ -1,4 +1,5 @@
-"""FedICT's and FedGKT's hyperparameters: the paper's defaults, the spec's switchable choices."""
+"""FedICT's and FedGKT's hyperparameters: the paper's defaults and edgefd's switchable choices
+(docs/methods/fedict.md#switchable-choices)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ SIM_WEIGHTINGS = ("additive", "scaled")
 DIST_META = ("none", "uniform", "normal", "exponential")
 FEATURE_PRECISIONS = ("fp32", "fp16", "int8")
 
-#: the demo adds this to teacher probabilities without renormalising (§3.10)
+#: the demo adds this to teacher probabilities without renormalising (docs/methods/fedict.md#reference-profile)
 REFERENCE_TEACHER_EPS = 1e-7
-#: the demo's KL_Loss() re-applied to probabilities has its own temperature, hard-coded (§3.10)
+#: the demo's KL_Loss() re-applied to probabilities has its own temperature, hard-coded
+#: (docs/methods/fedict.md#reference-profile)
 REFERENCE_EXTRA_TEMPERATURE = 3.0
-#: scale of the Tab. VIII random distributions: U(0,3), N(0, sigma=3), Exp(mean 3) (§9 A24)
+#: scale of the Table VIII random distributions: U(0,3), N(0, sigma=3), Exp(mean 3)
+#: (docs/methods/fedict.md#random-distribution-ablation)
 DIST_META_SCALE = 3.0
 
 
@@ -35,40 +38,51 @@ class FedICTParams:
         aliases={"balance": "balanced", "similarity": "sim"},
     )
     profile: str = param(
-        "paper", "paper (the equations as printed) | reference (the authors' demo arithmetic, §3.10)", choices=PROFILES
+        "paper",
+        "paper (the equations as printed) | reference (the authors' demo arithmetic; "
+        "docs/methods/fedict.md#reference-profile)",
+        choices=PROFILES,
     )
-    beta: float = param(1.5, "weight of the base KL term on client and server (§5); the demo's alpha in reference")
+    beta: float = param(
+        1.5, "weight of the base KL term on client and server (Sec. 5.1.4); the demo's alpha in reference"
+    )
     lam: float = param(1.5, "FPKD weight lambda (Eq. 8); 0 = FedGKT client")
     mu: float = param(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
     sim_weighting: str | None = param(
         None,
-        "server KL weight of lka=sim: additive (beta + mu cos_k, Eq. 9 + 12 as printed) | scaled (beta cos_k: the "
-        "authors' code scales the KL term by the similarity); None: by profile (paper additive, reference scaled)",
+        "server KL weight of lka=sim: additive (beta + mu cos_k, Eq. 9 + 12) | scaled (beta cos_k, the authors' "
+        "code); None: by profile (docs/methods/fedict.md#similarity-weighting)",
         choices=SIM_WEIGHTINGS,
     )
     fpkd_T: float = param(3.0, "FPKD weight temperature T (Eq. 11); never applied to logits")
     lka_U: float = param(7.0, "class-balanced LKA weight temperature U (Eq. 14); never applied to logits")
     kd_temperature: float | None = param(
-        None, "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference)"
+        None,
+        "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference; "
+        "docs/methods/fedict.md#kd-temperature)",
     )
     weight_form: str | None = param(
         None,
-        "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile",
+        "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile "
+        "(docs/methods/fedict.md#softmax-or-linear-weights)",
         choices=WEIGHT_FORMS,
     )
     first_round_kd: str | None = param(
         None,
-        "round 1 (no server logits yet): uniform (KD to the zero logits the server sends) | skip; None: by profile",
+        "round 1 (no server logits yet): uniform (KD to the zero logits the server sends, Alg. 2 l.10-11) | skip; "
+        "None: by profile (docs/methods/fedict.md#first-round)",
         choices=FIRST_ROUND,
     )
     zs_generation: str | None = param(
         None,
-        "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile",
+        "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile "
+        "(docs/methods/fedict.md#server-logit-generation)",
         choices=ZS_GENERATION,
     )
     lka_client_weighting: str = param(
         "sample",
-        "LKA averaging: sample (minibatch mean, §3.9) | client_uniform (x N/(K N^k), Eq. 12-13)",
+        "LKA averaging: sample (minibatch mean) | client_uniform (x N/(K N^k), Eq. 12-13; "
+        "docs/methods/fedict.md#lka-averaging)",
         choices=LKA_CLIENT_WEIGHTING,
     )
     server_order: str = param(
@@ -88,7 +102,7 @@ class FedICTParams:
     resend_labels: bool = param(False, "upload labels every round like the demo (the paper sends them once)")
     dist_meta: str = param(
         "none",
-        "Tab. VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
+        "Table VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
         choices=DIST_META,
     )
 
@@ -139,7 +153,8 @@ class FedICTParams:
 
 @dataclass
 class FedGKTParams(FedICTParams):
-    """FedGKT = FedICT with the FPKD and LKA weights off (lam = mu = 0, spec §6.5, §11.4)."""
+    """FedGKT = FedICT with the FPKD and LKA weights off (lam = mu = 0: Eq. 2 and 4 of the FedICT paper;
+    docs/methods/fedgkt.md#formulation-used)."""
 
     lam: float = param(0.0, "FPKD weight: 0 for FedGKT (use --algo fedict to change it)")
     mu: float = param(0.0, "LKA weight: 0 for FedGKT (use --algo fedict to change it)")

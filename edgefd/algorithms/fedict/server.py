@@ -175,7 +175,8 @@ class FedICTServer(ServerRole):
                 self._warned_signed = True
                 log.warning(
                     "fedict: the linear class-balanced LKA weights are signed; negative weights make "
-                    "the server maximise KL on classes a client over-represents (spec §9 A6)"
+                    "the server maximise KL on classes a client over-represents "
+                    "(docs/methods/fedict.md#signed-balance-weights)"
                 )
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
@@ -257,7 +258,7 @@ class FedICTServer(ServerRole):
         for _ in range(self.params.server_epochs):
             for idx in batches(len(rows), self.batch_size, self.generator):
                 if len(idx) < 2 and skip_singletons:
-                    continue  # BatchNorm cannot train on one sample (§9 A16)
+                    continue  # BatchNorm cannot train on one sample (docs/methods/fedict.md#incomplete-minibatches)
                 out = forward(self.model, features[idx])
                 loss, ce = state.loss.components(out, teacher[idx], labels[idx])
                 self.optimizer.zero_grad(set_to_none=True)

@@ -1,5 +1,5 @@
-"""FedICT / FedGKT (spec fedict.md): weights and losses against the spec's equations by hand, both
-profiles; knowledge keyed by sample id whatever the order; bytes on the wire; short runs on digits
+"""FedICT / FedGKT (docs/methods/fedict.md): weights and losses against the paper's equations by hand,
+both profiles; knowledge keyed by sample id whatever the order; bytes on the wire; short runs on digits
 and watch."""
 
 import as_sent
@@ -32,7 +32,7 @@ from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import TrainConfig
 
 # ------------------------------------------------------------------------------------------------
-# The O(C) quantities (spec §3.2, §3.4-3.6, §11.7 items 1-4)
+# The O(C) quantities (Eq. 7, 11, 12, 14; Alg. 2 l.8)
 
 
 def test_distribution_vectors():
@@ -50,23 +50,23 @@ def test_distribution_vectors():
 
 def test_weights_match_the_spec_values():
     one_hot, uniform = np.eye(10)[0], np.full(10, 0.1)
-    w = fpkd_weights(one_hot, 3.0)  # Eq. 11: 0.134250 / 0.096194 (§11.7 item 2)
+    w = fpkd_weights(one_hot, 3.0)  # Eq. 11, C = 10, T = 3, one-hot d^k: 0.134250 / 0.096194
     np.testing.assert_allclose([w[0], w[1]], [0.134250, 0.096194], atol=1e-6)
     np.testing.assert_allclose(fpkd_weights(uniform, 3.0), 0.1)
     np.testing.assert_allclose(fpkd_weights(one_hot, 3.0, "linear"), one_hot / 3)  # the demo's d/T
-    v = lka_balance_weights(uniform, one_hot, 7.0)  # Eq. 14: 0.087857 / 0.101349 (§11.7 item 3)
+    v = lka_balance_weights(uniform, one_hot, 7.0)  # Eq. 14, U = 7: 0.087857 / 0.101349
     np.testing.assert_allclose([v[0], v[1]], [0.087857, 0.101349], atol=1e-6)
     np.testing.assert_allclose(lka_balance_weights(uniform, uniform, 7.0), 0.1)
     signed = lka_balance_weights(uniform, one_hot, 7.0, "linear")  # (dS - dk) / U: signed, sums to 0
     np.testing.assert_allclose(signed[:2], [-0.9 / 7, 0.1 / 7])
     assert signed.sum() == pytest.approx(0.0, abs=1e-12)
-    assert cosine_similarity(uniform, one_hot) == pytest.approx(np.sqrt(0.1))  # Eq. 12 (§11.7 item 4)
+    assert cosine_similarity(uniform, one_hot) == pytest.approx(np.sqrt(0.1))  # Eq. 12: uniform vs one-hot
     assert cosine_similarity([0.2, 0.8], [0.1, 0.4]) == pytest.approx(1.0)
     assert cosine_similarity([0.0, 0.0], [0.5, 0.5]) == 0.0
 
 
 # ------------------------------------------------------------------------------------------------
-# Losses, by hand from the equations (§3.3-3.7, §3.10), float64 numpy
+# Losses, by hand from the equations (Eq. 2, 4, 8-14; docs/methods/fedict.md#reference-profile), float64 numpy
 
 S = np.array([[1.0, -0.5, 0.3], [0.2, 0.4, -1.0]])  # student logits
 TEACH = np.array([[0.5, 1.5, -0.2], [2.0, -1.0, 0.0]])  # teacher logits
@@ -95,7 +95,7 @@ def kl_rows(teacher_prob, s, T=1.0, weight=1.0):
 
 
 def extra(s, q_eps, T):
-    """The demo's double softmax (§3.10): KL_Loss(T=3) applied to (log p, q~)."""
+    """The demo's double softmax (docs/methods/fedict.md#reference-profile): KL_Loss(T=3) applied to (log p, q~)."""
     q2 = softmax(q_eps, 3.0) + 1e-7
     return 9.0 * (q2 * (np.log(q2) - log_softmax(log_softmax(s, T), 3.0))).sum(1).mean()
 
@@ -179,7 +179,7 @@ def test_reference_server_loss_is_the_demo_lka(lka, pinned):
 
 @pytest.mark.parametrize("profile", ["paper", "reference"])
 def test_lam_mu_zero_is_fedgkt(profile):
-    """§11.7 item 5: with lam = mu = 0 both sides are CE + beta KL (FedGKT), bit for bit."""
+    """With lam = mu = 0 both sides are CE + beta KL (FedGKT, Eq. 2 and 4), bit for bit."""
     T = 1.0 if profile == "paper" else 3.0
     q = softmax(TEACH, T) + (0.0 if profile == "paper" else 1e-7)
     kl = T * T * kl_rows(q, S, T).mean()
@@ -196,7 +196,8 @@ def test_lam_mu_zero_is_fedgkt(profile):
 
 
 def test_round_one_zero_teacher_is_uniform_target():
-    """§11.7 item 7: zero server logits give KL(uniform || p) plus the FPKD term towards uniform."""
+    """Zero server logits give KL(uniform || p) plus the FPKD term towards uniform
+    (docs/methods/fedict.md#first-round)."""
     p = softmax(S)
     w = fpkd_weights(D_K, T_FPKD)
     u = 1 / 3
@@ -242,7 +243,7 @@ def test_params_defaults_and_choices():
 
 
 # ------------------------------------------------------------------------------------------------
-# Sample-id alignment (§2.2, §9 A11, §11.7 item 8), on a tiny fully connected setting
+# Sample-id alignment (docs/methods/fedict.md#sample-identity), on a tiny fully connected setting
 
 C, N, DIM = 4, 23, 6
 
@@ -355,7 +356,7 @@ def test_models_auto_gives_the_papers_split_clients():
 
 
 # ------------------------------------------------------------------------------------------------
-# Bytes on the wire (§2.4)
+# Bytes on the wire (docs/methods/fedict.md#messages)
 
 DIGITS = dict(dataset="digits", clients=3, models="fedict_c1", batch_size=64, lr=0.05)
 
@@ -381,9 +382,9 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
             + array_header("features", 2)
             + array_header("logits", 2)
         )
-        b_up = h_up + n * (D_H * 4 + C * 4) + n * 8  # §2.4 B_up,k plus the ids (int64)
+        b_up = h_up + n * (D_H * 4 + C * 4) + n * 8  # features + logits up, plus the ids (int64)
         h_down = HEADER_SIZE + len("knowledge") + len("server") + array_header("ids", 1) + array_header("logits", 2)
-        b_down = h_down + n * C * 4 + n * 8  # §2.4 B_down,k (round 1: the zeros) plus the ids
+        b_down = h_down + n * C * 4 + n * 8  # logits down (round 1: the zeros), plus the ids
         h_hello = (
             HEADER_SIZE
             + len("hello")
@@ -498,7 +499,7 @@ def test_fedict_learns_on_digits(tmp_path):
     _, lines = load_run(out)
     assert summary["final_accuracy"] > lines[0]["accuracy"] + 0.15
     server_ce = [line["server"]["server_ce"] for line in lines[1:]]
-    assert server_ce[-1] < server_ce[0]  # the server learns from the uploaded features (§11.6 item 1)
+    assert server_ce[-1] < server_ce[0]  # the server learns from the uploaded features
 
 
 WATCH = dict(
