@@ -14,10 +14,10 @@ Round of one selected client n (Alg. 1):
   distillation layer (the logits when ``l^n = L``, nothing when ``l^n = 1``) and the labels of *all*
   local training samples.
 - C2S (server, per client, Eqs. 8-10): a copy of the round-start global model trains its layers 2..L
-  on ``H_1``: per batch one step on ``KL(p || softmax(u / tau))`` with the teacher ``p =
-  softmax(head_l(H_l; theta^g) / tau)`` (round-start global head, no gradient), then a fresh forward
-  and one step on ``CE(u, y)``. The copies are averaged, unweighted, over the clients whose uploads
-  arrived (Eq. 11 over U^rho, docs/methods/fedd2s.md#averaging-over-the-arrived-clients).
+  on ``H_1``: per batch one step on ``KL(p || softmax(u / tau))`` with the teacher
+  ``p = softmax(head_l(H_l; theta^g) / tau)`` (round-start global head, no gradient), then a fresh
+  forward and one step on ``CE(u, y)``. The copies are averaged, unweighted, over the clients whose
+  uploads arrived (Eq. 11 over U^rho, docs/methods/fedd2s.md#averaging-over-the-arrived-clients).
 - downlink (server): the per-sample global logits ``t = head_1(H_1; theta^g)`` of the aggregated
   model and the parameters of the global layers ``l^n+1..L`` (the message Alg. 1 leaves out,
   docs/methods/fedd2s.md#head-weights-in-the-reply); ``v = head_l(H_l; theta^g)`` only with
@@ -58,8 +58,8 @@ heading of docs/methods/fedd2s.md):
   (docs/methods/fedd2s.md#averaging-over-the-arrived-clients); replies only to those clients
   (docs/methods/fedd2s.md#replies-to-selected-clients-only);
 - ``phase_epochs`` = 4 passes per phase, each pass a J-step and a Q-step per batch
-  (docs/methods/fedd2s.md#epochs-per-phase); batch size is the run's ``--batch-size`` (the paper's B
-  = 128 is a run setting);
+  (docs/methods/fedd2s.md#epochs-per-phase); batch size is the run's ``--batch-size`` (the paper's
+  B = 128 is a run setting);
 - Adam (PyTorch defaults, no weight decay) at the run's ``--lr`` (the paper's 0.01 is edgefd's
   default), re-created per phase per round (server: per client copy), gradients cleared to None
   between the J and Q steps, so layers without a KD gradient are not moved by the J step

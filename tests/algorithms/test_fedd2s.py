@@ -136,7 +136,7 @@ def test_refuses_models_that_cannot_be_split():
 K, C, D1, D2, P_TOTAL, P_HEAD_2 = 143, 10, 128, 64, 7642, 6394
 
 
-def test_m1_mini_dimensions_are_the_specs():
+def test_m1_mini_dimensions_are_as_documented():
     sim = simulation()
     model = sim.server.global_model
     assert model.layer_dims() == [D1, D2, 32, 32, 16, C]
