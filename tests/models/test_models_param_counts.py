@@ -183,7 +183,8 @@ def test_fedd2s_init_bytes():
 @pytest.mark.parametrize(
     "name,in_ch,classes,shape,per_layer,p_head",
     [
-        # docs/methods/fedd2s.md#model-architecture (per-layer params) and docs/methods/fedd2s.md#messages (P_head(l), l = 6..2)
+        # docs/methods/fedd2s.md#model-architecture (per-layer params) and
+        # docs/methods/fedd2s.md#messages (P_head(l), l = 6..2)
         ("fedd2s_m1", 3, 10, C32, [224, 1_168, 4_640, 16_416, 528, 170], [0, 170, 698, 17_114, 21_754]),
         ("fedd2s_m2", 1, 62, M28, [160, 9_280, 73_856, 147_584, 4_128, 2_046], [0, 2_046, 6_174, 153_758, 227_614]),
         ("fedd2s_m2", 3, 100, C32, [448, 9_280, 73_856, 262_272, 4_128, 3_300], [0, 3_300, 7_428, 269_700, 343_556]),

@@ -133,7 +133,8 @@ def test_fedd2s_head_module_and_state_dict():
     head = glob.head_module(l)
     assert sum(p.numel() for p in head.parameters()) == glob.head_parameter_count(l) == 21_754
     assert next(head.parameters()) is next(glob.parts_parameters(l, 6))
-    # S2C student: client trunk + frozen copy of the global head (Eq. 12, docs/methods/fedd2s.md#head-weights-in-the-reply)
+    # S2C student: client trunk + frozen copy of the global head (Eq. 12,
+    # docs/methods/fedd2s.md#head-weights-in-the-reply)
     frozen = copy.deepcopy(glob.head_module(l)).requires_grad_(False)
     x = torch.randn(4, 3, 32, 32)
     logits = frozen(client.trunk(x, l))
