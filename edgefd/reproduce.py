@@ -98,7 +98,8 @@ RECIPES: dict[str, Recipe] = {
     ),
 }
 
-# specs/dfl.md §11: digits, 20 devices of 70 samples, half of them per round, MLP, plain SGD.
+# docs/methods/dfl.md#small-scale-reproduction: digits, 20 devices of 70 samples, half of them per round, MLP,
+# plain SGD.
 _DFL_BASE = SimulationConfig(
     dataset="digits",
     clients=20,
@@ -111,11 +112,11 @@ _DFL_BASE = SimulationConfig(
     lr=0.05,
     momentum=0.0,
     weight_decay=0.0,
-    optimizer_lifecycle="fresh",  # DFL's and FedAvg's code (§9.12), for every arm
+    optimizer_lifecycle="fresh",  # DFL's and FedAvg's (docs/methods/dfl.md#optimiser), for every arm
     batch_order="reshuffle",
 )
-# R of Eq. 6 is each recipe's own length (Alg. 1; spec §11: rho reaches 0.6 at round 40 of 100), not
-# DFL's default 200-round horizon.
+# R of Eq. 6 is each recipe's own length (Alg. 1: rho reaches 0.6 at round 40 of 100), not DFL's default
+# 200-round horizon (docs/methods/dfl.md#horizon).
 _DFL_RUN_LENGTH = {"horizon": None}
 _DFL_ARMS = [
     Arm("FedAvg", "fedavg"),
@@ -126,19 +127,21 @@ _DFL_ARMS = [
 for _name, _partition in (("dfl-iid", "iid"), ("dfl-noniid", "dominant:0.8")):
     RECIPES[_name] = Recipe(
         _name,
-        f"specs/dfl.md §11 ({_partition}, 20 devices x 70 samples, frac 0.5, MLP, E 5, B 10, lr 0.05, 100 rounds)",
+        f"docs/methods/dfl.md#small-scale-reproduction ({_partition}, 20 devices x 70 samples, frac 0.5, MLP, E 5, "
+        "B 10, lr 0.05, 100 rounds)",
         replace(_DFL_BASE, partition=_partition),
         _DFL_ARMS,
         target_from=["FedAvg", "DFL"],
     )
 
-# specs/dfl.md §11 on fmnist, scaled so that 3 seeds take a few CPU-minutes: the paper's 80/20 non-IID split,
-# 20 devices of 100 samples (paper: 100 devices of 600), half of them per round (paper: 0.1 of 100 = 10, the
-# same K), the spec's MLP 784-64-10 (paper: a 66k-param CNN), plain SGD lr 0.05, E 5, B 10, 40 rounds.
+# docs/methods/dfl.md#small-scale-reproduction on fmnist, scaled so that 3 seeds take a few CPU-minutes: the
+# paper's 80/20 non-IID split, 20 devices of 100 samples (paper: 100 devices of 600), half of them per round
+# (paper: 0.1 of 100 = 10, the same K), the MLP 784-64-10 (paper: a 66k-param CNN), plain SGD lr 0.05, E 5,
+# B 10, 40 rounds.
 RECIPES["dfl-fmnist"] = Recipe(
     "dfl-fmnist",
-    "specs/dfl.md §11 moved to fmnist (80/20 non-IID, 20 devices x 100 samples, frac 0.5, MLP, E 5, "
-    "B 10, SGD lr 0.05, 40 rounds; paper: MNIST 100 devices x 600, frac 0.1, CNN, lr 0.01, E 5)",
+    "docs/methods/dfl.md#small-scale-reproduction moved to fmnist (80/20 non-IID, 20 devices x 100 samples, frac 0.5, "
+    "MLP, E 5, B 10, SGD lr 0.05, 40 rounds; paper: MNIST 100 devices x 600, frac 0.1, CNN, lr 0.01, E 5)",
     SimulationConfig(
         dataset="fmnist",
         clients=20,
@@ -160,15 +163,16 @@ RECIPES["dfl-fmnist"] = Recipe(
     target_from=["FedAvg", "DFL"],
 )
 
-# specs/fedd2s.md §11 on fmnist, scaled to a few CPU-minutes per seed: 10 clients of 150 training samples,
-# Dirichlet 0.1 (the paper's main skew, Z0 = 3), M1 (the paper's CIFAR-10 model, here on 1x28x28), half of the
-# clients per round, 50 rounds (with Z0 = 3 a client reaches the floor at its 13th participation; at half
-# participation the least-selected client of seeds 0-4 gets 17), E = 2 passes per phase (= the baselines' 2 local
-# epochs), batch 32, Adam lr 0.01 re-created every round (FedD2S's per-phase Adam, spec §9 13) for every arm.
+# docs/methods/fedd2s.md#small-scale-reproduction on fmnist, scaled to a few CPU-minutes per seed: 10 clients
+# of 150 training samples, Dirichlet 0.1 (the paper's main skew, Z0 = 3), M1 (the paper's CIFAR-10 model, here
+# on 1x28x28), half of the clients per round, 50 rounds (with Z0 = 3 a client reaches the floor at its 13th
+# participation; at half participation the least-selected client of seeds 0-4 gets 17), E = 2 passes per phase
+# (= the baselines' 2 local epochs), batch 32, Adam lr 0.01 re-created every round (FedD2S's per-phase Adam,
+# docs/methods/fedd2s.md#optimiser) for every arm.
 RECIPES["fedd2s"] = Recipe(
     "fedd2s",
-    "specs/fedd2s.md §11 moved to fmnist (10 clients x 150 train samples, Dirichlet 0.1, M1, rho 0.5, "
-    "50 rounds, E 2, B 32, Adam lr 0.01, Z0 3, S = [C3, F1, F2, F3]; paper: CIFAR-10/CINIC-10/FEMNIST/"
+    "docs/methods/fedd2s.md#small-scale-reproduction moved to fmnist (10 clients x 150 train samples, Dirichlet 0.1, "
+    "M1, rho 0.5, 50 rounds, E 2, B 32, Adam lr 0.01, Z0 3, S = [C3, F1, F2, F3]; paper: CIFAR-10/CINIC-10/FEMNIST/"
     "CIFAR-100, 50 clients, rho 0.2, 100 rounds, E 4, B 128)",
     SimulationConfig(
         dataset="fmnist",

@@ -1,75 +1,83 @@
-"""DFL (Liu et al., "Efficient Federated Learning for AIoT Applications Using Knowledge
-Distillation", IEEE IoT-J 2023): FedAvg plus a per-class soft-target table.
+"""DFL (Liu et al., "Efficient Federated Learning for AIoT Applications Using Knowledge Distillation",
+IEEE IoT-J 2023): FedAvg plus a per-class soft-target table.
 
 Every selected client receives the global model ``w`` and the global soft-target table ``Y``
 (``C x C``, row ``c`` = the mean model output over samples of class ``c``), trains with
 
     loss = rho_r * CE(z, y) + (1 - rho_r) * kappa * KL(teacher(Y[y]) || softmax(z / tau))
 
-(the ``weighted_kl`` kernel, teacher row looked up by the sample's hard label), with the dynamic
-weight ``rho_r = max(1 - r / R, threshold)`` (paper Eq. 6, 1-based round r, R the ``horizon``), then
-runs its updated
-model over its whole training set and uploads its model together with its label-wise mean table
-(the ``labelwise_mean`` kernel) and per-class counts. The server averages the models by sample
-count (Eq. 1) and the tables per row (Eq. 2 / E2b), replacing ``Y``. ``threshold=1`` is FedAvg,
-bit for bit, at the same ``--epochs`` (DFL's default is its paper's 5 local epochs a round). The
-deliverable is the global model, evaluated like FedAvg's.
+(Eq. 3; the ``weighted_kl`` kernel, teacher row looked up by the sample's hard label), with the
+dynamic weight ``rho_r = max(1 - r / R, threshold)`` (paper Eq. 6, 1-based round r, R the
+``horizon``), then runs its updated model over its whole training set and uploads its model together
+with its label-wise mean table (the ``labelwise_mean`` kernel) and per-class counts. The server
+averages the models by sample count (Eq. 1) and the tables per row (Eq. 2, with the masking of
+docs/methods/dfl.md#absent-classes), replacing ``Y``. ``threshold=1`` is FedAvg, bit for bit, at the
+same ``--epochs`` (DFL's default is its paper's 5 local epochs a round). The deliverable is the
+global model, evaluated like FedAvg's.
 
-Spec: ``specs/dfl.md``. Choices the spec makes where the paper is silent, all followed here:
+The method, its choices where the paper is silent and its messages: docs/methods/dfl.md. The
+choices, all followed here:
 
-- tau = 1 and kappa = 1 by default (§9.1); with tau != 1, kappa defaults to tau^2 (§3 E3, §8 K2).
-- ``Y`` holds averaged raw logits and a row's teacher is ``softmax(Y[c] / tau)`` (§9.2,
-  ``soft_targets="logits"``); ``"probs"`` averages softmax outputs instead.
-- KL(teacher || student) (§9.3), averaged over the batch ("batchmean", §9.4); ``kl_reduction=
-  "torch_mean"`` divides the KL term by C as well (PyTorch's ``KLDivLoss()`` default).
-- rho is constant within a round and r is 1-based (§9.5); with rho == 1 the KL term is skipped
-  entirely, so the loss is the very CE FedAvg computes (§4 notes).
-- R of Eq. 6 is the param ``horizon``, 200 rounds by default: the paper never gives R and the spec
-  sets edgefd's default R to 200 (§9.6). Alg. 1 reads R as the run's length (``horizon=none``:
-  the run's ``--rounds``, what the recipes use), but then a short run compresses the ramp: at 3
-  rounds a third of round 1's loss is KL towards uniform teachers and 40% from round 2 on, while
-  the clients' models are still too unsure for their label-wise means to teach anything (their
-  table's diagonal softmax is 0.11-0.14), and DFL ended 4-16 points below FedAvg. With the
-  horizon fixed, the KD weight grows by 1/200 a round whatever the run's length: a short run
-  stays almost pure CE, as the paper wants of the early rounds (before Eq. 6: early on "the soft
-  targets will make the model optimize in the wrong direction, which will slow down the model
-  training").
-- ``Y`` starts at zeros (uniform teachers) in logits mode, 1/C in probs mode (§9.7, E8).
+- tau = 1 and kappa = 1 by default; with tau != 1, kappa defaults to tau^2
+  (docs/methods/dfl.md#temperature-and-kappa).
+- ``Y`` holds averaged raw logits and a row's teacher is ``softmax(Y[c] / tau)``
+  (``soft_targets="logits"``); ``"probs"`` averages softmax outputs instead
+  (docs/methods/dfl.md#logits-or-probabilities).
+- KL(teacher || student) (docs/methods/dfl.md#kl-direction), averaged over the batch ("batchmean",
+  docs/methods/dfl.md#kl-reduction); ``kl_reduction="torch_mean"`` divides the KL term by C as well
+  (PyTorch's ``KLDivLoss()`` default).
+- rho is constant within a round and r is 1-based; with rho == 1 the KL term is skipped entirely, so
+  the loss is the very CE FedAvg computes (docs/methods/dfl.md#round-indexing).
+- R of Eq. 6 is the param ``horizon``, 200 rounds by default: the paper never gives R
+  (docs/methods/dfl.md#horizon). Alg. 1 reads R as the run's length (``horizon=none``: the run's
+  ``--rounds``, what the recipes use), but then a short run compresses the ramp: at 3 rounds a third
+  of round 1's loss is KL towards uniform teachers and 40% from round 2 on, while the clients'
+  models are still too unsure for their label-wise means to teach anything (their table's diagonal
+  softmax is 0.11-0.14), and DFL ended 4-16 points below FedAvg. With the horizon fixed, the KD
+  weight grows by 1/200 a round whatever the run's length: a short run stays almost pure CE, as the
+  paper wants of the early rounds (Sec. III-C, before Eq. 6: early on "the soft targets will make
+  the model optimize in the wrong direction, which will slow down the model training").
+- ``Y`` starts at zeros (uniform teachers) in logits mode, 1/C in probs mode
+  (docs/methods/dfl.md#initial-soft-targets).
 - Classes a client lacks: the client sends zero rows plus its per-class counts, and the server
-  weights row c of client k by ``n_k * [n_kc > 0]`` ("masked", the spec's default, §9.8 / E2b);
-  a row nobody reported keeps its previous value. ``aggregation="paper"`` is Eq. 2 verbatim
-  (``n_k``, absent rows count as zeros); ``"class_count"`` weights by ``n_kc`` (§9.9, extension).
-- ``Y`` is replaced every round, no EMA (§9.10).
+  weights row c of client k by ``n_k * [n_kc > 0]`` ("masked", the default,
+  docs/methods/dfl.md#absent-classes); a row nobody reported keeps its previous value.
+  ``aggregation="paper"`` is Eq. 2 verbatim (``n_k``, absent rows count as zeros); ``"class_count"``
+  weights by ``n_kc`` (docs/methods/dfl.md#row-weights, extension).
+- ``Y`` is replaced every round, no EMA (docs/methods/dfl.md#no-memory-of-soft-targets).
 - Soft targets are computed after local training, in eval mode, without gradients, over all of the
-  client's training samples, grouped by true label (§9.23, E7). This pass uses no RNG and does
-  not touch BatchNorm statistics, so it cannot change the weights.
-- Plain SGD, fresh each round, batch reshuffled every epoch (§9.12, §9.13): the shared trainer,
-  called exactly as FedAvg calls it, for the paper's E = 5 local epochs a round (Sec. IV-A) unless
-  the run sets ``--epochs``. The optimiser settings are the run's (``--momentum 0 --weight-decay 0
-  --batch-size 50`` gives the spec's plain SGD at the paper's batch; the run's defaults are not the
-  spec's).
-- Partial participation and stragglers are the runtime's; the server renormalises over the
-  uploads that arrived (§4 notes). The paper's 80/20 split is ``--partition dominant:0.8`` (§6.2).
+  client's training samples, grouped by true label (docs/methods/dfl.md#soft-targets-in-eval-mode).
+  This pass uses no RNG and does not touch BatchNorm statistics, so it cannot change the weights.
+- Plain SGD, fresh each round, batch reshuffled every epoch (docs/methods/dfl.md#batches-and-epochs,
+  docs/methods/dfl.md#optimiser): the shared trainer, called exactly as FedAvg calls it, for the
+  paper's E = 5 local epochs a round (Sec. IV-A) unless the run sets ``--epochs``. The optimiser
+  settings are the run's (``--momentum 0 --weight-decay 0 --batch-size 50`` gives the paper's plain
+  SGD at its batch; the run's defaults are not the paper's).
+- Partial participation and stragglers are the runtime's; the server renormalises over the uploads
+  that arrived (docs/methods/dfl.md#stragglers). The paper's 80/20 split is
+  ``--partition dominant:0.8`` (docs/methods/dfl.md#non-iid-split).
 
-Where this module departs from the letter of the spec, and why:
+Where this module departs from the letter of the paper, and why:
 
-- The uplink carries the client's updated model ``w_k`` instead of ``delta = w_k - w`` (§2.2).
-  Same number of floats, same bytes; the server computes Eq. 1 as ``sum_k n_k w_k / sum_k n_k``,
-  which equals ``w + sum_k n_k delta_k / sum_k n_k`` with the global step of 1 (E1, §9.11). This is
-  FedAvg's own arithmetic (``toolkit.average_states``), and it is what makes ``threshold=1``
-  bit-identical to ``--algo fedavg`` (§11 hard check 1): a float32 delta loses low bits to
-  cancellation, and ``w + mean(delta)`` rounds differently from ``mean(w_k)``.
-- Integer buffers (BatchNorm's ``num_batches_tracked``) are averaged and rounded as FedAvg does,
-  not copied from the server as §9.21 suggests, for the same bit-identity; BatchNorm only reads
-  that counter when its momentum is None.
-- ``class_counts`` travel as int32 (the codec has no uint32; same 4 bytes as §2.2's uint32), and
-  ``n_k`` as the int64 scalar ``samples`` FedAvg also sends; the round is in the codec header.
+- The uplink carries the client's updated model ``w_k`` instead of ``delta = w_k - w`` (Eq. 5,
+  Alg. 2 step 9). Same number of floats, same bytes; the server computes Eq. 1 as
+  ``sum_k n_k w_k / sum_k n_k``, which equals ``w + sum_k n_k delta_k / sum_k n_k`` with the global
+  step of 1 (docs/methods/dfl.md#model-or-delta-upload). This is FedAvg's own arithmetic
+  (``toolkit.average_states``), and it is what makes ``threshold=1`` bit-identical to
+  ``--algo fedavg``: a float32 delta loses low bits to cancellation, and ``w + mean(delta)`` rounds
+  differently from ``mean(w_k)``.
+- Integer buffers (BatchNorm's ``num_batches_tracked``) are averaged and rounded as FedAvg does, not
+  copied from the server, for the same bit-identity (docs/methods/dfl.md#integer-buffers); BatchNorm
+  only reads that counter when its momentum is None.
+- ``class_counts`` travel as int32 (the codec has no uint32; same 4 bytes), and ``n_k`` as the int64
+  scalar ``samples`` FedAvg also sends; the round is in the codec header.
 
-Wire (bytes = §2.3's formula plus the codec's header and table entries): downlink ``weights``
-(every state entry, float32) + ``dfl/soft_targets`` (C x C); uplink the same + ``dfl/class_counts``
-(C, int32) + scalar ``samples``. The soft-target table is float32 by default, float64 with
-``soft_target_dtype=float64`` (the paper's 8 bytes per element, Sec. IV-B3, §2.2), and travels at
-the run's ``--precision`` when that is fp16 or int8 (model weights are always sent losslessly).
+Wire (docs/methods/dfl.md#messages; bytes = the payload plus the codec's header and table entries):
+downlink ``weights`` (every state entry, float32) + ``dfl/soft_targets`` (C x C); uplink the same +
+``dfl/class_counts`` (C, int32) + scalar ``samples``. The soft-target table is float32 by default,
+float64 with ``soft_target_dtype=float64`` (the paper's 8 bytes per element, Sec. IV-B3,
+docs/methods/dfl.md#soft-target-dtype), and travels at the run's ``--precision`` when that is fp16
+or int8 (model weights are always sent losslessly).
 """
 
 from __future__ import annotations
@@ -108,44 +116,53 @@ SOFT_TARGET_DTYPES = {"float32": np.float32, "float64": np.float64}
 
 @dataclass
 class DFLParams:
-    """DFL's hyperparameters; defaults from the paper, or the spec where the paper is silent."""
+    """DFL's hyperparameters; defaults from the paper, or edgefd's choice where the paper is silent
+    (docs/methods/dfl.md#switchable-choices)."""
 
     threshold: float = param(
         0.6,
         "lower bound of the CE weight rho = max(1 - r/R, threshold) (paper Eq. 6, "
         "Sec. IV-C); 1 = FedAvg, 0 = DFL-DRw/T",
     )
-    temperature: float = param(1.0, "softmax temperature tau of the KD term (not in the paper: 1, spec §9.1)")
-    kappa: float | None = param(None, "factor on the KL term; None = tau^2 (1 at tau = 1, spec §9.1, E3)")
+    temperature: float = param(
+        1.0, "softmax temperature tau of the KD term (not in the paper: 1, docs/methods/dfl.md#temperature-and-kappa)"
+    )
+    kappa: float | None = param(
+        None, "factor on the KL term; None = tau^2 (1 at tau = 1, docs/methods/dfl.md#temperature-and-kappa)"
+    )
     soft_targets: str = param(
         "logits",
-        "what the table averages: 'logits' (teacher = softmax(row/tau)) or 'probs' (softmax outputs) (spec §9.2)",
+        "what the table averages: 'logits' (teacher = softmax(row/tau)) or 'probs' (softmax outputs) "
+        "(docs/methods/dfl.md#logits-or-probabilities)",
         choices=SOFT_TARGET_SPACES,
     )
     aggregation: str = param(
         "masked",
         "soft-target row weights: 'masked' (n_k if the client has the class), "
-        "'paper' (n_k, Eq. 2), 'class_count' (n_kc) (spec E2b, §9.8-9)",
+        "'paper' (n_k, Eq. 2), 'class_count' (n_kc) (docs/methods/dfl.md#absent-classes)",
         choices=AGGREGATIONS,
     )
     kl_reduction: str = param(
         "batchmean",
-        "'batchmean' (KL per sample) or 'torch_mean' (also / C, the KLDivLoss() default) (spec §9.4)",
+        "'batchmean' (KL per sample) or 'torch_mean' (also / C, the KLDivLoss() default) "
+        "(docs/methods/dfl.md#kl-reduction)",
         choices=KL_REDUCTIONS,
     )
     schedule: str = param(
         "dynamic",
-        "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the DFL-FR ablation, spec §6.4, §9.22)",
+        "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the DFL-FR ablation, Sec. IV-C, "
+        "docs/methods/dfl.md#dfl-fr-fixed-ratio)",
         choices=SCHEDULES,
     )
     horizon: int | None = param(
         200,
         "R of Eq. 6, the rounds over which the KD weight ramps up to 1 - threshold (the paper never "
-        "gives R; spec §9.6: 200); none = the run's --rounds (Alg. 1 read literally)",
+        "gives R; edgefd: 200, docs/methods/dfl.md#horizon); none = the run's --rounds (Alg. 1 read literally)",
     )
     soft_target_dtype: str = param(
         "float32",
-        "wire dtype of the table: 'float32' (edgefd) or 'float64' (the paper's 8 B/element, spec §2.2)",
+        "wire dtype of the table: 'float32' (edgefd) or 'float64' (the paper's 8 B/element, Sec. IV-B3, "
+        "docs/methods/dfl.md#soft-target-dtype)",
         choices=tuple(SOFT_TARGET_DTYPES),
     )
 
@@ -183,7 +200,7 @@ def rho(round: int, total_rounds: int, threshold: float, schedule: str = "dynami
 
 
 def initial_soft_targets(num_classes: int, space: str) -> np.ndarray:
-    """E8: zeros in logits mode (uniform teachers), 1/C in probs mode."""
+    """docs/methods/dfl.md#initial-soft-targets: zeros in logits mode (uniform teachers), 1/C in probs mode."""
     fill = 0.0 if space == "logits" else 1.0 / num_classes
     return np.full((num_classes, num_classes), fill, dtype=np.float64)
 
@@ -191,9 +208,10 @@ def initial_soft_targets(num_classes: int, space: str) -> np.ndarray:
 def aggregate_soft_targets(
     tables: list[np.ndarray], counts: list[np.ndarray], samples: list[float], previous: np.ndarray, mode: str = "masked"
 ) -> np.ndarray:
-    """Spec §8 K3 (Eq. 2 / E2b): ``Y[c] = sum_k a_kc Y_k[c] / sum_k a_kc`` in float64, clients in
-    the given order, with ``a_kc`` = ``n_k [n_kc > 0]`` (masked), ``n_k`` (paper) or ``n_kc``
-    (class_count); a row whose weights sum to 0 keeps ``previous[c]``. Returns float64."""
+    """Eq. 2 with the row weights of docs/methods/dfl.md#absent-classes:
+    ``Y[c] = sum_k a_kc Y_k[c] / sum_k a_kc`` in float64, clients in the given order, with ``a_kc`` =
+    ``n_k [n_kc > 0]`` (masked), ``n_k`` (paper) or ``n_kc`` (class_count); a row whose weights sum to
+    0 keeps ``previous[c]``. Returns float64."""
     if mode not in AGGREGATIONS:
         raise ValueError(f"mode: expected one of {', '.join(AGGREGATIONS)}, got {mode!r}")
     previous = np.asarray(previous, dtype=np.float64)
@@ -242,7 +260,7 @@ def _check_state_names(state: dict[str, np.ndarray]) -> None:
 
 
 class DFLClient(ClientRole):
-    # as FedAvg: the weights are replaced (§9.12); E = 5 local epochs (paper Sec. IV-A)
+    # as FedAvg: the weights are replaced (docs/methods/dfl.md#optimiser); E = 5 local epochs (paper Sec. IV-A)
     local_training = LocalTraining(optimizer_lifecycle="fresh", epochs=5)
     knowledge = (SOFT_TARGETS,)  # the weights stay lossless
 
@@ -278,8 +296,9 @@ class DFLClient(ClientRole):
         return Payload(KIND, self.client_id, round, arrays, {"samples": len(y)})
 
     def label_wise_outputs(self) -> tuple[np.ndarray, np.ndarray]:
-        """E7: per-class mean output of the updated model over all local training samples (eval
-        mode, no grad, no RNG), grouped by true label; absent classes give zero rows."""
+        """Alg. 2 steps 7-8 (docs/methods/dfl.md#soft-targets-in-eval-mode): per-class mean output of
+        the updated model over all local training samples (eval mode, no grad, no RNG), grouped by
+        true label; absent classes give zero rows."""
         classes = self.data.num_classes
         if self.data.num_train == 0:
             return np.zeros((classes, classes), np.float32), np.zeros(classes, np.int64)
@@ -308,7 +327,7 @@ class DFLServer(ServerRole):
             SOFT_TARGETS: schema.knowledge((classes, classes), (params.soft_target_dtype,)),  # logits or probs
             CLASS_COUNTS: schema.counts((classes,), ("int32",)),
         }
-        # samples >= 1: a client without data adds nothing to Eq. 1 / E2b (and alone would divide by 0)
+        # samples >= 1: a client without data adds nothing to Eqs. 1-2 (and alone would divide by 0)
         self.uplink_schema = MessageSchema(KIND, arrays, {"samples": schema.samples(1)})
 
     def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
@@ -338,7 +357,7 @@ class DFLServer(ServerRole):
         counts = [p.arrays[CLASS_COUNTS] for p in ordered]
         table = aggregate_soft_targets(
             [p.arrays[SOFT_TARGETS] for p in ordered], counts, samples, self.soft_targets, self.params.aggregation
-        )  # Eq. 2 / E2b
+        )  # Eq. 2, masked rows
         self.soft_targets = self._wire(table)
         metrics["labels_covered"] = float((np.sum(counts, axis=0) > 0).sum())
         return metrics

@@ -2,83 +2,101 @@
 arXiv:2402.10846v1): per-sample mutual distillation between personalised client models and one
 global model, with a deep-to-shallow distillation layer per client.
 
-Spec: ``/work/shared/specs/fedd2s.md`` (section numbers below refer to it). Clients and server
-hold the same layered CNN (``fedd2s_m1`` / ``fedd2s_m2``, :class:`edgefd.models.fedd2s.LayeredCNN`).
+The method, its choices where the paper is silent and its messages: docs/methods/fedd2s.md. Clients
+and server hold the same layered CNN (``fedd2s_m1`` / ``fedd2s_m2``,
+:class:`edgefd.models.fedd2s.LayeredCNN`).
 
 Round of one selected client n (Alg. 1):
 
-- phase A (client): ``Z^n += 1``; ``l^n = max(L - floor((Z^n - 1) / Z0), L - |S|)`` (Eq. 6 and
-  the spec's floor, §3.2); with no gradient, in eval mode and in the fixed local order, upload the
-  first-layer outputs ``H_1``, the outputs ``H_{l^n}`` at the distillation layer (the logits when
-  ``l^n = L``, nothing when ``l^n = 1``) and the labels of *all* local training samples.
-- C2S (server, per client, Eqs. 8-10): a copy of the round-start global model trains its layers
-  2..L on ``H_1``: per batch one step on ``KL(p || softmax(u / tau))`` with the teacher
+- phase A (client): ``Z^n += 1``; ``l^n = max(L - floor((Z^n - 1) / Z0), L - |S|)`` (Eq. 6 and the
+  dropping set's floor, docs/methods/fedd2s.md#dropping-set); with no gradient, in eval mode and in
+  the fixed local order, upload the first-layer outputs ``H_1``, the outputs ``H_{l^n}`` at the
+  distillation layer (the logits when ``l^n = L``, nothing when ``l^n = 1``) and the labels of *all*
+  local training samples.
+- C2S (server, per client, Eqs. 8-10): a copy of the round-start global model trains its layers 2..L
+  on ``H_1``: per batch one step on ``KL(p || softmax(u / tau))`` with the teacher
   ``p = softmax(head_l(H_l; theta^g) / tau)`` (round-start global head, no gradient), then a fresh
   forward and one step on ``CE(u, y)``. The copies are averaged, unweighted, over the clients whose
-  uploads arrived (Eq. 11 over U^rho, §9-9).
+  uploads arrived (Eq. 11 over U^rho, docs/methods/fedd2s.md#averaging-over-the-arrived-clients).
 - downlink (server): the per-sample global logits ``t = head_1(H_1; theta^g)`` of the aggregated
-  model and the parameters of the global layers ``l^n+1..L`` (the message the paper forgot, §2.3,
-  §9-6); ``v = head_l(H_l; theta^g)`` only with ``send_v`` (§9-7).
+  model and the parameters of the global layers ``l^n+1..L`` (the message Alg. 1 leaves out,
+  docs/methods/fedd2s.md#head-weights-in-the-reply); ``v = head_l(H_l; theta^g)`` only with
+  ``send_v`` (docs/methods/fedd2s.md#the-v-logits).
 - phase B (client, Eqs. 12-13): per batch one step on ``KL(softmax(t / tau) || softmax(w / tau))``
   with ``w = frozen_global_head(trunk_l(x))`` (only layers 1..l^n get a gradient), then a fresh
   forward and one CE step on the whole local model. The local models are the deliverable: each is
-  evaluated on its client's test split (§3.8, §9-21).
+  evaluated on its client's test split (docs/methods/fedd2s.md#evaluation).
 
 How the protocol sits on edgefd's round loop: phase A is the round's uplink (``train_round``), C2S
 is ``aggregate``, and the reply (kind ``fedd2s.knowledge``) goes to each client whose upload was
 aggregated after aggregation, in the same round (``ServerRole.reply``), where phase B runs
 (``receive_reply``) before the round is evaluated: the order of Alg. 1, whose evaluation sees every
-phase B. The common initialisation (§2.2, §9-19) is the first downlink each client receives (kind
-``fedd2s.init``, the full ``theta^0``, float32, 4 P_total bytes plus the codec header): the client
-loads it before its first phase A. A deployed client that misses the reply's deadline still runs
-phase B when the reply reaches it, before its next phase A; a reply that never reaches it (the client
-was gone longer than its broker session) is lost, and the client's next participation starts from
-its model as it was.
+phase B. The common initialisation (docs/methods/fedd2s.md#common-initialisation) is the first
+downlink each client receives (kind ``fedd2s.init``, the full ``theta^0``, float32, 4 P_total bytes
+plus the codec header): the client loads it before its first phase A. A deployed client that misses
+the reply's deadline still runs phase B when the reply reaches it, before its next phase A; a reply
+that never reaches it (the client was gone longer than its broker session) is lost, and the client's
+next participation starts from its model as it was.
 
-The spec's resolutions, all followed by default (§9):
+edgefd's resolutions where the paper is silent or ambiguous, all followed by default (each is a
+heading of docs/methods/fedd2s.md):
 
-- the head above layer l is layers l+1..L (§9-1); ``H_l`` is block l's output after ReLU and pool
-  (§9-18); the global model's layer 1 is never used or trained (§9-22);
-- tau = 1, CE always at tau = 1, no tau^2 factor on the KL terms unless ``kd_tau_sq_scale`` (§9-3);
-  KL(teacher || student) in both phases, batch mean (§9-4) (the ``weighted_kl`` kernel);
+- the head above layer l is layers l+1..L (docs/methods/fedd2s.md#head-model-layers); ``H_l`` is
+  block l's output after ReLU and pool (docs/methods/fedd2s.md#layer-outputs); the global model's
+  layer 1 is never used or trained (docs/methods/fedd2s.md#global-layer-1);
+- tau = 1, CE always at tau = 1, no tau^2 factor on the KL terms unless ``kd_tau_sq_scale``
+  (docs/methods/fedd2s.md#temperature); KL(teacher || student) in both phases, batch mean
+  (docs/methods/fedd2s.md#kl-direction) (the ``weighted_kl`` kernel);
 - the C2S teacher ``p`` is computed once per round with the round-start global model, detached
-  (§9-5; ``c2s_teacher=current`` recomputes it per batch with the copy being trained, detached);
-- the server returns the global head's weights; the client keeps them frozen (§9-6); ``v`` is off
-  (``send_v``, §9-7); Eq. 13 is the S2C CE step (§9-8);
-- averaging over the arrived uploads, unweighted (§9-9); replies only to those clients (§9-10);
-- ``phase_epochs`` = 4 passes per phase, each pass a J-step and a Q-step per batch (§9-12); batch
-  size is the run's ``--batch-size`` (the paper's B = 128 is a run setting);
+  (docs/methods/fedd2s.md#c2s-teacher; ``c2s_teacher=current`` recomputes it per batch with the copy
+  being trained, detached);
+- the server returns the global head's weights; the client keeps them frozen
+  (docs/methods/fedd2s.md#head-weights-in-the-reply); ``v`` is off (``send_v``,
+  docs/methods/fedd2s.md#the-v-logits); Eq. 13 is the S2C CE step
+  (docs/methods/fedd2s.md#q-step-of-phase-b);
+- averaging over the arrived uploads, unweighted
+  (docs/methods/fedd2s.md#averaging-over-the-arrived-clients); replies only to those clients
+  (docs/methods/fedd2s.md#replies-to-selected-clients-only);
+- ``phase_epochs`` = 4 passes per phase, each pass a J-step and a Q-step per batch
+  (docs/methods/fedd2s.md#epochs-per-phase); batch size is the run's ``--batch-size`` (the paper's
+  B = 128 is a run setting);
 - Adam (PyTorch defaults, no weight decay) at the run's ``--lr`` (the paper's 0.01 is edgefd's
   default), re-created per phase per round (server: per client copy), gradients cleared to None
-  between the J and Q steps, so layers without a KD gradient are not moved by the J step (§9-13;
-  ``optimizer=run`` uses the run's ``--optimizer/--momentum/--weight-decay`` instead);
-- J and Q are sequential steps (§9-14; ``kd_mode=sum`` takes one step on J + Q, not the paper);
-- Eq. 6 is clamped at ``L - |S|`` with |S| = ``dropping_set`` = 4 (S = [C3, F1, F2, F3], §9-15),
-  Z0 = 3 (§9-16); ``schedule=floor`` is FedD2S* (l = L - |S| from the first round, §9-25),
-  ``schedule=none`` the no-dropping ablation (l = L always, §3.9);
+  between the J and Q steps, so layers without a KD gradient are not moved by the J step
+  (docs/methods/fedd2s.md#optimiser; ``optimizer=run`` uses the run's
+  ``--optimizer/--momentum/--weight-decay`` instead);
+- J and Q are sequential steps (docs/methods/fedd2s.md#sequential-j-and-q-steps; ``kd_mode=sum``
+  takes one step on J + Q, not the paper);
+- Eq. 6 is clamped at ``L - |S|`` with |S| = ``dropping_set`` = 4 (S = [C3, F1, F2, F3],
+  docs/methods/fedd2s.md#dropping-set), Z0 = 3 (docs/methods/fedd2s.md#dropping-rate);
+  ``schedule=floor`` is FedD2S* (l = L - |S| from the first round,
+  docs/methods/fedd2s.md#fedd2s-star), ``schedule=none`` the no-dropping ablation (l = L always);
 - the server does not mirror Z^n, because an upload that missed the deadline still counts as a
-  participation on the client; it checks that the layer a client reports lies between the layers
-  of the most and the fewest participations the client can have had (its downlinks, and its
-  uplinks taken plus one), which is the one layer Z^n gives when no upload was late, and that the
-  arrays have that layer's shapes (``FedD2SServer.check_uplink``).
+  participation on the client; it checks that the layer a client reports lies between the layers of
+  the most and the fewest participations the client can have had (its downlinks, and its uplinks
+  taken plus one), which is the one layer Z^n gives when no upload was late, and that the arrays
+  have that layer's shapes (``FedD2SServer.check_uplink``,
+  docs/methods/fedd2s.md#participation-count-on-the-server).
 
-Privacy (§9-23): H_1 plus labels is close to the data itself (one conv layer is nearly invertible);
-"data-free" means "no public data set", nothing more.
+Privacy (docs/methods/fedd2s.md#privacy): H_1 plus labels is close to the data itself (one conv
+layer is nearly invertible); "data-free" means "no public data set", nothing more.
 
-Wire (§2.3, §2.4; bytes = the formulas plus the codec's header and table entries):
+Wire (docs/methods/fedd2s.md#messages; bytes = the formulas plus the codec's header and table
+entries):
 
 - uplink ``fedd2s.features``: ``h1`` [K, d_1] and ``hl`` [K, d_l] (omitted when l = 1) as float32,
-  ``labels`` [K] uint8 (int32 when C > 256), scalars ``layer`` = l^n and ``samples`` = K_n (the
-  spec's header fields; round and client id are in the codec header). The feature maps travel
-  flattened per sample (the spec's [K, c, h, w] has the same elements; flat rows give int8 one
-  scale per sample, as FedICT's features). ``--precision fp16|int8`` applies to ``h1``, ``hl``
-  (and ``t``, ``v``), never to weights or labels; it is a lossy deviation, off by default (§2.5).
-- downlink ``fedd2s.knowledge``: ``t`` [K, C] float32, ``v`` [K, C] with ``send_v``, and one
-  float32 array ``head/<state name>`` per parameter tensor of global layers l+1..L (P_head(l)
-  values); scalar ``layer`` = the l those weights sit above.
-- the uplink is large: K_n (4 (d_1 + d_l) + 1) bytes, more than the raw uint8 images (§0, §9-24).
+  ``labels`` [K] uint8 (int32 when C > 256), scalars ``layer`` = l^n and ``samples`` = K_n (round
+  and client id are in the codec header). The feature maps travel flattened per sample (the same
+  elements as [K, c, h, w]; flat rows give int8 one scale per sample, as FedICT's features).
+  ``--precision fp16|int8`` applies to ``h1``, ``hl`` (and ``t``, ``v``), never to weights or
+  labels; it is a lossy deviation, off by default.
+- downlink ``fedd2s.knowledge``: ``t`` [K, C] float32, ``v`` [K, C] with ``send_v``, and one float32
+  array ``head/<state name>`` per parameter tensor of global layers l+1..L (P_head(l) values);
+  scalar ``layer`` = the l those weights sit above.
+- the uplink is large: K_n (4 (d_1 + d_l) + 1) bytes, more than the raw uint8 images
+  (docs/methods/fedd2s.md#communication-cost).
 
-Not implemented: the FedD2S-MSE ablation (§3.9) and FedPer+ / FedRep+ baselines.
+Not implemented: the FedD2S-MSE ablation (Table 3) and the FedPer+ / FedRep+ baselines.
 """
 
 from __future__ import annotations
@@ -137,51 +155,61 @@ C2S_TEACHERS = ("round_start", "current")
 
 @dataclass
 class FedD2SParams:
-    """FedD2S's hyperparameters; defaults from the paper, or the spec where the paper is silent."""
+    """FedD2S's hyperparameters; defaults from the paper, or edgefd's choice where the paper is silent
+    (docs/methods/fedd2s.md#switchable-choices)."""
 
     z0: int = param(
         3,
         "dropping rate Z0: participations per distillation layer (Eq. 6; 3, 5, 7 for "
-        "Dirichlet 0.1, 0.5, 1 in the paper; spec §9-16 default 3)",
+        "Dirichlet 0.1, 0.5, 1 in Sec. IV-A; docs/methods/fedd2s.md#dropping-rate)",
     )
     dropping_set: int = param(
         4,
         "|S|, layers that are eventually withdrawn, deepest first; the floor is "
-        "l = L - |S| (4: S = [C3, F1, F2, F3], l_min = 2, §3.2, §9-15)",
+        "l = L - |S| (4: S = [C3, F1, F2, F3], l_min = 2, Sec. IV-A; docs/methods/fedd2s.md#dropping-set)",
     )
     schedule: str = param(
         "deep_to_shallow",
         "'deep_to_shallow' (Eq. 6), 'floor' (FedD2S*: l = L - |S| from "
-        "round 1, §9-25) or 'none' (no dropping: l = L, §3.9)",
+        "round 1, docs/methods/fedd2s.md#fedd2s-star) or 'none' (no dropping: l = L)",
         choices=SCHEDULES,
     )
     temperature: float = param(
-        1.0, "softmax temperature tau of both KL terms (not in the paper: 1, §9-3); CE is always at tau = 1"
+        1.0,
+        "softmax temperature tau of both KL terms (not in the paper: 1, docs/methods/fedd2s.md#temperature); "
+        "CE is always at tau = 1",
     )
-    kd_tau_sq_scale: bool = param(False, "multiply the KL terms by tau^2 (not in Eqs. 9/12, §9-3)")
+    kd_tau_sq_scale: bool = param(
+        False, "multiply the KL terms by tau^2 (not in Eqs. 9/12, docs/methods/fedd2s.md#temperature)"
+    )
     phase_epochs: int | None = param(
         4,
         "passes per phase (C2S per client copy, S2C per client), each a "
-        "J-step and a Q-step per batch (E = 4, §9-12); None = the run's --epochs (FedD2S's default: 4)",
+        "J-step and a Q-step per batch (E = 4, docs/methods/fedd2s.md#epochs-per-phase); None = the run's --epochs "
+        "(FedD2S's default: 4)",
     )
     optimizer: str = param(
         "adam",
-        "'adam' (PyTorch defaults, no weight decay, the run's --lr, §9-13) or "
+        "'adam' (PyTorch defaults, no weight decay, the run's --lr, docs/methods/fedd2s.md#optimiser) or "
         "'run' (the run's --optimizer, --momentum, --weight-decay)",
         choices=OPTIMIZERS,
     )
     kd_mode: str = param(
         "alternating",
-        "'alternating' (one J step then one Q step per batch, Alg. 1, §9-14) "
+        "'alternating' (one J step then one Q step per batch, Alg. 1, docs/methods/fedd2s.md#sequential-j-and-q-steps) "
         "or 'sum' (one step on J + Q; not the paper)",
         choices=KD_MODES,
     )
     c2s_teacher: str = param(
         "round_start",
-        "C2S teacher p from the 'round_start' global head (§9-5) or the 'current' copy being trained (detached)",
+        "C2S teacher p from the 'round_start' global head or the 'current' copy being trained (detached) "
+        "(docs/methods/fedd2s.md#c2s-teacher)",
         choices=C2S_TEACHERS,
     )
-    send_v: bool = param(False, "also send v = global head logits on H_l (Alg. 1; no equation uses it, §9-7)")
+    send_v: bool = param(
+        False,
+        "also send v = global head logits on H_l (Alg. 1; no equation uses it, docs/methods/fedd2s.md#the-v-logits)",
+    )
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -202,7 +230,8 @@ class FedD2SParams:
 def distillation_layer(
     participations: int, num_layers: int, z0: int, dropping_set: int, schedule: str = "deep_to_shallow"
 ) -> int:
-    """l^n for a client at its ``participations``-th participation (1-based, §3.2):
+    """l^n for a client at its ``participations``-th participation (1-based, Eq. 6,
+    docs/methods/fedd2s.md#dropping-set):
     ``max(L - floor((Z - 1) / Z0), L - |S|)``; 'floor' gives ``L - |S|`` always, 'none' gives L."""
     if participations < 1:
         raise ValueError(f"participations: the schedule is evaluated for selected clients (>= 1), got {participations}")
@@ -312,7 +341,7 @@ def _check_layered(model: nn.Module, who: str, name: str) -> LayeredCNN:
     if not isinstance(model, LayeredCNN):
         raise ValueError(
             f"fedd2s: {who} has model {name!r}, which cannot be split by layer; use "
-            "--models fedd2s_m1 or --models fedd2s_m2 (spec §6.3)"
+            "--models fedd2s_m1 or --models fedd2s_m2 (docs/methods/fedd2s.md#model-architecture)"
         )
     return model
 
@@ -330,8 +359,8 @@ def _label_dtype(num_classes: int) -> type:
 
 
 class FedD2SClient(ClientRole):
-    # one Adam per phase per round (spec §9 13); E = 4 passes per phase (§IV-A, §9-12), which
-    # phase_epochs sets unless it is None
+    # one Adam per phase per round (docs/methods/fedd2s.md#optimiser); E = 4 passes per phase (Sec. IV-A,
+    # docs/methods/fedd2s.md#epochs-per-phase), which phase_epochs sets unless it is None
     local_training = LocalTraining(optimizer_lifecycle="fresh", epochs=4)
     knowledge = ("h1", "hl")
 
@@ -351,7 +380,8 @@ class FedD2SClient(ClientRole):
         if downlink is not None:
             if downlink.kind != INIT_KIND:
                 raise ValueError(f"fedd2s client {self.client_id}: unexpected downlink kind {downlink.kind!r}")
-            load_state_arrays(self.model, downlink.arrays)  # theta^n := theta^0 (§2.2)
+            # theta^n := theta^0 (docs/methods/fedd2s.md#common-initialisation)
+            load_state_arrays(self.model, downlink.arrays)
         self.participations += 1
         self.layer = distillation_layer(
             self.participations, self.model.num_layers, self.params.z0, self.params.dropping_set, self.params.schedule
@@ -366,7 +396,7 @@ class FedD2SClient(ClientRole):
 
     @torch.no_grad()
     def extract(self, round: int, layer: int) -> Payload:
-        """Phase A (§3.3): H_1 and H_l of every training sample, eval mode, fixed order, flattened."""
+        """Phase A (Alg. 1, Sec. III-A1): H_1 and H_l of every training sample, eval mode, fixed order, flattened."""
         model = self.model
         model.eval()
         x, step = self.data.train_x, self.context.train.eval_batch_size
@@ -406,7 +436,7 @@ class FedD2SClient(ClientRole):
         return head
 
     def distil_from_server(self, downlink: Payload) -> tuple[float, float]:
-        """Phase B (§3.6): KL towards t through the frozen global head (layers 1..l only), then CE on
+        """Phase B (Eqs. 12-13, Sec. III-B2): KL towards t through the frozen global head (layers 1..l only), then CE on
         the whole local model, per batch. Returns the mean J and Q of the last pass."""
         layer = int(downlink.scalars.get("layer", -1))
         L, n, C = self.model.num_layers, self.data.num_train, self.data.num_classes
@@ -470,7 +500,7 @@ class FedD2SServer(ServerRole):
         self.global_model: LayeredCNN = _check_layered(context.build_model(name), "the server", name)
         distillation_layer(1, self.global_model.num_layers, params.z0, params.dropping_set, params.schedule)
         self.initial_state = state_arrays(self.global_model)
-        """theta^0, every client's starting point (§2.2)."""
+        """theta^0, every client's starting point (docs/methods/fedd2s.md#common-initialisation)."""
         self.initialised: set[str] = set()
         self.replies: dict[str, tuple[dict[str, np.ndarray], int]] = {}
         """This round's reply to each aggregated client, from `aggregate` until `reply` sends it:
@@ -490,7 +520,7 @@ class FedD2SServer(ServerRole):
         return None
 
     def reply(self, round: int, client_id: str) -> Payload | None:
-        """The S2C message of this round (§3.5): t, the head weights above l^n (and v)."""
+        """The S2C message of this round (Alg. 1, Sec. III-B1): t, the head weights above l^n (and v)."""
         kept = self.replies.pop(client_id, None)
         if kept is None:
             return None
@@ -579,7 +609,7 @@ class FedD2SServer(ServerRole):
         load_state_arrays(self.global_model, average_states(states))  # Eq. 11 over the arrivals
         self.global_model.eval()
         with torch.no_grad():
-            for cid in arrived:  # §3.5: t (and v) with the aggregated model, plus the head weights
+            for cid in arrived:  # Sec. III-B1: t (and v) with the aggregated model, plus the head weights
                 up = uploads[cid]
                 arrays = {"t": self._logits(up.h1, 1)}
                 if self.params.send_v:

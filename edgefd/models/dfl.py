@@ -1,7 +1,7 @@
-"""DFL's models (spec dfl.md §6.3, paper Sec. IV-A / Table IV).
+"""DFL's models (paper Sec. IV-A / Table IV; docs/methods/dfl.md#model-sizes).
 
 The paper says "CNN models used in McMahan et al." but McMahan's CNNs do not match Table IV's
-sizes; the spec reconstructs size-matched CNNs (4 bytes per parameter + ~1.5 KB serialisation):
+sizes; edgefd reconstructs size-matched CNNs (4 bytes per parameter + ~1.5 KB serialisation):
 
 - ``dfl_cnn_mnist``  1x28x28: conv5(1->20)-pool-ReLU, conv5(20->50)-pool-ReLU, FC 800->50->C.
   66,130 params for C = 10 (Table IV 265.9 KB).
@@ -14,9 +14,9 @@ sizes; the spec reconstructs size-matched CNNs (4 bytes per parameter + ~1.5 KB 
   consistent net is the default, the text variant is ``dfl_cnn_mnist`` with ``num_classes=62``.
 - ``resnet20a``: CIFAR ResNet-20 of He et al. with the parameter-free "option A" shortcut
   (strided identity + zero channel padding), 269,722 params for 3x32x32, C = 10 (torchvision has no
-  ResNet-20; the paper's shortcut type is unknown, spec §6.3 chooses option A).
+  ResNet-20; the paper's shortcut type is unknown, edgefd chooses option A).
 - ``mobilenet_v2`` / ``vgg16``: ``torchvision.models`` builders with the first conv adapted to the
-  channel count. Table IV cannot validate them (spec §9.19).
+  channel count. Table IV cannot validate them (docs/methods/dfl.md#model-sizes).
 
 No dropout and no BN in the CNNs; PyTorch default initialisation. Input sizes: the flatten width is
 inferred, so the CNNs accept any input the conv stack supports (28x28 and 32x32 with 1 or 3

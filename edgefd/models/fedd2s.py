@@ -1,11 +1,12 @@
-"""FedD2S's layered CNNs M1 / M2 (spec fedd2s.md §6.3, §9-1, §9-17, §9-18, §11).
+"""FedD2S's layered CNNs M1 / M2 (paper Sec. IV-A; docs/methods/fedd2s.md#model-architecture,
+docs/methods/fedd2s.md#head-model-layers, docs/methods/fedd2s.md#layer-outputs).
 
-Paper (§IV-A, verbatim)::
+Paper (Sec. IV-A, verbatim)::
 
     M1 = [C1(8);  C2(16); C3(32);  F1(32);  F2(16); F3(10)]
     M2 = [C1(16); C2(64); C3(128); F1(128); F2(32); F3(10)]
 
-The paper leaves kernels, padding, pooling and activations unspecified; the spec's defaults are used:
+The paper leaves kernels, padding, pooling and activations unspecified; edgefd's choices are:
 ``Ci`` = Conv2d(3x3, stride 1, pad 1) -> ReLU -> MaxPool2d(2) (floor); ``F1`` = Flatten -> Linear ->
 ReLU; ``F2`` = Linear -> ReLU; ``F3`` = Linear(-> C) logits (F3 outputs C, fixing M2's "F3(10)" on 62
 and 100 class data). No BN, no dropout, PyTorch default init.
@@ -16,7 +17,7 @@ flatten belongs to F1, so H_3 is the C3 map), and ``model.head(H_l, l)`` runs bl
 "head model" theta_{+l}). In 0-based half-open terms ``run_layers(x, a, b)`` runs blocks [a, b), so
 ``trunk(x, l) == run_layers(x, 0, l)`` and ``head(h, l) == run_layers(h, l, L)``.
 
-Pinned counts (fedd2s.md §6.3, §2.2, §2.4, §11):
+Pinned counts (docs/methods/fedd2s.md#model-architecture, docs/methods/fedd2s.md#messages):
 
 - M1, 3x32x32, C = 10: 23,146 params; P_head(l) = 0, 170, 698, 17,114, 21,754 for l = 6..2.
 - M2, 1x28x28, C = 62: 237,054; P_head = 0, 2,046, 6,174, 153,758, 227,614.
@@ -124,7 +125,7 @@ class LayeredCNN(nn.Module):
     def as_multi_output(self) -> nn.Module:
         """A module sharing this model's parameters whose ``forward(x)`` returns the tuple
         ``(H_1, ..., H_L)``: export it to ONNX so that one inference pass yields ``H_1`` and
-        ``H_{l}`` for any distillation layer l (fedd2s.md §2.5)."""
+        ``H_{l}`` for any distillation layer l (phase A of docs/methods/fedd2s.md#what-the-paper-does)."""
         return _MultiOutput(self)
 
     # ---- parameters of parts ---------------------------------------------------------------------

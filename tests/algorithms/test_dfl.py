@@ -1,5 +1,6 @@
-"""DFL (specs/dfl.md): the rho schedule, soft-target aggregation and loss by hand, bit-for-bit
-identity with FedAvg at threshold 1, the wire bytes against §2.3, and short runs on digits."""
+"""DFL (docs/methods/dfl.md): the rho schedule, soft-target aggregation and loss by hand, bit-for-bit
+identity with FedAvg at threshold 1, the wire bytes against docs/methods/dfl.md#messages, and short runs on
+digits."""
 
 import functools
 import json
@@ -38,7 +39,7 @@ def simulation(algo, params=None, **settings):
 
 
 # ----------------------------------------------------------------------------------------------
-# rho schedule (Eq. 6, spec E6 and §11 hard check 2)
+# rho schedule (Eq. 6, docs/methods/dfl.md#round-indexing)
 
 
 def test_rho_schedule_matches_the_hand_computed_values():
@@ -54,7 +55,7 @@ def test_rho_schedule_matches_the_hand_computed_values():
 
 def test_the_ramps_horizon_is_200_rounds_by_default_or_the_runs_length():
     default = DFLParams()
-    assert default.horizon == 200  # spec §9.6: the paper never gives R
+    assert default.horizon == 200  # the paper never gives R (docs/methods/dfl.md#horizon)
     assert [default.rho(r, 3) for r in (1, 2, 3)] == pytest.approx([0.995, 0.99, 0.985], abs=1e-12)
     assert default.rho(80, 100) == pytest.approx(0.6) and default.rho(300, 300) == pytest.approx(0.6)
     literal = make_params(DFLParams, {"horizon": "none"})  # Alg. 1 read literally: R = --rounds
@@ -91,7 +92,7 @@ def test_params_defaults_docs_and_text_conversion():
 
 
 # ----------------------------------------------------------------------------------------------
-# soft-target aggregation (Eq. 2 / E2b, spec §8 K3)
+# soft-target aggregation (Eq. 2, docs/methods/dfl.md#absent-classes)
 
 YA = np.array([[1.0, 2.0, 3.0], [0.5, -1.25, 7.0], [0.0, 0.0, 0.0]], np.float32)  # a lacks class 2
 YB = np.array([[3.0, 6.0, -1.0], [0.0, 0.0, 0.0], [0.1, 0.2, 0.3]], np.float32)  # b lacks class 1
@@ -124,7 +125,8 @@ def test_paper_and_class_count_aggregation_by_hand():
 def test_server_aggregates_models_like_fedavg_and_tables_per_row():
     sim = simulation("dfl", clients=2, rounds=1)
     server: DFLServer = sim.server
-    np.testing.assert_array_equal(server.soft_targets, np.zeros((10, 10), np.float32))  # E8: zeros
+    # zeros (docs/methods/dfl.md#initial-soft-targets)
+    np.testing.assert_array_equal(server.soft_targets, np.zeros((10, 10), np.float32))
     state = server.global_state
     first = {k: np.full_like(v, 1.0) for k, v in state.items()}
     second = {k: np.full_like(v, 5.0) for k, v in state.items()}
@@ -146,7 +148,7 @@ def test_server_aggregates_models_like_fedavg_and_tables_per_row():
 
 
 # ----------------------------------------------------------------------------------------------
-# the local loss (Eq. 3, spec E3 and the §8 K2 oracles)
+# the local loss (Eq. 3) against closed-form values
 
 
 def loss_and_grad(z, y, table, rho_value, params):
@@ -156,7 +158,7 @@ def loss_and_grad(z, y, table, rho_value, params):
     return loss.item(), z.grad.numpy()
 
 
-def test_loss_matches_the_spec_oracles():
+def test_loss_matches_closed_form_values():
     # z = [0, 0], y = 0, q = [0.75, 0.25], rho = 0.5; logits mode: the row log(q) has softmax q
     table = [[math.log(0.75), math.log(0.25)], [0.0, 0.0]]
     loss, grad = loss_and_grad([[0.0, 0.0]], [0], table, 0.5, DFLParams())
@@ -199,7 +201,7 @@ def test_loss_on_a_tiny_batch_is_rho_ce_plus_one_minus_rho_kd_by_hand():
         ),
         rel=1e-6,
     )  # rho 0: KD only
-    # against torch's own losses (the spec's reference for randomized tests)
+    # against torch's own losses (the reference for randomized tests)
     zt, yt, qt = torch.tensor(z, dtype=torch.float32), torch.tensor(y), torch.tensor(table, dtype=torch.float32)
     reference = r * F.cross_entropy(zt, yt) + (1 - r) * tau**2 * F.kl_div(
         F.log_softmax(zt / tau, 1), torch.softmax(qt[yt] / tau, 1), reduction="batchmean"
@@ -219,7 +221,7 @@ def test_loss_at_rho_one_is_plain_cross_entropy_bit_for_bit():
 
 
 # ----------------------------------------------------------------------------------------------
-# threshold 1 is FedAvg, bit for bit (spec §11 hard check 1, Table V's T = 1)
+# threshold 1 is FedAvg, bit for bit (Table V's T = 1, docs/methods/dfl.md#model-or-delta-upload)
 
 
 @pytest.mark.parametrize(
@@ -271,7 +273,7 @@ def test_default_threshold_differs_from_fedavg():
 
 
 # ----------------------------------------------------------------------------------------------
-# bytes on the wire (spec §2.3) = payload terms + the codec's header and table entries
+# bytes on the wire (docs/methods/dfl.md#messages) = payload terms + the codec's header and table entries
 
 
 def table_overhead(name, array):
@@ -282,7 +284,7 @@ def table_overhead(name, array):
 @pytest.mark.parametrize(
     "dtype, precision, b_s", [("float32", "fp32", 4), ("float64", "fp32", 8), ("float32", "fp16", 2)]
 )
-def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_s):
+def test_bytes_per_client_per_round_follow_the_formula(dtype, precision, b_s):
     sim = simulation("dfl", {"soft_target_dtype": dtype}, clients=4, rounds=1, precision=precision)
     state = sim.server.global_state
     classes = 10
@@ -290,13 +292,13 @@ def test_bytes_per_client_per_round_follow_the_spec_formula(dtype, precision, b_
     assert all(v.dtype == np.float32 for v in state.values()) and P == 6090  # cnn2 on 8x8 digits
     soft, counts = np.zeros((classes, classes)), np.zeros(classes)
     tables = sum(table_overhead(k, v) for k, v in state.items())
-    # §2.3: B_down = P b_w + Cn^2 b_s + 4 (round) ; B_up = P b_w + Cn^2 b_s + 4 (round) + 4 (n_k) + 4 Cn
-    spec_down = P * 4 + classes**2 * b_s + 4
-    spec_up = P * 4 + classes**2 * b_s + 4 + 4 + 4 * classes
+    # B_down = P b_w + Cn^2 b_s + 4 (round) ; B_up = P b_w + Cn^2 b_s + 4 (round) + 4 (n_k) + 4 Cn
+    formula_down = P * 4 + classes**2 * b_s + 4
+    formula_up = P * 4 + classes**2 * b_s + 4 + 4 + 4 * classes
     # codec: the round is inside the 32-byte header; n_k is the int64 scalar "samples" (8 bytes, not 4)
-    down = spec_down - 4 + HEADER_SIZE + len("dfl") + len("server") + tables + table_overhead(SOFT_TARGETS, soft)
+    down = formula_down - 4 + HEADER_SIZE + len("dfl") + len("server") + tables + table_overhead(SOFT_TARGETS, soft)
     up_fixed = (
-        spec_up
+        formula_up
         - 4
         - 4
         + HEADER_SIZE
@@ -378,7 +380,7 @@ def test_end_to_end_on_the_papers_80_20_split():
     sim = simulation("dfl", clients=10, rounds=3, participation=0.5, partition="dominant:0.8", epochs=2)
     for k, cid in enumerate(sorted(sim.clients)):
         counts = np.bincount(sim.clients[cid].data.train_y.numpy(), minlength=10)
-        assert counts.argmax() == k % 10  # §6.2: client k's dominant label is k mod 10
+        assert counts.argmax() == k % 10  # client k's dominant label is k mod 10 (docs/methods/dfl.md#non-iid-split)
         assert counts.max() == round(0.8 * counts.sum())
     records = sim.federation.run()[1:]
     assert all(len(r.selected) == 5 for r in records)

@@ -1,5 +1,6 @@
-"""FedD2S (specs/fedd2s.md): the Eq. 6 schedule table (§3.2), every message's bytes against §2.2 /
-§2.4 plus the codec's header, the server's C2S distillation, phase B's frozen head, and short runs."""
+"""FedD2S (docs/methods/fedd2s.md): the Eq. 6 schedule table (docs/methods/fedd2s.md#dropping-set),
+every message's bytes against docs/methods/fedd2s.md#messages plus the codec's header, the server's
+C2S distillation, phase B's frozen head, and short runs."""
 
 import copy
 import json
@@ -31,8 +32,8 @@ from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import SimulationConfig, build, run
 from edgefd.training import batches, state_arrays
 
-# digits with the spec's "M1-mini" (§11): 1x8x8 inputs, d_1 = 128, d_2 = 64, C = 10, P_total = 7,642.
-# K = 143 training samples per client is the spec's own worked example (§11 "Expected outcome").
+# digits with "M1-mini" (docs/methods/fedd2s.md#small-scale-reproduction): 1x8x8 inputs, d_1 = 128, d_2 = 64, C = 10,
+# P_total = 7,642. K = 143 training samples per client.
 QUICK = dict(
     dataset="digits",
     clients=2,
@@ -80,12 +81,13 @@ def header_bytes(payload: Payload) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# schedule (Eq. 6 + floor, §3.2)
+# schedule (Eq. 6 + floor, docs/methods/fedd2s.md#dropping-set)
 
 
 @pytest.mark.parametrize("z0", [3, 5, 7])
-def test_schedule_reproduces_the_spec_table(z0):
-    # §3.2's table for L = 6, |S| = 4: l = 6 for Z in 1..Z0, 5 for Z0+1..2Z0, ..., 2 from 4 Z0 + 1 on
+def test_schedule_reproduces_the_dropping_table(z0):
+    # the table of docs/methods/fedd2s.md#dropping-set for L = 6, |S| = 4: l = 6 for Z in 1..Z0,
+    # 5 for Z0+1..2Z0, ..., 2 from 4 Z0 + 1 on
     expected = []
     for z in range(1, 6 * z0 + 1):
         expected.append(6 if z <= z0 else 5 if z <= 2 * z0 else 4 if z <= 3 * z0 else 3 if z <= 4 * z0 else 2)
@@ -128,13 +130,13 @@ def test_refuses_models_that_cannot_be_split():
 
 
 # ----------------------------------------------------------------------------------------------
-# bytes of every message (§2.2, §2.4; the spec's K = 143 numbers of §11)
+# bytes of every message (docs/methods/fedd2s.md#messages; K = 143)
 
 
 K, C, D1, D2, P_TOTAL, P_HEAD_2 = 143, 10, 128, 64, 7642, 6394
 
 
-def test_m1_mini_dimensions_are_the_specs():
+def test_m1_mini_dimensions_are_as_documented():
     sim = simulation()
     model = sim.server.global_model
     assert model.layer_dims() == [D1, D2, 32, 32, 16, C]
@@ -145,7 +147,7 @@ def test_m1_mini_dimensions_are_the_specs():
 
 @pytest.mark.parametrize("precision, s_f", [("fp32", 4), ("fp16", 2)])
 @pytest.mark.parametrize("schedule, layer", [("deep_to_shallow", 6), ("floor", 2)])
-def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precision, s_f):
+def test_bytes_of_each_message_follow_the_formulas(schedule, layer, precision, s_f):
     sim = simulation({"schedule": schedule}, precision=precision)
     ledger = sim.federation.channel.ledger
     sim.federation.hello()
@@ -153,11 +155,12 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
     down = run_keeping_replies(sim, 2)["client-0"]
     client = sim.clients["client-0"]
 
-    # init (§2.2): theta^0, 4 P_total bytes, once, at the first downlink; then round 1's reply
+    # init (docs/methods/fedd2s.md#common-initialisation): theta^0, 4 P_total bytes, once, at the
+    # first downlink; then round 1's reply
     init = Payload(INIT_KIND, "server", 1, sim.server.initial_state)
     assert ledger.total(DOWN, 1, "client-0") == 4 * P_TOTAL + header_bytes(init) + len(encode(first))
 
-    # uplink (§2.4): K [s_f (d_1 + d_l 1[l > 1]) + s_y] + h_up; the spec's 79,079 / 109,967 B at fp32
+    # uplink: K [s_f (d_1 + d_l 1[l > 1]) + s_y] + h_up; 79,079 / 109,967 B at fp32 (l = 6 / 2)
     up = as_sent.sealed(client, client.extract(2, layer))  # as the runtime sends it
     assert up.kind == UP_KIND and up.scalars == {"layer": layer, "samples": K}
     d_l = C if layer == 6 else D2
@@ -168,8 +171,8 @@ def test_bytes_of_each_message_follow_the_spec_formulas(schedule, layer, precisi
     for r in (1, 2):
         assert ledger.total(UP, r, "client-0") == formula + header_bytes(up)
 
-    # reply (§2.4), after aggregation in the same round: K s_f C + s_w P_head(l) + h_down; the
-    # spec's 5,720 / 31,296 B at fp32
+    # reply, after aggregation in the same round: K s_f C + s_w P_head(l) + h_down; 5,720 / 31,296 B
+    # at fp32 (l = 6 / 2)
     assert down.kind == DOWN_KIND and down.scalars == {"layer": layer}
     p_head = {6: 0, 2: P_HEAD_2}[layer]
     formula = K * s_f * C + 4 * p_head
@@ -230,7 +233,8 @@ def test_server_distillation_minimises_its_kl_and_keeps_layer_one():
     j_ce, _ = objectives(ce_only)
     assert j1 + q1 < j0 + q0
     assert j1 < 0.25 * j_ce
-    # the round-start global model is untouched, and the copy's layer 1 (never used) too (§9-22)
+    # the round-start global model is untouched, and the copy's layer 1 (never used) too
+    # (docs/methods/fedd2s.md#global-layer-1)
     after = state_arrays(local)
     for name, value in before_global.items():
         np.testing.assert_array_equal(state_arrays(global_model)[name], value)
@@ -421,7 +425,7 @@ def test_switchable_choices_run(params):
 def test_kd_loss_has_no_tau_squared_unless_asked():
     z, t = torch.tensor([[1.0, 2.0, 3.0], [0.5, -1.0, 0.0]]), torch.tensor([[3.0, 1.0, 0.0], [0.0, 0.0, 2.0]])
     plain, scaled = FedD2SParams(temperature=2.0), FedD2SParams(temperature=2.0, kd_tau_sq_scale=True)
-    assert kd_loss(z, t, FedD2SParams()).item() == pytest.approx(1.088468, abs=1e-6)  # spec §8 K2 golden, tau 1
+    assert kd_loss(z, t, FedD2SParams()).item() == pytest.approx(1.088468, abs=1e-6)  # = torch kl_div batchmean, tau 1
     assert kd_loss(z, t, plain).item() == pytest.approx(0.328780, abs=1e-6)  # golden at tau 2 (s = 1, no tau^2)
     assert kd_loss(z, t, scaled).item() == pytest.approx(4 * 0.328780, abs=4e-6)
 

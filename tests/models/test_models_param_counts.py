@@ -28,19 +28,19 @@ PINNED = [
     ("fedict_c1", 1, 10, D8, 346, "docs/methods/fedict.md#small-recipe (A^C_1 analogue on 1x8x8, incl. extractor)"),
     ("fedict_server_small", 1, 10, D8, 127_178, "docs/methods/fedict.md#small-recipe (Bottleneck [1,1,1] on 16x8x8)"),
     # DFL: Table-IV-consistent CNNs
-    ("dfl_cnn_mnist", 1, 10, M28, 66_130, "dfl.md §6.3 CNN-MNIST"),
-    ("dfl_cnn_cifar", 3, 10, C32, 62_006, "dfl.md §6.3 CNN-CIFAR, Cn=10"),
-    ("dfl_cnn_cifar", 3, 20, C32, 62_856, "dfl.md §6.3 CNN-CIFAR, Cn=20 (CIFAR-100 coarse)"),
-    ("dfl_cnn_femnist", 1, 62, M28, 160_510, "dfl.md §6.3 CNN-FEMNIST"),
-    ("dfl_cnn_mnist", 1, 62, M28, 68_782, "dfl.md §6.3 (the text's 'MNIST CNN with 62 outputs')"),
-    ("mlp", 1, 10, D8, 4_810, "dfl.md §11 (MLP 64 -> 64 -> 10)"),
-    ("resnet20a", 3, 10, C32, 269_722, "dfl.md §6.3 ResNet-20 option A (~0.27 M)"),
-    ("mobilenet_v2", 3, 10, C32, 2_236_682, "dfl.md §6.3 torchvision MobileNetV2 (~2.24 M)"),
-    # FedD2S: M1 / M2 with the spec's block defaults
-    ("fedd2s_m1", 3, 10, C32, 23_146, "fedd2s.md §6.3 M1 CIFAR-10"),
-    ("fedd2s_m2", 1, 62, M28, 237_054, "fedd2s.md §6.3 M2 FEMNIST"),
-    ("fedd2s_m2", 3, 100, C32, 353_284, "fedd2s.md §6.3 M2 CIFAR-100"),
-    ("fedd2s_m1", 1, 10, D8, 7_642, "fedd2s.md §11 M1-mini"),
+    ("dfl_cnn_mnist", 1, 10, M28, 66_130, "docs/methods/dfl.md#model-sizes CNN-MNIST"),
+    ("dfl_cnn_cifar", 3, 10, C32, 62_006, "docs/methods/dfl.md#model-sizes CNN-CIFAR, Cn=10"),
+    ("dfl_cnn_cifar", 3, 20, C32, 62_856, "docs/methods/dfl.md#model-sizes CNN-CIFAR, Cn=20 (CIFAR-100 coarse)"),
+    ("dfl_cnn_femnist", 1, 62, M28, 160_510, "docs/methods/dfl.md#model-sizes CNN-FEMNIST"),
+    ("dfl_cnn_mnist", 1, 62, M28, 68_782, "docs/methods/dfl.md#model-sizes (the text's 'MNIST CNN with 62 outputs')"),
+    ("mlp", 1, 10, D8, 4_810, "docs/methods/dfl.md#small-scale-reproduction (MLP 64 -> 64 -> 10)"),
+    ("resnet20a", 3, 10, C32, 269_722, "docs/methods/dfl.md#model-sizes ResNet-20 option A (~0.27 M)"),
+    ("mobilenet_v2", 3, 10, C32, 2_236_682, "docs/methods/dfl.md#model-sizes torchvision MobileNetV2 (~2.24 M)"),
+    # FedD2S: M1 / M2 with edgefd's block choices
+    ("fedd2s_m1", 3, 10, C32, 23_146, "docs/methods/fedd2s.md#model-architecture M1 CIFAR-10"),
+    ("fedd2s_m2", 1, 62, M28, 237_054, "docs/methods/fedd2s.md#model-architecture M2 FEMNIST"),
+    ("fedd2s_m2", 3, 100, C32, 353_284, "docs/methods/fedd2s.md#model-architecture M2 CIFAR-100"),
+    ("fedd2s_m1", 1, 10, D8, 7_642, "docs/methods/fedd2s.md#model-architecture M1-mini"),
     # FedZKT: CIFAR-10 devices (kuangliu), MNIST-family devices, global model
     ("shufflenetv2_x0_5", 3, 10, C32, 352_042, "fedzkt.md §2.3 model A"),
     ("shufflenetv2_x1_0", 3, 10, C32, 1_263_854, "fedzkt.md §2.3 model B"),
@@ -158,7 +158,7 @@ def test_fedzkt_mnist_devices_bytes():
 
 
 def test_dfl_table_iv_bytes():
-    # dfl.md §6.3: 4P = 264,520 / 248,024 / 251,424 / 642,040 bytes
+    # docs/methods/dfl.md#model-sizes: 4P = 264,520 / 248,024 / 251,424 / 642,040 bytes
     cases = [
         ("dfl_cnn_mnist", 1, 10, M28, 264_520),
         ("dfl_cnn_cifar", 3, 10, C32, 248_024),
@@ -167,12 +167,12 @@ def test_dfl_table_iv_bytes():
     ]
     for name, c, k, s, b in cases:
         assert 4 * count_parameters(build_model(name, in_channels=c, num_classes=k, input_shape=s)) == b
-    # dfl.md §11: MLP payload 19,240 B of weights
+    # docs/methods/dfl.md#messages: MLP payload 19,240 B of weights
     assert 4 * count_parameters(build_model("mlp", in_channels=1, num_classes=10, input_shape=D8)) == 19_240
 
 
 def test_fedd2s_init_bytes():
-    # fedd2s.md §2.2: 4 * P_total = 92,584 / 948,216 / 1,413,136 B
+    # docs/methods/fedd2s.md#model-architecture: 4 * P_total = 92,584 / 948,216 / 1,413,136 B
     for name, c, k, s, b in (
         ("fedd2s_m1", 3, 10, C32, 92_584),
         ("fedd2s_m2", 1, 62, M28, 948_216),
@@ -184,11 +184,12 @@ def test_fedd2s_init_bytes():
 @pytest.mark.parametrize(
     "name,in_ch,classes,shape,per_layer,p_head",
     [
-        # fedd2s.md §6.3 (per-layer params) and §2.4 (P_head(l) for l = 6, 5, 4, 3, 2)
+        # docs/methods/fedd2s.md#model-architecture (per-layer params) and
+        # docs/methods/fedd2s.md#messages (P_head(l), l = 6..2)
         ("fedd2s_m1", 3, 10, C32, [224, 1_168, 4_640, 16_416, 528, 170], [0, 170, 698, 17_114, 21_754]),
         ("fedd2s_m2", 1, 62, M28, [160, 9_280, 73_856, 147_584, 4_128, 2_046], [0, 2_046, 6_174, 153_758, 227_614]),
         ("fedd2s_m2", 3, 100, C32, [448, 9_280, 73_856, 262_272, 4_128, 3_300], [0, 3_300, 7_428, 269_700, 343_556]),
-        ("fedd2s_m1", 1, 10, D8, [80, 1_168, 4_640, 1_056, 528, 170], None),  # §11 M1-mini
+        ("fedd2s_m1", 1, 10, D8, [80, 1_168, 4_640, 1_056, 528, 170], None),  # M1-mini
     ],
 )
 def test_fedd2s_layer_and_head_counts(name, in_ch, classes, shape, per_layer, p_head):
@@ -201,11 +202,11 @@ def test_fedd2s_layer_and_head_counts(name, in_ch, classes, shape, per_layer, p_
 @pytest.mark.parametrize(
     "name,in_ch,classes,shape,dims",
     [
-        # fedd2s.md §6.3 H_l sizes d_l (and d_L = C)
+        # docs/methods/fedd2s.md#model-architecture H_l sizes d_l (and d_L = C)
         ("fedd2s_m1", 3, 10, C32, [2048, 1024, 512, 32, 16, 10]),
         ("fedd2s_m2", 1, 62, M28, [3136, 3136, 1152, 128, 32, 62]),
         ("fedd2s_m2", 3, 100, C32, [4096, 4096, 2048, 128, 32, 100]),
-        ("fedd2s_m1", 1, 10, D8, [128, 64, 32, 32, 16, 10]),  # §11
+        ("fedd2s_m1", 1, 10, D8, [128, 64, 32, 32, 16, 10]),  # M1-mini
     ],
 )
 def test_fedd2s_layer_dims(name, in_ch, classes, shape, dims):
@@ -214,7 +215,7 @@ def test_fedd2s_layer_dims(name, in_ch, classes, shape, dims):
 
 
 def test_fedd2s_uplink_bytes_per_sample():
-    # fedd2s.md §2.4: per-sample uplink s_f*(d_1 + d_l) + s_y for M1 CIFAR-10, l = 6..2
+    # docs/methods/fedd2s.md#communication-cost: per-sample uplink s_f*(d_1 + d_l) + s_y for M1 CIFAR-10, l = 6..2
     m = build_model("fedd2s_m1", in_channels=3, num_classes=10, input_shape=C32)
     d = m.layer_dims()
     got = [4 * (d[0] + d[l - 1]) + 1 for l in (6, 5, 4, 3, 2)]

@@ -163,7 +163,7 @@ def test_heavy_models_real_forward():
     assert y.shape == (2, 10) and torch.isfinite(y).all()
     with torch.device("meta"):
         v = build_model("vgg16", in_channels=3, num_classes=10, input_shape=(3, 32, 32))
-    # dfl.md §6.3: torchvision vgg16(num_classes=10); Table IV cannot validate it (§9.19)
+    # docs/methods/dfl.md#model-sizes: torchvision vgg16(num_classes=10); Table IV cannot validate it
     assert count_parameters(v) == 134_301_514
 
 

@@ -119,7 +119,7 @@ def test_fedd2s_layer_split_composes(name, c, classes, shape):
 
 
 def test_fedd2s_h3_is_the_c3_map():
-    # fedd2s.md §9-18: H_3 is the C3 map (flatten belongs to F1)
+    # docs/methods/fedd2s.md#layer-outputs: H_3 is the C3 map (flatten belongs to F1)
     m = build_model("fedd2s_m1", in_channels=3, num_classes=10, input_shape=(3, 32, 32))
     assert m.layer_output_shapes[:3] == ((8, 16, 16), (16, 8, 8), (32, 4, 4))
     assert m.trunk(torch.randn(2, 3, 32, 32), 3).shape == (2, 32, 4, 4)
@@ -134,7 +134,8 @@ def test_fedd2s_head_module_and_state_dict():
     head = glob.head_module(l)
     assert sum(p.numel() for p in head.parameters()) == glob.head_parameter_count(l) == 21_754
     assert next(head.parameters()) is next(glob.parts_parameters(l, 6))
-    # S2C student: client trunk + frozen copy of the global head (fedd2s.md §3.6)
+    # S2C student: client trunk + frozen copy of the global head (Eq. 12,
+    # docs/methods/fedd2s.md#head-weights-in-the-reply)
     frozen = copy.deepcopy(glob.head_module(l)).requires_grad_(False)
     x = torch.randn(4, 3, 32, 32)
     logits = frozen(client.trunk(x, l))
