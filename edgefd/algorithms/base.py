@@ -19,6 +19,10 @@ exchange) sets ``ServerRole.step_exchange``; the loop then runs the selected cli
 another, drives ``ClientRole.train_steps(round)`` (a generator that yields each request and
 receives the reply) and answers each request with ``ServerRole.answer``.
 
+A server role declares what its clients may send (``hello_schemas``, ``uplink_schemas``,
+``request_schemas``); :func:`register` refuses a method whose client sends on a verb that its
+server declares nothing for (:func:`check_schemas`), since every such message would be refused.
+
 The runtime owns rounds, sampling, deadlines, seeds and transports; a method owns only its
 maths and never sees the network. Every payload a role returns is encoded, counted and decoded
 by the transport before the other side sees it, so roles must not share Python objects.
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import types
 import typing
 from abc import ABC, abstractmethod
@@ -345,6 +350,81 @@ class MethodSpec:
 _REGISTRY: dict[str, MethodSpec] = {}
 
 
+@dataclass(frozen=True)
+class ClientContent:
+    """A verb on which a client role sends content that the server checks before it sees it: the
+    client hook that makes the content, and the server hook that declares what it may be."""
+
+    verb: str
+    client_hook: str
+    """The :class:`ClientRole` method whose result travels on ``verb``."""
+    schemas: str
+    """The :class:`ServerRole` method that returns the content's :class:`MessageSchema` s."""
+    what: str
+
+
+CLIENT_CONTENT: tuple[ClientContent, ...] = (
+    ClientContent("hello", "hello", "hello_schemas", "a hello"),
+    ClientContent("train", "train_round", "uplink_schemas", "a round uplink"),
+    ClientContent("steps", "train_steps", "uplink_schemas", "a round uplink"),
+    ClientContent("step", "train_steps", "request_schemas", "a step request"),
+)
+"""Every verb whose client content reaches a server role (``edgefd.runtime.verbs`` holds the verbs;
+its tests check that this table names each verb whose answer the server takes in)."""
+
+
+class MissingSchema(ValueError):
+    """A method whose client sends on a verb for which its server declares no schema: the runtime
+    would refuse every such message, so the method is refused at registration instead."""
+
+
+def sends(client: type[ClientRole], hook: str) -> bool:
+    """Whether ``client`` sends what ``hook`` returns: it implements the hook (``ClientRole``'s own
+    sends nothing) and does not declare it ``-> None`` (Local's ``train_round``: mypy holds a
+    method to that annotation)."""
+    implemented = getattr(client, hook)
+    if implemented is getattr(ClientRole, hook):
+        return False
+    return inspect.signature(implemented).return_annotation not in (None, "None")
+
+
+def sent_verbs(client: type[ClientRole]) -> list[str]:
+    """The verbs on which ``client`` sends content that its server must declare."""
+    return [content.verb for content in CLIENT_CONTENT if sends(client, content.client_hook)]
+
+
+def check_schemas(name: str, client: type[ClientRole], server: type[ServerRole]) -> None:
+    """:class:`MissingSchema` unless ``server`` declares a schema for every verb ``client`` sends on,
+    saying what to add."""
+    missing: dict[str, list[ClientContent]] = {}
+    for content in CLIENT_CONTENT:
+        declared = getattr(server, content.schemas) is not getattr(ServerRole, content.schemas)
+        if sends(client, content.client_hook) and not declared:
+            missing.setdefault(content.schemas, []).append(content)
+    if not missing:
+        return
+    lines = []
+    for schemas, contents in missing.items():
+        verbs = " and ".join(repr(c.verb) for c in contents)
+        hooks = " and ".join(sorted({f"{client.__name__}.{c.client_hook}" for c in contents}))
+        what = contents[0].what
+        line = (
+            f"{hooks} sends {what} on {verbs}, but {server.__name__} declares no schema for it, so its server "
+            f"would refuse every one. Add to {server.__name__}:\n"
+            f"    def {schemas}(self, client_id: str) -> Sequence[MessageSchema]:\n"
+            f"        return (MessageSchema(KIND, arrays={{...}}, scalars={{...}}),)"
+            f"  # what {what} of this client may be"
+        )
+        if any(c.client_hook == "train_round" for c in contents):
+            line += f"\n  or, if {client.__name__}.train_round never sends anything, annotate it `-> None`."
+        lines.append(line)
+    raise MissingSchema(
+        f"method {name!r}: " + "\n".join(lines) + "\n(edgefd.algorithms.schema has MessageSchema, ArraySpec and "
+        "helpers for knowledge, counts, sample ids, labels and model states; docs/ADDING_A_METHOD.md, "
+        '"Say what your clients may send")'
+    )
+
+
 def register(
     name: str,
     summary: str,
@@ -357,9 +437,11 @@ def register(
     global_model: bool = False,
 ) -> None:
     """Adds a method under ``name`` (its ``--algo``). ``models`` says which client models
-    ``--models auto`` gives it; without it every client gets the dataset's default model."""
+    ``--models auto`` gives it; without it every client gets the dataset's default model.
+    :class:`MissingSchema` where the client sends on a verb that the server declares no schema for."""
     if name in _REGISTRY:
         raise ValueError(f"method {name!r} is registered twice")
+    check_schemas(name, client, server)
     _REGISTRY[name] = MethodSpec(
         name, summary, client, server, params, paper, models or same_model_everywhere, global_model
     )

@@ -1,11 +1,28 @@
-"""The method interface's shared parts: params from text and their allowed values."""
+"""The method interface's shared parts: params from text and their allowed values, and the
+registration's refusal of a method whose server declares no schema for what its clients send."""
 
 import dataclasses
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import pytest
 
-from edgefd.algorithms.base import check_choices, list_methods, make_params, param
+from edgefd.algorithms import base
+from edgefd.algorithms.base import (
+    ClientRole,
+    MissingSchema,
+    ServerRole,
+    check_choices,
+    check_schemas,
+    get_method,
+    list_methods,
+    make_params,
+    param,
+    register,
+    sent_verbs,
+)
+from edgefd.algorithms.schema import MessageSchema
+from edgefd.protocol import Payload
 
 
 @dataclass
@@ -43,3 +60,118 @@ def test_every_declared_choice_is_checked_by_the_method_itself(method, field):
     spec = next(s for s in list_methods() if s.name == method)
     with pytest.raises(ValueError, match=rf"param {field}: expected one of"):
         spec.params(**{field: "no-such-choice"})
+
+
+# ---------------------------------------------------------------------- a schema for every verb a client sends on
+class Uploader(ClientRole):
+    """Sends a round uplink (and, in the subclasses, a hello or step requests)."""
+
+    def train_round(self, round: int, downlink: Payload | None) -> Payload:
+        return Payload("n", self.client_id, round)
+
+
+class Greeter(Uploader):
+    def hello(self) -> Payload:
+        return Payload("hi", self.client_id, 0)
+
+
+class Asker(Uploader):
+    def train_steps(self, round: int) -> Generator[Payload, Payload, None]:
+        yield Payload("ask", self.client_id, round)
+
+
+class Silent(ClientRole):
+    """Trains and sends nothing (Local): its ``-> None`` says so."""
+
+    def train_round(self, round: int, downlink: Payload | None) -> None:
+        return None
+
+
+class Deaf(ServerRole):
+    """Declares no schema at all."""
+
+    def downlink(self, round: int, client_id: str) -> Payload | None:
+        return None
+
+    def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        return {}
+
+
+class TakesUplinks(Deaf):
+    def uplink_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        return (MessageSchema("n"),)
+
+
+class TakesEverything(TakesUplinks):  # the uplink's schema inherited
+    def hello_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        return (MessageSchema("hi"),)
+
+    def request_schemas(self, client_id: str) -> Sequence[MessageSchema]:
+        return (MessageSchema("ask"),)
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A copy of the method registry for the test (the real one is shared by the suite)."""
+    get_method("local")
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    return base._REGISTRY
+
+
+@pytest.mark.parametrize(
+    ("client", "server", "verb", "hook", "client_hook"),
+    [
+        (Uploader, Deaf, "'train'", "uplink_schemas", "Uploader.train_round"),
+        (Greeter, TakesUplinks, "'hello'", "hello_schemas", "Greeter.hello"),
+        (Asker, TakesUplinks, "'step'", "request_schemas", "Asker.train_steps"),
+    ],
+)
+def test_a_method_whose_server_declares_no_schema_for_a_verb_its_client_sends_on_is_refused(
+    registry, client, server, verb, hook, client_hook
+):
+    with pytest.raises(MissingSchema) as refused:
+        register("unschemed", "sends what its server cannot take", client, server, ToyParams)
+    text = str(refused.value)
+    assert text.startswith("method 'unschemed': ")
+    assert f"{client_hook} sends" in text and f"on {verb}" in text  # what is sent, on which verb
+    assert f"Add to {server.__name__}:\n    def {hook}(self, client_id: str) -> Sequence[MessageSchema]:" in text
+    assert "docs/ADDING_A_METHOD.md" in text
+    assert "unschemed" not in registry
+
+
+def test_the_refusal_names_every_missing_schema_once_and_offers_the_none_annotation_for_an_uplink(registry):
+    with pytest.raises(MissingSchema) as refused:
+        register("unschemed", "sends everything", type("Both", (Greeter, Asker), {}), Deaf, ToyParams)
+    text = str(refused.value)
+    assert [hook for hook in ("hello_schemas", "uplink_schemas", "request_schemas") if f"def {hook}(" in text] == [
+        "hello_schemas",
+        "uplink_schemas",
+        "request_schemas",
+    ]
+    assert text.count("def uplink_schemas(") == 1  # 'train' and 'steps' both need it: said once
+    assert "on 'train' and 'steps'" in text
+    assert "annotate it `-> None`" in text
+
+
+def test_a_method_registers_when_its_server_declares_what_its_clients_send(registry):
+    register("quiet", "sends nothing", Silent, Deaf, ToyParams)  # a verb never sent needs no schema
+    register("greets", "sends everything", type("Both", (Greeter, Asker), {}), TakesEverything, ToyParams)
+    assert {"quiet", "greets"} <= set(registry)
+
+
+def test_every_registered_method_declares_a_schema_for_each_verb_its_clients_send_on():
+    sent = {spec.name: sent_verbs(spec.client) for spec in list_methods()}
+    assert sent == {
+        "dfl": ["train"],
+        "fd": ["train"],
+        "fedavg": ["train"],
+        "fedcache": ["hello", "train", "steps", "step"],
+        "fedd2s": ["train"],
+        "fedgkt": ["hello", "train"],
+        "fedict": ["hello", "train"],
+        "fedmd": ["train"],
+        "fedzkt": ["train"],
+        "local": [],
+    }
+    for spec in list_methods():
+        check_schemas(spec.name, spec.client, spec.server)

@@ -112,6 +112,7 @@ class PageRunner:
         from edgefd.data import registry
 
         self._datasets = set(registry.REGISTRY)
+        base.list_methods()  # the built-in methods first: only what the page adds is removed afterwards
         self._methods = set(base._REGISTRY)
         self._modules = set(sys.modules)
         self._threads = torch.get_num_threads()

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgefd.algorithms.base import ClientRole, ServerRole
+from edgefd.algorithms.base import CLIENT_CONTENT, ClientRole, ServerRole
 from edgefd.protocol import Payload, decode, encode
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.records import HELLO_ROUND
@@ -131,3 +131,11 @@ def test_a_verb_the_table_does_not_hold_or_that_only_clients_send_is_refused():
 def test_the_table_holds_the_loops_verbs():
     assert list(VERBS) == ["hello", "train", "steps", "step", "reply", "evaluate", "stop"]
     assert [name for name, spec in VERBS.items() if not spec.counted] == ["evaluate", "stop"]
+
+
+def test_every_verb_whose_answer_reaches_the_server_role_has_its_schema_hook():
+    """The registration check (`edgefd.algorithms.base.CLIENT_CONTENT`) covers each verb on which a
+    client's content reaches the server role: the clients' requests and every full answer (the
+    others are empty, an evaluation's scores checked by the table, or none)."""
+    reaching = [name for name, spec in VERBS.items() if spec.handle is None or (spec.answers and not spec.small_answer)]
+    assert reaching == [content.verb for content in CLIENT_CONTENT] == ["hello", "train", "steps", "step"]
