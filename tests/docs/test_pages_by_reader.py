@@ -43,11 +43,7 @@ def run_dates(text: str) -> list[str]:
 
 
 def commit_ids(text: str) -> list[str]:
-    return [
-        word
-        for word in _HEXLIKE.findall(scanned(text))
-        if re.search(r"\d", word) and re.search(r"[a-f]", word)
-    ]
+    return [word for word in _HEXLIKE.findall(scanned(text)) if re.search(r"\d", word) and re.search(r"[a-f]", word)]
 
 
 def spec_references(text: str) -> list[str]:
@@ -88,7 +84,7 @@ def test_the_checks_pass_figures_and_words(line):
 
 def test_the_checks_skip_json_examples_and_the_scripts_block():
     page = (
-        "Figures.\n\n```json\n{\"commit\": \"b1737d0\", \"date\": \"2026-11-27\"}\n```\n\n"
+        'Figures.\n\n```json\n{"commit": "b1737d0", "date": "2026-11-27"}\n```\n\n'
         "<!-- default-runs: start -->\nMeasured 2026-11-27 at b1737d0.\n<!-- default-runs: end -->\n"
     )
     assert run_dates(page) == [] and commit_ids(page) == []
@@ -106,15 +102,13 @@ def test_user_pages_carry_no_run_dates(name):
 @pytest.mark.parametrize("name", USER_PAGES)
 def test_user_pages_carry_no_commit_ids(name):
     assert commit_ids((DOCS / name).read_text()) == [], (
-        f"docs/{name} names a commit: describe the code as it is, and move which commit did what "
-        "to docs/CHANGELOG.md"
+        f"docs/{name} names a commit: describe the code as it is, and move which commit did what to docs/CHANGELOG.md"
     )
 
 
 def test_methods_page_cites_no_spec():
     assert spec_references((DOCS / "METHODS.md").read_text()) == [], (
-        "the specs are not in the repository: cite the paper (Eq., Alg., Table, Sec.) or "
-        "docs/methods/<name>.md"
+        "the specs are not in the repository: cite the paper (Eq., Alg., Table, Sec.) or docs/methods/<name>.md"
     )
 
 
