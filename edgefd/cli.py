@@ -324,7 +324,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         help="run a benchmark and print its figures",
         description=_wrap(
             "Run one benchmark and print its figures (median times, bandwidths, sizes); nothing here asserts "
-            "on time. Each benchmark takes --json FILE to keep its figures; docs/BENCHMARKS.md has past runs."
+            "on time. Each benchmark takes --json FILE to keep its figures; docs/BENCHMARKS.md has the current figures."
         ),
         epilog=_epilog(("edgefd bench kernels --quick", "edgefd bench onnx --models cnn2 --repeats 10")),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,0 +1,129 @@
+"""docs/ by reader: the user pages give the current figures in the present tense; their history is the changelog's.
+
+docs/BENCHMARKS.md and docs/METHODS.md carry no run dates and no commit ids (how figures moved over
+time, on which machines and at which commits, is in docs/CHANGELOG.md's dated sections), and
+METHODS.md cites the papers and docs/methods/, never the specs, which are not in the repository.
+
+Two parts of a page are not scanned: ```json blocks (examples of a tool's output, which may hold
+any hex) and the block between ``<!-- default-runs: start -->`` and ``<!-- default-runs: end -->``
+in METHODS.md, which ``scripts/default_runs.py --write`` writes (its first line names the day and
+the revision it measured).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+USER_PAGES = ["BENCHMARKS.md", "METHODS.md"]
+
+_JSON_BLOCK = re.compile(r"^```json[ \t]*\n.*?^```[ \t]*$", re.S | re.M)
+_WRITTEN_BY_SCRIPT = re.compile(r"<!-- default-runs: start -->.*?<!-- default-runs: end -->", re.S)
+# A calendar date, 2026-11-25; not a range of counts (1,000-2,000) or a time (20:53-21:01).
+_DATE = re.compile(r"(?<![\w.-])(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])(?![\w-])")
+# A commit id as git abbreviates it: 7 to 40 lowercase hex digits standing alone, with at least
+# one digit and one letter (so neither a count nor a word such as "defaced" or "effaced").
+_HEXLIKE = re.compile(r"(?<![\w./-])[0-9a-f]{7,40}(?![\w/-])")
+# The specs: "§9", "spec §6.2", "specs/x.md", "the spec's recipe".
+_SPEC = re.compile(r"§|\bspecs?\b", re.I)
+_DATED_SECTION = re.compile(r"^## (\d{4}-\d{2}-\d{2}): \S", re.M)
+
+
+def scanned(text: str) -> str:
+    """The page's text less its ```json blocks and the block a script writes."""
+    return _WRITTEN_BY_SCRIPT.sub("", _JSON_BLOCK.sub("", text))
+
+
+def run_dates(text: str) -> list[str]:
+    return _DATE.findall(scanned(text))
+
+
+def commit_ids(text: str) -> list[str]:
+    return [word for word in _HEXLIKE.findall(scanned(text)) if re.search(r"\d", word) and re.search(r"[a-f]", word)]
+
+
+def spec_references(text: str) -> list[str]:
+    return [line.strip() for line in scanned(text).splitlines() if _SPEC.search(line)]
+
+
+# Lines of the pages as they were (a lab notebook), which the checks must catch ...
+NOTEBOOK = [
+    ("Measured 2026-11-26 at 20:53-21:01 with code of 961e10c, on a VM", ["2026-11-26"], ["961e10c"]),
+    ("## Training step layout: `edgefd bench step` (2026-11-25)", ["2026-11-25"], []),
+    ("since\n8c37830 the first load stores `digits`", [], ["8c37830"]),
+    ("(code of a8f5672: clients keep 8-bit images as bytes", [], ["a8f5672"]),
+    ("A third round (2026-11-25, this VM) worked on `sl_loss` only.", ["2026-11-25"], []),
+    ("the table recorded on 2026-11-24 (copy 33.0 GB/s)", ["2026-11-24"], []),
+    ("full id 0dbee40f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f here", [], ["0dbee40f1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f"]),
+]
+# ... and figures and words that look like them but are not.
+NOT_DATES_OR_COMMITS = [
+    "| labelwise_mean | N=1000000 C=10 | 3.929 | 35.077 | 8.9x | 12.2 | 52% |  |",
+    "recall@16 0.992; 1,000,000 samples; 20:53-21:01; 2.6-3.4 s; 0.842x; 1.5 * 2^23; 1e4",
+    "ef_construction = ef = 1000, x86-64-v3, sm_90, `zkt_tiny_a` .. `zkt_tiny_e`, fedict_c1",
+    "a defaced or effaced word, deadbeef, 0x1f2e3d4c, docs/bench-kernels.json, 1234567 samples",
+    "`--param z0=3 dropping_set=4`, 2026 clients, 11-26 rounds, 1437-2026",
+]
+
+
+@pytest.mark.parametrize("line, dates, commits", NOTEBOOK)
+def test_the_checks_catch_the_notebook(line, dates, commits):
+    assert run_dates(line) == dates
+    assert commit_ids(line) == commits
+
+
+@pytest.mark.parametrize("line", NOT_DATES_OR_COMMITS)
+def test_the_checks_pass_figures_and_words(line):
+    assert run_dates(line) == []
+    assert commit_ids(line) == []
+
+
+def test_the_checks_skip_json_examples_and_the_scripts_block():
+    page = (
+        'Figures.\n\n```json\n{"commit": "b1737d0", "date": "2026-11-27"}\n```\n\n'
+        "<!-- default-runs: start -->\nMeasured 2026-11-27 at b1737d0.\n<!-- default-runs: end -->\n"
+    )
+    assert run_dates(page) == [] and commit_ids(page) == []
+    assert run_dates(page + "\nRun 2026-11-27 at b1737d0.\n") == ["2026-11-27"]
+
+
+@pytest.mark.parametrize("name", USER_PAGES)
+def test_user_pages_carry_no_run_dates(name):
+    assert run_dates((DOCS / name).read_text()) == [], (
+        f"docs/{name} names the day of a run: give the current figures, and move when they were "
+        "measured (and what they were before) to docs/CHANGELOG.md"
+    )
+
+
+@pytest.mark.parametrize("name", USER_PAGES)
+def test_user_pages_carry_no_commit_ids(name):
+    assert commit_ids((DOCS / name).read_text()) == [], (
+        f"docs/{name} names a commit: describe the code as it is, and move which commit did what to docs/CHANGELOG.md"
+    )
+
+
+def test_methods_page_cites_no_spec():
+    assert spec_references((DOCS / "METHODS.md").read_text()) == [], (
+        "the specs are not in the repository: cite the paper (Eq., Alg., Table, Sec.) or docs/methods/<name>.md"
+    )
+
+
+def test_the_default_runs_block_is_still_there():
+    """The one place METHODS.md may name a day and a revision is the block the script rewrites."""
+    text = (DOCS / "METHODS.md").read_text()
+    assert len(_WRITTEN_BY_SCRIPT.findall(text)) == 1
+
+
+def test_changelog_has_dated_sections_newest_first():
+    text = (DOCS / "CHANGELOG.md").read_text()
+    sections = [line for line in text.splitlines() if line.startswith("## ")]
+    dated = _DATED_SECTION.findall(text)
+    assert sections and len(dated) == len(sections), (
+        "every section of docs/CHANGELOG.md is '## YYYY-MM-DD: what changed'"
+    )
+    days = [date.fromisoformat(day) for day in dated]
+    assert days == sorted(days, reverse=True), "docs/CHANGELOG.md's sections run newest first"
