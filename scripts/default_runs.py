@@ -12,7 +12,6 @@ cores a second job doubles the seconds. About 6 minutes on a 2-core x86-64 VM.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -64,12 +63,9 @@ def row(result: dict[str, Any]) -> str:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    when = datetime.date.today().isoformat()
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     lines = [
-        f"Measured {when} at {commit.stdout.strip() or 'an unknown commit'} ({machine}), one run each, seed 0, "
-        "by `python3 scripts/default_runs.py --write docs/METHODS.md`.",
+        f"Measured on {machine}, one run each, seed 0, by `python3 scripts/default_runs.py --write docs/METHODS.md`.",
         "",
         "| method | models (`--models auto`) | local epochs | final accuracy | up / down MB | run s | wall s |",
         "|---|---|---:|---:|---:|---:|---:|",
