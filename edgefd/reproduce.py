@@ -73,14 +73,14 @@ _FEDCACHE_ARMS = [
 ]
 
 # Every arm trains as FedCache's code does (one local epoch a round, a new SGD optimiser every round,
-# one fixed random batch order per client), so that the arms differ only in the method (spec §9 A15,
-# A17).
+# one fixed random batch order per client), so that the arms differ only in the method
+# (docs/methods/fedcache.md#optimiser, docs/methods/fedcache.md#batch-order).
 _FEDCACHE_TRAINING: dict[str, Any] = {"epochs": 1, "optimizer_lifecycle": "fresh", "batch_order": "fixed"}
 
 RECIPES: dict[str, Recipe] = {
     "fedcache": Recipe(
         name="fedcache",
-        source="specs/fedcache.md §11 (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
+        source="docs/methods/fedcache.md#scaled-recipes (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
         base=SimulationConfig(
             dataset="digits",
             clients=10,
@@ -289,9 +289,10 @@ RECIPES["fedict-weights"] = Recipe(
 # The same comparisons on real images and real sensor data (issue 4), scaled to this 2-core machine.
 RECIPES["fedcache-fmnist"] = Recipe(
     name="fedcache-fmnist",
-    source="specs/fedcache.md §11 settings on Fashion-MNIST (the paper's FMNIST, K = 10, Dirichlet 1.0, ResNet-8), "
+    source="docs/methods/fedcache.md#scaled-recipes on Fashion-MNIST (the paper's FMNIST, K = 10, Dirichlet 1.0, "
+    "ResNet-8), "
     "scaled: at most 200 training samples per client (local test splits of the same size), batch 8, "
-    "10 rounds, hashes = a fixed random projection of the pixels to 64-d (spec §11.2)",
+    "10 rounds, hashes = a fixed random projection of the pixels to 64-d",
     base=SimulationConfig(
         dataset="fmnist",
         clients=10,
@@ -389,10 +390,11 @@ RECIPES["fedict-watch"] = Recipe(
     seeds=(0, 1, 2),
 )
 
-# specs/fedzkt.md §5-§6 scaled to ~45 CPU-minutes in total (single thread): fmnist, 10 devices of 300
-# samples, the spec's MNIST-family devices without S1 (round-robin S2, S3, S4, S5), global model S5,
+# FedZKT's Sec. IV-A settings scaled to ~45 CPU-minutes in total (single thread;
+# docs/methods/fedzkt.md#scaled-recipes): fmnist, 10 devices of 300 samples, edgefd's MNIST-family
+# devices without S1 (round-robin S2, S3, S4, S5), global model S5,
 # GeneratorA with ngf 16, n_D = 20 server iterations of 32 generated samples, 10 rounds of 2 epochs,
-# batch 32, SGD lr 0.05 without momentum (the §11 small recipe's lrs); FedMD with public mnist5k and
+# batch 32, SGD lr 0.05 without momentum (the small CPU models' lrs); FedMD with public mnist5k and
 # 1,000 alignment samples per round (paper: 5,000).
 _ZKT_BASE = SimulationConfig(
     dataset="fmnist",
@@ -419,7 +421,7 @@ _ZKT_SERVER = {
     "server_lr": 0.05,
 }
 _ZKT_SOURCE = (
-    "specs/fedzkt.md §5-6 scaled down: fmnist, 10 devices x 300 samples, {partition}, devices S2-S5 "
+    "docs/methods/fedzkt.md#scaled-recipes: fmnist, 10 devices x 300 samples, {partition}, devices S2-S5 "
     "round-robin (S1 left out for CPU time), global S5, GeneratorA ngf 16, n_D 20 x 32 generated "
     "samples, 10 rounds x 2 epochs, batch 32, SGD lr 0.05 no momentum, prox 1; FedMD public mnist5k, "
     "N_a 1000 (paper: 6,000 samples/device, 50 rounds x 5 epochs, n_D 200 x 256, ResNet-18 global, "
@@ -427,7 +429,8 @@ _ZKT_SOURCE = (
 )
 _ZKT_ARMS = [
     Arm("Local", "local"),
-    # spec §6.5: no public-label pretraining (FedMD's transfer step) against FedZKT; the digest at batch 256
+    # no public-label pretraining (FedMD's transfer step) against FedZKT
+    # (docs/methods/fedmd.md#public-label-pretraining); the digest at batch 256
     Arm("FedMD (public mnist5k)", "fedmd", {"public_dataset": "mnist5k", "alignment_size": 1000, "pretrain_epochs": 0}),
     Arm("FedZKT (SL)", "fedzkt", {**_ZKT_SERVER, "loss": "sl"}, folder="fedzkt-sl"),
 ]
@@ -451,8 +454,8 @@ RECIPES["fedzkt-dir0.5"] = Recipe(
     target_from=["FedMD (public mnist5k)", "FedZKT (SL)"],
     seeds=(0, 1, 2),
 )
-# The spec's sweep of the proximal weight (§9 item 3: lambda in {0, 0.01, 0.1, 1}; Table IV's ablation is
-# lambda = 0 under non-IID data).
+# A sweep of the proximal weight (lambda in {0, 0.01, 0.1, 1}, docs/methods/fedzkt.md#proximal-term-scale; Table IV's
+# ablation is lambda = 0 under non-IID data).
 RECIPES["fedzkt-prox"] = Recipe(
     "fedzkt-prox",
     _ZKT_SOURCE.format(partition="Dirichlet 0.5") + "; FedZKT (SL) at prox 0, 0.01, 0.1 and 1",

@@ -141,6 +141,6 @@ def test_simulate_refuses_a_count_of_epochs_below_one():
 
 def test_a_method_trains_its_papers_epochs_unless_the_run_sets_them():
     sim = build(_tiny("fedzkt"))
-    assert {client.context.train.epochs for client in sim.clients.values()} == {5}  # FedZKT's T_l (§IV-A3)
+    assert {client.context.train.epochs for client in sim.clients.values()} == {5}  # FedZKT's T_l (Sec. IV-A3)
     sim = build(_tiny("fedzkt", epochs=2))
     assert {client.context.train.epochs for client in sim.clients.values()} == {2}

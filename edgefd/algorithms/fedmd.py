@@ -1,5 +1,5 @@
 """FedMD (Li & Wang, "FedMD: Heterogenous Federated Learning via Model Distillation", 2019), the
-public-data baseline of FedZKT's experiments (spec ``specs/fedzkt.md`` §6.5).
+public-data baseline of FedZKT's experiments (Sec. IV-A5 and Table I of the FedZKT paper; ``docs/methods/fedmd.md``).
 
 Every device and the server read the same public dataset through the data registry
 (``public_dataset``, e.g. ``mnist5k`` for ``fmnist`` devices: the paper's FASHION/MNIST pairing).
@@ -18,24 +18,27 @@ Per round r (runtime order: downlink, local work, uplink, aggregate):
 
 Round 1 is FedMD's initial private training plus the first communication, so the sequence of
 updates is FedMD's: private, then (communicate, aggregate, digest, revisit) per round. The run's
-optimiser is used for both steps (spec: "the same optimizer, batch size ... as FedZKT").
+optimiser is used for both steps (the same optimiser, batch size, rounds and devices as FedZKT;
+docs/methods/fedmd.md#fedmd-settings).
 Public-label pretraining (FedMD's transfer-learning step) runs by default for
 ``AUTO_PRETRAIN_EPOCHS`` epochs when the public set has as many classes as the private data, and
-cannot run otherwise. The spec turns it off (§6.5, §9.23: its pairings' label spaces differ, and
-CIFAR-100 has 100 classes); without it, the consensus on public data comes from models that never
-saw public labels, and on the default digits run (10 clients, 10 rounds) FedMD sat at 35% against
-Local's 84% (with 2 epochs of it: 90%). The FedZKT recipes set ``pretrain_epochs=0``, the spec's.
+cannot run otherwise. Against FedZKT it is off (docs/methods/fedmd.md#public-label-pretraining: the
+pairings' label spaces differ, and CIFAR-100 has 100 classes); without it, the consensus on public
+data comes from models that never saw public labels, and on the default digits run (10 clients, 10
+rounds) FedMD sat at 35% against Local's 84% (with 2 epochs of it: 90%). The FedZKT recipes set
+``pretrain_epochs=0``.
 Public images of another size than the private ones are resized to the private size
 (``resize_public``, on by default) and standardised again, so that the default public set (mnist5k,
 28x28) also serves the bundled 8x8 digits: an edgefd choice, not the paper's (whose public and
-private images share a size). The digest step trains at batch 256 (``digest_batch_size``, FedMD's
-reference code and spec §6.5), the revisit at the run's batch size. At the run's batch 32 instead,
+private images share a size; docs/methods/fedmd.md#public-images-of-another-size). The digest step
+trains at batch 256 (``digest_batch_size``, FedMD's reference code), the revisit at the run's batch
+size. At the run's batch 32 instead,
 a 5,000-sample digest is 157 steps against ~9 of revisit on a digits client: on the contract
 test's label-ordered digits (3 rounds, seed 0, no transfer step) FedMD ended at 40.0% against
 Local's 63.1%, at batch 256 with the resized pool re-standardised at 53.4%.
 
 Wire: up ``N_a x C`` logits (float32, or the run's ``--precision``), down the same plus two int64
-scalars; with ``alignment_size`` 5000 and C = 10 that is 200 kB each way (§2.3).
+scalars; with ``alignment_size`` 5000 and C = 10 that is 200 kB each way.
 """
 
 from __future__ import annotations
@@ -76,13 +79,13 @@ class FedMDParams:
     digest_epochs: int = param(1, "epochs on the alignment set per round (FedMD: 1)")
     digest_batch_size: int | None = param(
         256,
-        "batch size of the digest step (FedMD's reference code and spec §6.5: 256); none = the run's --batch-size",
+        "batch size of the digest step (FedMD's reference code: 256); none = the run's --batch-size",
     )
     pretrain_epochs: int | None = param(
         None,
         "epochs of public-label training before round 1 (FedMD's transfer step); none = "
         f"{AUTO_PRETRAIN_EPOCHS} when the public set has as many classes as the private data, else 0 (it cannot "
-        "run: spec §6.5 turns it off for its pairings)",
+        "run; 0 against FedZKT: docs/methods/fedmd.md#public-label-pretraining)",
     )
     public_data_root: str | None = param(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
     resize_public: bool = param(

@@ -1,10 +1,10 @@
 """FedZKT (Zhang, Wu, Yuan, ICDCS 2022, arXiv:2109.03775): zero-shot knowledge transfer between
 devices that each choose their own architecture.
 
-Per round (spec ``specs/fedzkt.md`` §2.2, §4.2):
+Per round (Alg. 1-3 of the paper; ``docs/methods/fedzkt.md``):
 
 - **Device** (``FedZKTClient``): loads the weights the server last sent it, trains ``T_l`` epochs of
-  minibatch SGD on ``CE + lambda * ||w - w_ref||^2`` (Eq. 9, §3.7; ``w_ref`` = those received
+  minibatch SGD on ``CE + lambda * ||w - w_ref||^2`` (Eq. 9; ``w_ref`` = those received
   weights, ``lambda = 0`` until the device has received any), and uploads its full model state
   (trainable tensors and BatchNorm buffers).
 - **Server** (``FedZKTServer``): loads each received state into its own copy of that device's
@@ -24,42 +24,51 @@ server step's seconds and the share spent in the disagreement-loss kernel (``ser
 the step, which on a shared machine is the steadier figure), the mean per-sample input-gradient norm of the
 generator step (Fig. 2's diagnostic), and first/last losses of each phase.
 
-Spec choices followed (§9): ensemble and transfer-back over the devices whose upload arrived this
-round only (§9.7); server optimisers and the x0.3 schedule at n_D/2 and 3n_D/4 recreated every
-round (§9.6); per-minibatch ``lambda ||dw||^2`` with lambda = 1 (§9.3); KL student-first for the
-adversarial ablation (``kl_direction="reverse"``, Eq. 3 literally; ``"forward"`` = KL(T||U)) and
-teacher-first, tau = 1, for transfer back (§9.10); batch-mean reductions (§9.11); device copies in
-train mode during transfer back (``server_bn_mode="train"``, option ``"freeze_stats"``, §6.4).
-The server's scale comes from a preset unless given param by param. ``preset=paper`` is the paper's
-(n_D = 200, batch 256, SGD 0.01 for F, the spec's ResNet-18 global model, DFAD's GeneratorA with
-ngf 64): about 2.4 CPU-hours a round on a 2-core machine, a GPU's job. ``preset=cpu``, the default,
-keeps the algorithm and shrinks the scale so that a default run ends in minutes (``preset_scale``):
-spec §11's small recipe on images under 28x28, the ``fedzkt`` reproduce recipe's scale otherwise,
-both with the scaled recipes' server lr 0.05. Adam 1e-3 for G in both. The device optimiser is the
-run's, fresh each round, for the paper's ``T_l = 5`` local epochs a round (§IV-A3, on the MNIST family;
+Where the paper is silent, edgefd chooses; each choice is explained in docs/methods/fedzkt.md:
+
+- ensemble and transfer-back over the devices whose upload arrived this round only
+  (docs/methods/fedzkt.md#ensemble-under-stragglers);
+- server optimisers and the x0.3 schedule at n_D/2 and 3n_D/4 recreated every round
+  (docs/methods/fedzkt.md#learning-rate-schedule);
+- per-minibatch ``lambda ||dw||^2`` with lambda = 1 (docs/methods/fedzkt.md#proximal-term-scale);
+- KL student-first for the adversarial ablation (``kl_direction="reverse"``, Eq. 3 literally;
+  ``"forward"`` = KL(T||U)) and teacher-first, tau = 1, for transfer back
+  (docs/methods/fedzkt.md#kl-direction);
+- batch-mean reductions (docs/methods/fedzkt.md#loss-reductions);
+- device copies in train mode during transfer back (``server_bn_mode="train"``, option
+  ``"freeze_stats"``, docs/methods/fedzkt.md#batchnorm-buffers).
+
+The server's scale comes from a preset unless given param by param
+(docs/methods/fedzkt.md#preset-scale). ``preset=paper`` is the paper's (n_D = 200, batch 256, SGD 0.01
+for F, a ResNet-18 global model, DFAD's GeneratorA with ngf 64): about 2.4 CPU-hours a round on a
+2-core machine, a GPU's job. ``preset=cpu``, the default, keeps the algorithm and shrinks the scale so
+that a default run ends in minutes (``preset_scale``): the small CPU models on images under 28x28
+(docs/methods/fedzkt.md#small-cpu-models), the ``fedzkt`` reproduce recipe's scale otherwise, both
+with the scaled recipes' server lr 0.05. Adam 1e-3 for G in both. The device optimiser is the run's,
+fresh each round, for the paper's ``T_l = 5`` local epochs a round (Sec. IV-A3, on the MNIST family;
 10 on CIFAR-10: ``--epochs 10``) unless the run sets ``--epochs``. At one epoch a round the devices
 train too little for the transfer back to carry anything they lack: the global model trails the
 device ensemble, every device is replaced by its copy of it, and FedZKT ended 19-23 points below Local
-after three rounds on the bundled digits (5 epochs: 5-9 points, docs/METHODS.md). ``--lr 0.01
---momentum 0 --weight-decay 0 --batch-size 256`` is the paper's optimiser; the runtime's defaults are
-not.
+after three rounds on the bundled digits (5 epochs: 5-9 points, docs/methods/fedzkt.md#local-epochs).
+``--lr 0.01 --momentum 0 --weight-decay 0 --batch-size 256`` is the paper's optimiser; the runtime's
+defaults are not.
 
-Where this module departs from the letter of the spec, and why:
+What the runtime adds to the paper's protocol, and why (docs/methods/fedzkt.md#accuracy-that-is-reported):
 
 - The runtime sends downlinks at the *start* of a round, so the weights distilled in round t
-  travel in the downlink of the device's next round (the bytes are those of §2.3, one round
-  later). Accuracy is measured on the distilled weights at the end of round t all the same:
-  ``evaluation_state`` hands the client the weights it would hold (a measurement, not a message).
-  The last round's distilled weights are measured but never sent.
+  travel in the downlink of the device's next round (the same bytes, one round later). Accuracy is
+  measured on the distilled weights at the end of round t all the same: ``evaluation_state`` hands
+  the client the weights it would hold (a measurement, not a message). The last round's distilled
+  weights are measured but never sent.
 - A device whose upload missed the deadline is treated as inactive (keeps its own weights and is
-  sent nothing new), as §IV-C3 treats inactive devices.
+  sent nothing new), as Sec. IV-C3 of the paper treats inactive devices.
 - The whole ``state_dict`` travels, including BatchNorm's integer ``num_batches_tracked`` (8 bytes
-  per BN layer; the spec allows dropping it). Weights always travel losslessly (fp32).
-- The test accuracy of the global model and of the teacher ensemble (spec §11's logs) is scored
-  only in a simulation (``server_model_accuracy`` in metrics.jsonl): a deployment's server holds
-  no data.
-- Not implemented: the spec's option of adding stale cached models of inactive devices to the
-  ensemble (§9.7) and the persistent ("global") schedule scope (§9.6).
+  per BN layer). Weights always travel losslessly (fp32).
+- The test accuracy of the global model and of the teacher ensemble is scored only in a simulation
+  (``server_model_accuracy`` in metrics.jsonl): a deployment's server holds no data.
+- Not implemented: adding stale cached models of inactive devices to the ensemble
+  (docs/methods/fedzkt.md#ensemble-under-stragglers) and a schedule over all rounds with persistent
+  optimiser state (docs/methods/fedzkt.md#learning-rate-schedule).
 """
 
 from __future__ import annotations
@@ -93,7 +102,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class FedZKTParams:
-    """FedZKT's hyperparameters: the paper's where it gives them, the spec's choices elsewhere."""
+    """FedZKT's hyperparameters: the paper's where it gives them, edgefd's choices elsewhere
+    (docs/methods/fedzkt.md)."""
 
     loss: str = param(
         "sl",
@@ -104,42 +114,44 @@ class FedZKTParams:
     kl_direction: str = param(
         "reverse",
         "KL ablation only: 'reverse' = KL(student || ensemble) as Eq. 3 "
-        "writes it, 'forward' = KL(ensemble || student) (spec §9.10)",
+        "writes it, 'forward' = KL(ensemble || student) (docs/methods/fedzkt.md#kl-direction)",
         choices=KL_DIRECTIONS,
     )
     prox: float = param(
         1.0,
-        "lambda of the device's lambda*||w - w_received||^2 (Eq. 9, per minibatch, spec §9.3); "
-        "0 = the Table IV 'no regularization' ablation",
+        "lambda of the device's lambda*||w - w_received||^2, per minibatch (Eq. 9; "
+        "docs/methods/fedzkt.md#proximal-term-scale); 0 = the Table IV 'no regularization' ablation",
     )
     preset: str = param(
         "cpu",
         "server scale for the fields left unset (iterations, server_batch_size, server_lr, global_model, generator, "
         "generator_ngf): 'cpu' (default: sized to finish in minutes on "
-        "a laptop CPU; spec §11's small models on images under 28x28, the fmnist recipe's LeNet-wide global, "
+        "a laptop CPU; the small CPU models on images under 28x28, the fmnist recipe's LeNet-wide global, "
         "GeneratorA ngf 16, n_D 20 x 32 otherwise) or 'paper' (ResNet-18 global, GeneratorA ngf 64, n_D 200 x "
-        "256: hours per round on a CPU, for a GPU)",
+        "256: hours per round on a CPU, for a GPU; docs/methods/fedzkt.md#preset-scale)",
         choices=PRESETS,
     )
     iterations: int | None = param(
         None,
         "server iterations n_D per round (generator+global steps, then transfer-back steps per device; paper "
-        "§IV-A3: 200); default: the preset's",
+        "Sec. IV-A3: 200); default: the preset's",
     )
     server_batch_size: int | None = param(None, "generated samples per server step (paper: 256); default: the preset's")
-    generator_lr: float = param(1e-3, "Adam lr of the generator (paper §IV-A3)")
+    generator_lr: float = param(1e-3, "Adam lr of the generator (paper Sec. IV-A3)")
     server_lr: float | None = param(
         None,
-        "SGD lr of the global model and of the transfer-back steps (paper §IV-A3: 0.01; spec §11's scaled "
-        "recipe: 0.05); default: the preset's",
+        "SGD lr of the global model and of the transfer-back steps (paper Sec. IV-A3: 0.01; the scaled "
+        "recipes: 0.05); default: the preset's",
     )
-    server_momentum: float = param(0.0, "SGD momentum on the server (spec §5: 0; DFAD uses 0.9)")
-    lr_decay: float = param(0.3, "server lrs are multiplied by this at n_D/2 and 3n_D/4 each round (paper §IV-A3)")
-    student_steps_per_iter: int = param(1, "global-model steps per generator step (paper 1; DFAD 5, spec §9.15)")
+    server_momentum: float = param(0.0, "SGD momentum on the server (0: the paper's plain SGD; DFAD uses 0.9)")
+    lr_decay: float = param(0.3, "server lrs are multiplied by this at n_D/2 and 3n_D/4 each round (paper Sec. IV-A3)")
+    student_steps_per_iter: int = param(
+        1, "global-model steps per generator step (paper 1; DFAD 5; docs/methods/fedzkt.md#adversarial-schedule)"
+    )
     global_model: str | None = param(
         None,
-        "zoo name of the server's global model F (paper: resnet18, spec §6.3; 'zkt_s1_cnn' is the spec's lighter "
-        "option); default: the preset's",
+        "zoo name of the server's global model F (unstated in the paper; resnet18 at its scale, 'zkt_s1_cnn' "
+        "lighter; docs/methods/fedzkt.md#generator-and-global-model); default: the preset's",
     )
     generator: str | None = param(
         None,
@@ -148,11 +160,12 @@ class FedZKTParams:
     )
     generator_nz: int = param(0, "noise dimension d_z; 0 = the generator's default (100 for 28x28, 256 for 32x32)")
     generator_ngf: int | None = param(
-        None, "GeneratorA width ngf (spec §6.3: 64); ignored by the MLP generator; default: the preset's"
+        None, "GeneratorA width ngf (64 at the paper's scale); ignored by the MLP generator; default: the preset's"
     )
     server_bn_mode: str = param(
         "train",
-        "BatchNorm of device copies during transfer back: 'train' (stats adapt) or 'freeze_stats' (spec §6.4)",
+        "BatchNorm of device copies during transfer back: 'train' (stats adapt) or 'freeze_stats' "
+        "(docs/methods/fedzkt.md#batchnorm-buffers)",
         choices=SERVER_BN_MODES,
     )
 
@@ -182,10 +195,11 @@ class FedZKTParams:
 
 
 def preset_scale(preset: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
-    """The server's scale under a preset. ``paper``: §IV-A3 and spec §6.3. ``cpu``: on images smaller
-    than 28x28 (the bundled digits), spec §11's small recipe; otherwise the ``fedzkt`` reproduce recipe's
-    scale (LeNet-wide global model, GeneratorA ngf 16, n_D 20 x 32), about 10 s of server time a round on
-    two cores with ten LeNet-size devices."""
+    """The server's scale under a preset (docs/methods/fedzkt.md#preset-scale). ``paper``: Sec. IV-A3 of
+    the paper. ``cpu``: on images smaller than 28x28 (the bundled digits), the small CPU models
+    (docs/methods/fedzkt.md#small-cpu-models); otherwise the ``fedzkt`` reproduce recipe's scale
+    (LeNet-wide global model, GeneratorA ngf 16, n_D 20 x 32), about 10 s of server time a round on two
+    cores with ten LeNet-size devices."""
     if preset == "paper":
         return dict(
             global_model="resnet18", generator="zkt_generator", generator_ngf=64, iterations=200,
@@ -203,7 +217,7 @@ def preset_scale(preset: str, input_shape: tuple[int, ...]) -> dict[str, Any]:
 
 
 def fedzkt_family(input_shape: tuple[int, ...]) -> str:
-    """Heterogeneous devices as the paper's Table III pattern: spec §11's five small models (A..E) on
+    """Heterogeneous devices as the paper's Table III pattern: five small models (A..E) on
     images under 28x28, the MNIST family S2-S5 on 28x28 grey images (S1, 1.7 M params, left out for
     CPU time), the CIFAR family (ShuffleNetV2, MobileNetV2, LeNet) on 32x32 colour images."""
     if len(input_shape) != 3:
@@ -216,7 +230,7 @@ def fedzkt_family(input_shape: tuple[int, ...]) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# The losses (spec §3.4)
+# The losses (Eq. 3-5 of the paper)
 
 
 def disagreement(
@@ -246,7 +260,8 @@ def disagreement(
 
 
 def prox_term(model: nn.Module, reference: list[torch.Tensor]) -> torch.Tensor:
-    """``||w - w_ref||^2`` over the trainable parameters (BN buffers excluded, spec §3.7)."""
+    """``||w - w_ref||^2`` over the trainable parameters (BN buffers excluded,
+    docs/methods/fedzkt.md#proximal-term-scale)."""
     # cast: sum's start value, the int 0, comes back only for a model without parameters
     return cast(torch.Tensor, sum(((p - r) ** 2).sum() for p, r in zip(model.parameters(), reference)))
 
@@ -257,7 +272,7 @@ def _set_trainable(model: nn.Module, flag: bool) -> None:
 
 
 def _schedule(optimizer: torch.optim.Optimizer, iterations: int, decay: float):
-    """x decay at floor(n/2) and floor(3n/4) (paper §IV-A3), stepped once per iteration."""
+    """x decay at floor(n/2) and floor(3n/4) (paper Sec. IV-A3), stepped once per iteration."""
     return torch.optim.lr_scheduler.MultiStepLR(optimizer, [iterations // 2, (3 * iterations) // 4], gamma=decay)
 
 
@@ -268,7 +283,7 @@ def _schedule(optimizer: torch.optim.Optimizer, iterations: int, decay: float):
 class FedZKTClient(ClientRole):
     """DeviceUpdate (Alg. 2 + Eq. 9): CE plus the proximal term towards the last received weights."""
 
-    # the weights are replaced every round; T_l = 5 local epochs (paper §IV-A3)
+    # the weights are replaced every round; T_l = 5 local epochs (paper Sec. IV-A3)
     local_training = LocalTraining(optimizer_lifecycle="fresh", epochs=5)
 
     def __init__(self, context: ClientContext, params: FedZKTParams) -> None:
@@ -378,7 +393,7 @@ class FedZKTServer(ServerRole):
         return None if arrays is None else Payload(KIND, "server", 0, arrays)
 
     def server_models(self) -> dict[str, nn.Module]:
-        """What a simulation scores on the whole test set (spec §11's logs): the global model F and,
+        """What a simulation scores on the whole test set: the global model F and,
         once devices have uploaded, the ensemble F learnt from. Their gap is how much of the
         ensemble F caught, before the transfer back passes it on."""
         models: dict[str, nn.Module] = {"global_model": self.global_model}

@@ -11,7 +11,7 @@ A scheme is a short string so that it fits on a command line and in a results fi
 ``quantity:A``     quantity skew: ``min_samples`` each plus a Dirichlet(A) share of the rest, labels IID
 ``natural``        one client per natural group (subject / writer) of the dataset
 ``dominant:F``     DFL's non-IID split: share F of each client's samples from one dominant label
-                   (``client mod classes``), the rest evenly over the other labels (specs/dfl.md §6.2)
+                   (``client mod classes``), the rest evenly over the other labels (Table I of the DFL paper)
 =================  =====================================================================================
 
 Every client also gets a local test split whose label distribution follows its training split (see
@@ -308,10 +308,10 @@ def _shards(y: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -
 def _dominant(
     y: np.ndarray, num_clients: int, frac: float, per_client: int, rng: np.random.Generator
 ) -> list[np.ndarray]:
-    """DFL §6.2: client k's dominant label is ``k mod C``; ``round(F n)`` samples of it, the rest
-    spread evenly over the other labels in cyclic order, remainders rotated across clients. Class
-    pools refill with a fresh permutation when exhausted, which duplicates samples across clients
-    (logged); never within a client."""
+    """DFL's non-IID split (Table I of the DFL paper): client k's dominant label is ``k mod C``;
+    ``round(F n)`` samples of it, the rest spread evenly over the other labels in cyclic order,
+    remainders rotated across clients. Class pools refill with a fresh permutation when exhausted,
+    which duplicates samples across clients (logged); never within a client."""
     present = np.unique(y)
     c = len(present)
     pools = {int(cls): _Pool(np.flatnonzero(y == cls), rng) for cls in present}

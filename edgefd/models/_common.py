@@ -96,8 +96,8 @@ def init_kaiming_fan_out(model: ModuleT) -> ModuleT:
 
 
 def init_xavier(model: ModuleT) -> ModuleT:
-    """FedZKT's "Glorot" init (spec fedzkt.md §9.17): Xavier-uniform conv/linear weights, zero biases,
-    BN weight 1 / bias 0."""
+    """FedZKT's "Glorot" init (Alg. 1 of the paper; docs/methods/fedzkt.md#initialisation):
+    Xavier-uniform conv/linear weights, zero biases, BN weight 1 / bias 0."""
     for m in model.modules():
         if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Linear)):
             nn.init.xavier_uniform_(m.weight)

@@ -1,12 +1,12 @@
-"""FedCache's client models: CIFAR-style ResNet-8 / 16 / 20 (spec fedcache.md §6.2, §11.3).
+"""FedCache's client models: CIFAR-style ResNet-8 / 16 / 20 (docs/methods/fedcache.md#client-models).
 
 Paper Tab. IV names them A^C_1 / A^C_2 / A^C_3 ("ResNet-small/medium/large", 76.2K / 171.2K /
 266.1K with K = 1024); the authors' ``resnet_client.py`` builds them as BasicBlock ResNets with
 [1,1,1] / [2,2,2] / [3,3,3] blocks, 16/32/64 planes, strides 1/2/2, no max-pool, conv1x1+BN
 ("option B") downsampling, global average pooling and Linear(64 -> C).
 
-Exact counts for a 3x32x32 input and C = 10 (fedcache.md §6.2): 78,042 / 175,258 / 272,474.
-With a 1-channel stem: 288 fewer (77,754 for ResNet-8, §11.3). The count does not depend on H, W.
+Exact counts for a 3x32x32 input and C = 10: 78,042 / 175,258 / 272,474.
+With a 1-channel stem: 288 fewer (77,754 for ResNet-8). The count does not depend on H, W.
 
 The models are ``SplitModel``s: ``extract`` is the stem (conv3x3 -> BN -> ReLU, the H x W x 16
 "Feat. Shape" of Tab. IV used by the SLIA-FE baselines FedDKC / FedICT), ``predict`` is the rest.

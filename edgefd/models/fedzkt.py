@@ -1,4 +1,4 @@
-"""FedZKT's device models, global model and generator (spec fedzkt.md §6.3, §2.3, §9.17, §11).
+"""FedZKT's device models, global model and generator (docs/methods/fedzkt.md).
 
 CIFAR-10 devices (paper Table V, built after github.com/kuangliu/pytorch-cifar, CIFAR 32x32 variants):
 
@@ -13,12 +13,13 @@ name                        model                                   params      
 ``mobilenetv2_x1_0``        reference: kuangliu MobileNetV2         2,296,922   35,088
 ==========================  ======================================  ==========  ===========
 
-(3x32x32, C = 10; "BN buffers" = running mean + var floats, R_k of the byte formula §2.3.)
-kuangliu's MobileNetV2 has no width multiplier: the spec's choice multiplies the stem and every
-stage width by alpha with torchvision's ``_make_divisible(v, 8)`` and keeps the 1280-wide last conv.
+(3x32x32, C = 10; "BN buffers" = running mean + var floats, which travel with the weights.)
+kuangliu's MobileNetV2 has no width multiplier: edgefd multiplies the stem and every
+stage width by alpha with torchvision's ``_make_divisible(v, 8)`` and keeps the 1280-wide last conv
+(docs/methods/fedzkt.md#mobilenetv2-width-multiplier).
 
 MNIST-family devices (the paper only says "a CNN, a fully-connected model and three LeNet-like
-models"; spec's concrete choice), 1x28x28, C = 10:
+models"; edgefd's concrete choice, docs/methods/fedzkt.md#mnist-family-device-models), 1x28x28, C = 10:
 ``zkt_s1_cnn`` 1,663,370; ``zkt_s2_fc`` 199,210; ``zkt_s3_lenet5`` 61,706; ``zkt_s4_lenet3`` 25,034;
 ``zkt_s5_lenet_wide`` 220,874.
 
@@ -28,12 +29,14 @@ C = 10; any channel count, adaptive average pooling so 28x28 works).
 Generator (unspecified): ``zkt_generator`` = DFAD/DFME "GeneratorA": Linear(nz -> 2ngf (H/4)(W/4))
 -> BN -> up x2 -> conv3x3 -> BN -> LeakyReLU(0.2) -> up x2 -> conv3x3 -> BN -> LeakyReLU(0.2) ->
 conv3x3(-> C) -> Tanh -> BN(C, affine=False). Maps noise ``(N, nz)`` to images of the dataset's
-shape ``(N, C, H, W)`` (H, W divisible by 4). nz defaults: 256 for 32x32, 100 otherwise (spec §5).
+shape ``(N, C, H, W)`` (H, W divisible by 4). nz defaults: 256 for 32x32, 100 otherwise (DFAD's;
+docs/methods/fedzkt.md#generator-and-global-model).
 
-Small recipe (8x8 digits, §11): devices ``zkt_tiny_a`` .. ``zkt_tiny_e``, global ``zkt_tiny_global``
-and the MLP generator ``zkt_generator_mlp`` (nz 32).
+Small CPU models (8x8 digits, docs/methods/fedzkt.md#small-cpu-models): devices ``zkt_tiny_a`` ..
+``zkt_tiny_e``, global ``zkt_tiny_global`` and the MLP generator ``zkt_generator_mlp`` (nz 32).
 
-All FedZKT models use the paper's "Glorot" init (spec §9.17): Xavier-uniform weights, zero biases,
+All FedZKT models use the paper's "Glorot" init (Alg. 1; docs/methods/fedzkt.md#initialisation): Xavier-uniform
+weights, zero biases,
 BN 1 / 0. The kuangliu heads' fixed ``avg_pool2d(4)`` is replaced by global average pooling (same
 result on 32x32 inputs, and it lets the models run on 28x28 and 8x8).
 """
@@ -291,7 +294,7 @@ class GeneratorA(nn.Module):
 
 
 class GeneratorMLP(nn.Module):
-    """Small-recipe generator (fedzkt.md §11): Linear(nz -> 128)-BN-LeakyReLU(0.2) ->
+    """Small-recipe generator (docs/methods/fedzkt.md#small-cpu-models): Linear(nz -> 128)-BN-LeakyReLU(0.2) ->
     Linear(128 -> 256)-BN-LeakyReLU(0.2) -> Linear(256 -> C*H*W) -> reshape -> Tanh ->
     BatchNorm2d(C, affine=False)."""
 
@@ -407,7 +410,7 @@ def build_zkt_generator_mlp(
     return init_xavier(GeneratorMLP(shape, nz=nz))
 
 
-# small recipe (8x8 digits) device and global models, fedzkt.md §11
+# small CPU models (8x8 digits), device and global: docs/methods/fedzkt.md#small-cpu-models
 def build_zkt_tiny_a(*, in_channels: int, num_classes: int, input_shape: Sequence[int]) -> MLP:
     """Softmax regression: Linear(C*H*W -> classes)."""
     return init_xavier(MLP(flat_dim(_image("zkt_tiny_a", in_channels, input_shape)), num_classes, ()))

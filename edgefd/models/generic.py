@@ -22,7 +22,7 @@ class MLP(nn.Module):
     """Flatten -> [Linear -> ReLU] * len(hidden) -> Linear(num_classes).
 
     With ``in_features=64`` (8x8 digits), ``hidden=(64,)`` and 10 classes it has 4,810 parameters:
-    the model of the DFL small-scale recipe (dfl.md §11).
+    the model of DFL's small CPU recipes (``edgefd reproduce dfl-iid``, ``dfl-noniid``).
     """
 
     def __init__(self, in_features: int, num_classes: int, hidden: Sequence[int] = (64,)):

@@ -64,7 +64,7 @@ def baseline_training(method: MethodSpec) -> dict[str, Any]:
     """How the baseline trains so that it differs from ``method`` only in the method: the local
     epochs, optimiser lifecycle and batch order of the method's default path, and the method's own
     local optimiser where its params choose one the run does not (FedD2S: Adam with PyTorch's
-    defaults, no weight decay, at the run's lr; spec §9-13). Not matched: FedICT's and FedGKT's
+    defaults, no weight decay, at the run's lr; docs/methods/fedd2s.md). Not matched: FedICT's and FedGKT's
     clients step SGD with Nesterov momentum, which the run's optimisers cannot express."""
     training = method.client.local_training
     chosen: dict[str, Any] = {

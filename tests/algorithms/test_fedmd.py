@@ -1,4 +1,4 @@
-"""FedMD (FedZKT's public-data baseline, specs/fedzkt.md §6.5): the shared alignment subset, the
+"""FedMD (FedZKT's public-data baseline, docs/methods/fedmd.md): the shared alignment subset, the
 consensus by hand, the digest step, the wire bytes from the codec layout, and tiny digits runs
 (digits as its own public set keeps them fast; the recipes pair fmnist with mnist5k)."""
 

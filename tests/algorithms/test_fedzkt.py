@@ -1,4 +1,4 @@
-"""FedZKT (specs/fedzkt.md): the three disagreement losses on the spec's hand-checked vector, the
+"""FedZKT (docs/methods/fedzkt.md): the three disagreement losses on a hand-checked vector, the
 generator / global / transfer-back steps doing what they optimise, the device's l2 pull, the
 server handling only what arrived, the wire bytes from the codec layout, and tiny digits runs."""
 
@@ -48,8 +48,8 @@ def simulation(params=None, **settings):
 
 
 # ----------------------------------------------------------------------------------------------
-# The spec's worked vector (§3.5): C = 3, B = 1, K = 2. tests/kernels/test_kernels.py checks the SL kernel
-# against its torch reference and on other hand values; this is the spec's own vector, through the
+# A worked vector, checked by hand (Eq. 3-5): C = 3, B = 1, K = 2. tests/kernels/test_kernels.py checks the SL kernel
+# against its torch reference and on other hand values; this is the hand-checked vector, through the
 # loss the server calls, for all three losses and both kernel backends.
 
 LN2 = math.log(2.0)
@@ -252,7 +252,7 @@ def state_message_size(state, sender):
 
 
 def test_bytes_per_round_are_each_model_state_plus_headers():
-    # fedict_c1 has BatchNorm: its running mean and var travel too (R_k of spec §2.3)
+    # fedict_c1 has BatchNorm: its running mean and var travel too (docs/methods/fedzkt.md#messages)
     sim = simulation(clients=3, models="fedict_c1,zkt_tiny_a,zkt_tiny_e")
     sim.federation.hello()
     sim.federation.run_round(1)
@@ -367,8 +367,9 @@ def test_end_to_end_tiny_run_records_server_timing(tmp_path, loss):
 
 
 def test_a_simulation_scores_the_global_model_on_the_whole_test_set_and_changes_nothing_else(tmp_path, monkeypatch):
-    """Spec §11's logs: every evaluated round, F and the ensemble of the devices' uploads on the
-    whole test set, by the simulation (the server holds no data); scoring leaves the run as it was."""
+    """Every evaluated round, F and the ensemble of the devices' uploads are scored on the whole test
+    set (docs/methods/fedzkt.md#accuracy-that-is-reported), by the simulation (the server holds no
+    data); scoring leaves the run as it was."""
     config = SimulationConfig(algo="fedzkt", params=TINY_SERVER, **QUICK)
     scored = run(replace(config, out=str(tmp_path / "scored")), progress=False)
     lines = [json.loads(t) for t in (tmp_path / "scored" / "metrics.jsonl").read_text().splitlines()]

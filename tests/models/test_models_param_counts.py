@@ -12,11 +12,11 @@ D8 = (1, 8, 8)
 # (model, in_channels, num_classes, input_shape, exact trainable parameters, where the spec states it)
 PINNED = [
     # FedCache: ResNet-8/16/20 of the authors' resnet_client.py
-    ("resnet8", 3, 10, C32, 78_042, "fedcache.md §6.2"),
-    ("resnet16", 3, 10, C32, 175_258, "fedcache.md §6.2"),
-    ("resnet20", 3, 10, C32, 272_474, "fedcache.md §6.2"),
-    ("resnet8", 1, 10, D8, 77_754, "fedcache.md §11.3 (1-channel stem on 8x8 digits)"),
-    ("resnet8", 3, 10, (3, 8, 8), 78_042, "fedcache.md §11.3 (3-channel stem: same count as 32x32)"),
+    ("resnet8", 3, 10, C32, 78_042, "FedCache Table IV (76.2K); docs/methods/fedcache.md#client-models"),
+    ("resnet16", 3, 10, C32, 175_258, "FedCache Table IV (171.2K); docs/methods/fedcache.md#client-models"),
+    ("resnet20", 3, 10, C32, 272_474, "FedCache Table IV (266.1K); docs/methods/fedcache.md#client-models"),
+    ("resnet8", 1, 10, D8, 77_754, "docs/methods/fedcache.md#client-models (1-channel stem, 8x8)"),
+    ("resnet8", 3, 10, (3, 8, 8), 78_042, "docs/methods/fedcache.md#client-models (3-channel stem, 8x8)"),
     # FedICT: executed counts of the authors' code (Table III's 0.7K/5.2K/... are NOT asserted,
     # docs/methods/fedict.md#parameter-counts)
     ("fedict_c1", 3, 10, C32, 634, "FedICT Table III A^C_1 (resnet2_56)"),
@@ -42,18 +42,18 @@ PINNED = [
     ("fedd2s_m2", 3, 100, C32, 353_284, "docs/methods/fedd2s.md#model-architecture M2 CIFAR-100"),
     ("fedd2s_m1", 1, 10, D8, 7_642, "docs/methods/fedd2s.md#model-architecture M1-mini"),
     # FedZKT: CIFAR-10 devices (kuangliu), MNIST-family devices, global model
-    ("shufflenetv2_x0_5", 3, 10, C32, 352_042, "fedzkt.md §2.3 model A"),
-    ("shufflenetv2_x1_0", 3, 10, C32, 1_263_854, "fedzkt.md §2.3 model B"),
-    ("mobilenetv2_x0_8", 3, 10, C32, 1_563_050, "fedzkt.md §2.3 model C"),
-    ("mobilenetv2_x0_6", 3, 10, C32, 971_018, "fedzkt.md §2.3 model D"),
-    ("lenet", 3, 10, C32, 62_006, "fedzkt.md §6.3 / §2.3 model E"),
-    ("mobilenetv2_x1_0", 3, 10, C32, 2_296_922, "fedzkt.md §2.3 reference MobileNetV2 x1.0"),
-    ("zkt_s1_cnn", 1, 10, M28, 1_663_370, "fedzkt.md §6.3 S1"),
-    ("zkt_s2_fc", 1, 10, M28, 199_210, "fedzkt.md §6.3 S2"),
-    ("zkt_s3_lenet5", 1, 10, M28, 61_706, "fedzkt.md §6.3 S3"),
-    ("zkt_s4_lenet3", 1, 10, M28, 25_034, "fedzkt.md §6.3 S4"),
-    ("zkt_s5_lenet_wide", 1, 10, M28, 220_874, "fedzkt.md §6.3 S5"),
-    ("resnet18", 3, 10, C32, 11_173_962, "fedzkt.md §6.3 global ResNet-18"),
+    ("shufflenetv2_x0_5", 3, 10, C32, 352_042, "Table V A; docs/methods/fedzkt.md#messages"),
+    ("shufflenetv2_x1_0", 3, 10, C32, 1_263_854, "Table V B; docs/methods/fedzkt.md#messages"),
+    ("mobilenetv2_x0_8", 3, 10, C32, 1_563_050, "Table V C; docs/methods/fedzkt.md#mobilenetv2-width-multiplier"),
+    ("mobilenetv2_x0_6", 3, 10, C32, 971_018, "Table V D; docs/methods/fedzkt.md#mobilenetv2-width-multiplier"),
+    ("lenet", 3, 10, C32, 62_006, "FedZKT Table V model E (kuangliu LeNet)"),
+    ("mobilenetv2_x1_0", 3, 10, C32, 2_296_922, "docs/methods/fedzkt.md#mobilenetv2-width-multiplier"),
+    ("zkt_s1_cnn", 1, 10, M28, 1_663_370, "docs/methods/fedzkt.md#mnist-family-device-models S1"),
+    ("zkt_s2_fc", 1, 10, M28, 199_210, "docs/methods/fedzkt.md#mnist-family-device-models S2"),
+    ("zkt_s3_lenet5", 1, 10, M28, 61_706, "docs/methods/fedzkt.md#mnist-family-device-models S3"),
+    ("zkt_s4_lenet3", 1, 10, M28, 25_034, "docs/methods/fedzkt.md#mnist-family-device-models S4"),
+    ("zkt_s5_lenet_wide", 1, 10, M28, 220_874, "docs/methods/fedzkt.md#mnist-family-device-models S5"),
+    ("resnet18", 3, 10, C32, 11_173_962, "docs/methods/fedzkt.md#generator-and-global-model"),
 ]
 
 
@@ -95,14 +95,14 @@ def test_derived_parameter_count(name, in_ch, classes, shape, expected):
 
 
 def test_one_channel_stem_differs_only_in_first_conv():
-    # fedcache.md §11.3: 78,042 with a 3-channel stem, 77,754 with 1 channel (3x3x16 x 2 = 288)
+    # docs/methods/fedcache.md#client-models: 78,042 with a 3-channel stem, 77,754 with 1 channel (3x3x16 x 2 = 288)
     m3 = build_model("resnet8", in_channels=3, num_classes=10, input_shape=(3, 8, 8))
     m1 = build_model("resnet8", in_channels=1, num_classes=10, input_shape=(1, 8, 8))
     assert count_parameters(m3) - count_parameters(m1) == 288
 
 
 def test_fedcache_bn_parameter_counts():
-    # fedcache.md §6.2: "BatchNorm parameters are 672 / 1,120 / 1,568" (MTFL private-BN filtering)
+    # BatchNorm parameters of ResNet-8/16/20: 672 / 1,120 / 1,568 (MTFL's private-BN filtering)
     from torch import nn
 
     for name, expected in (("resnet8", 672), ("resnet16", 1_120), ("resnet20", 1_568)):
@@ -112,7 +112,7 @@ def test_fedcache_bn_parameter_counts():
 
 
 def test_fedcache_fedavg_bytes():
-    # fedcache.md §11.7: FedAvg with ResNet-8 = 624,336 B per client per round (2 * P * 4)
+    # FedAvg with ResNet-8 = 624,336 B per client per round (2 * P * 4; docs/methods/fedavg.md#messages)
     m = build_model("resnet8", in_channels=3, num_classes=10, input_shape=C32)
     assert 2 * count_parameters(m) * 4 == 624_336
 
@@ -120,7 +120,7 @@ def test_fedcache_fedavg_bytes():
 @pytest.mark.parametrize(
     "name,params,buffers,one_direction_bytes",
     [
-        # fedzkt.md §2.3 worked sizes: P_k, R_k and (P_k + R_k) * 4 bytes
+        # docs/methods/fedzkt.md#messages: P_k, R_k and (P_k + R_k) * 4 bytes
         ("shufflenetv2_x0_5", 352_042, 7_952, 1_439_976),
         ("shufflenetv2_x1_0", 1_263_854, 16_180, 5_120_136),
         ("mobilenetv2_x0_8", 1_563_050, 28_720, 6_367_080),
@@ -139,7 +139,7 @@ def test_fedzkt_cifar_devices_bytes(name, params, buffers, one_direction_bytes):
 
 
 def test_fedzkt_mnist_devices_bytes():
-    # fedzkt.md §2.3: 6,653,480 / 796,840 / 246,824 / 100,136 / 883,496 B; 17,361,552 B per direction
+    # docs/methods/fedzkt.md#messages: 6,653,480 / 796,840 / 246,824 / 100,136 / 883,496 B; 17,361,552 B per direction
     # for K = 10 devices (S1..S5 twice)
     expected = {
         "zkt_s1_cnn": 6_653_480,

@@ -114,7 +114,7 @@ def test_assign_hetero_round_robin():
 def test_assign_comma_list_round_robin():
     spec = "shufflenetv2_x0_5, shufflenetv2_x1_0,mobilenetv2_x0_8,mobilenetv2_x0_6,lenet"
     got = assign_models(spec, 10)
-    # fedzkt.md §6.3: devices 1-10 use A, B, C, D, E, A, B, C, D, E
+    # FedZKT's Table III: devices 1-10 use A, B, C, D, E, A, B, C, D, E
     assert got == ["shufflenetv2_x0_5", "shufflenetv2_x1_0", "mobilenetv2_x0_8", "mobilenetv2_x0_6", "lenet"] * 2
     assert assign_models("cnn2", 3) == ["cnn2"] * 3
     assert assign_models("resnet8,resnet20", 1) == ["resnet8"]

@@ -118,10 +118,10 @@ def test_vector_input():
 @pytest.mark.parametrize(
     "name,shape,nz",
     [
-        ("zkt_generator", (3, 32, 32), 256),  # fedzkt.md §5: nz 256 for CIFAR-10
+        ("zkt_generator", (3, 32, 32), 256),  # docs/methods/fedzkt.md#generator-and-global-model: nz 256 for CIFAR-10
         ("zkt_generator", (1, 28, 28), 100),  # nz 100 for 28x28 datasets
         ("zkt_generator", (1, 8, 8), 100),
-        ("zkt_generator_mlp", (1, 8, 8), 32),  # §11 small recipe
+        ("zkt_generator_mlp", (1, 8, 8), 32),  # docs/methods/fedzkt.md#small-cpu-models
         ("zkt_generator_mlp", (3, 32, 32), 32),
     ],
 )

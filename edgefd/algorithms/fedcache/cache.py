@@ -2,8 +2,9 @@
 
 The server keeps, for every registered training sample of every client, one row of the latest
 logits it uploaded (zeros at first, paper Eq. 9) and, built once from the clients' hashes, the
-ids of its R most cosine-similar samples *of the same label*, itself excluded (Eq. 10-11; spec
-§2.5, §3.4, §9 A4/A13). A client's knowledge is the mean of its neighbours' cached rows
+ids of its R most cosine-similar samples *of the same label*, itself excluded (Eq. 10-11;
+docs/methods/fedcache.md#self-exclusion,
+docs/methods/fedcache.md#small-classes). A client's knowledge is the mean of its neighbours' cached rows
 (Eq. 12, 16, 17), computed with the `gather_mean` kernel over the whole neighbour table at once.
 
 Rows are laid out client after client in registration order, so one client's rows are a slice
@@ -31,7 +32,7 @@ KNN_METHODS = ("hnsw", "exact")
 
 @dataclass
 class RelationConfig:
-    """How the neighbour table is built (defaults: the authors' code, spec §5)."""
+    """How the neighbour table is built (defaults: the authors' code, docs/methods/fedcache.md#hnsw-settings)."""
 
     neighbours: int = 16
     """R: related samples per sample."""
@@ -45,7 +46,8 @@ class RelationConfig:
     threads: int = 2
     seed: int = 100
     exclude_same_owner: bool = False
-    """Relate a sample only to samples of *other* clients (spec §9 A5; off in the paper's Eq. 10)."""
+    """Relate a sample only to samples of *other* clients (off in the paper's Eq. 10;
+    docs/methods/fedcache.md#neighbours-from-the-same-client)."""
 
     def validate(self) -> None:
         if self.neighbours < 1:
@@ -114,7 +116,8 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.
         kept = np.take_along_axis(found, order, axis=1)[:, :r]
         kept[np.take_along_axis(own, order, axis=1)[:, :r]] = -1
         return kept
-    # Drop the query itself by id (not "the first hit": duplicates may share a hash, spec A4).
+    # Drop the query itself by id (not "the first hit": duplicates may share a hash;
+    # docs/methods/fedcache.md#self-exclusion).
     # Stable-sort "is self" to the back, then keep the first r; a row that missed itself loses
     # its farthest hit instead.
     is_self = found == np.arange(n)[:, None]
@@ -162,7 +165,9 @@ def build_relations(
     def search(label: int) -> tuple[np.ndarray, int, np.ndarray | None]:
         """One class's members, its R and their neighbours (as rows of the class), or None."""
         members = np.flatnonzero(labels == label)
-        r = min(config.neighbours, len(members) - 1)  # spec A13: R_eff = n_c - 1 for small classes
+        r = min(
+            config.neighbours, len(members) - 1
+        )  # R_eff = n_c - 1 for small classes (docs/methods/fedcache.md#small-classes)
         if r <= 0:
             return members, r, None
         vectors = np.ascontiguousarray(_rows(parts, offsets, members))
@@ -249,9 +254,9 @@ class KnowledgeCache:
 
     def __init__(self, num_classes: int, *, mask_unfilled: bool = False, max_ensemble: int = 0) -> None:
         """``mask_unfilled``: average only neighbours that have uploaded logits at least once
-        (spec §9 A6; the paper's Eq. 9 counts the zero rows too). ``max_ensemble``: average only
-        the first this many neighbours (0: all R; the authors' code before 2024-10 used
-        min(R, C), spec §9 A7)."""
+        (docs/methods/fedcache.md#cache-initialisation; the paper's Eq. 9 counts the zero rows too).
+        ``max_ensemble``: average only the first this many neighbours (0: all R; the authors' code
+        at the paper's time used min(R, C), docs/methods/fedcache.md#effective-r)."""
         if max_ensemble < 0:
             raise ValueError(f"max_ensemble: must be >= 0, got {max_ensemble}")
         self.num_classes = num_classes
@@ -315,8 +320,8 @@ class KnowledgeCache:
         self._labels = []
 
     def cross_client_fraction(self) -> float:
-        """Fraction of the neighbour links that point at another client's sample: the spec's sanity
-        check (§11.2); knowledge only travels between clients through these links."""
+        """Fraction of the neighbour links that point at another client's sample, a sanity check:
+        knowledge only travels between clients through these links."""
         named = self.neighbours >= 0
         if not named.any():
             return 0.0
@@ -348,7 +353,7 @@ class KnowledgeCache:
         return table
 
     def exchange(self, rows: np.ndarray, logits: np.ndarray) -> torch.Tensor:
-        """One message of the faithful protocol (Alg. 2 l.10-14, spec §8 K2 "sequential"): for
+        """One message of the faithful protocol (Alg. 2 lines 10-14, sequential): for
         each row in message order, the mean of its neighbours' cached logits, then its own logits
         written in. A row's teacher therefore sees the logits of the rows before it in the message.
 

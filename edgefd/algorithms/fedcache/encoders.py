@@ -1,18 +1,19 @@
 """Hash encoders: frozen, public embedding functions that every client applies to its samples.
 
 FedCache relates samples by the cosine similarity of these embeddings ("hashes" in the paper).
-Every client must use the same encoder. Three are available, named by a spec string:
+Every client must use the same encoder (docs/methods/fedcache.md#hash-encoder). Four are
+available, named by a string:
 
 ``pixels``              the standardised pixels, flattened (no weights needed; the built-in
-                        stand-in of the spec's small-scale recipe, §11.2).
+                        stand-in for offline runs).
 ``projection[:D]``      the standardised pixels through a fixed random Gaussian projection to D
-                        dimensions (default 64; seed 0, the same matrix on every client): the
-                        spec's fixed-seed random projection (§11.2). Cosine similarities are
-                        kept up to a small distortion, and a 784-pixel image hashes to 64
+                        dimensions (default 64; seed 0, the same matrix on every client).
+                        Cosine similarities are kept up to a small distortion, and a 784-pixel image hashes to 64
                         floats, which cuts the one-time upload 12x.
 ``mobilenet[:WEIGHTS]`` torchvision's MobileNetV3-Small trunk (features + average pool, 576-d),
                         the paper's encoder: inputs are expanded to 3 channels, resized to 224
-                        and normalised with ImageNet statistics (spec §2.5, §9 A12/A14). With
+                        and normalised with ImageNet statistics (Sec. 5.1.3 and the authors'
+                        code). With
                         ImageNet weights from a file (``WEIGHTS``, a state_dict saved by
                         torch) it gives the paper's behaviour; without a file its weights are
                         random (seeded), which is only good for tests.

@@ -1,48 +1,54 @@
 """FedCache's client and server roles, its params and its registration.
 
-Follows `shared/specs/fedcache.md`. Once, each client uploads a hash (embedding from a frozen,
-shared encoder), the label and the stable id of every training sample; the server relates each
-sample to its R most similar same-label samples (`cache`). Every round the server sends
-each client the mean of its samples' neighbours' cached logits, the client trains with
+How edgefd runs the paper, and every choice where it is silent: docs/methods/fedcache.md. Once, each client uploads a
+hash (embedding from a frozen, shared encoder), the label and the stable id of every training sample;
+the server relates each sample to its R most similar same-label samples (`cache`). Every round the
+server sends each client the mean of its samples' neighbours' cached logits, the client trains with
 ``CE + beta * T^2 KL(softmax(teacher/T) + eps || softmax(student/T))`` (the `weighted_kl` kernel),
 and uploads the logits its training forward passes produced, which overwrite its cache rows.
 
-Choices, with the spec's sections:
-- ``exchange=batch`` (default, the faithful protocol of Alg. 1-2, spec §4.1-4.2, §9 A9-A10): per
-  mini-batch the client uploads its ids and the logits of its training forward pass; the server
-  answers with the teachers of those samples from the live cache, then writes the logits in
-  (fetch before update, sample by sample in message order, `KnowledgeCache.exchange`); the client
-  takes its step. Clients train one after another (index order when all take part), each seeing
-  the previous ones' logits, as in the authors' simulation (§4.4).
-- ``exchange=round`` (spec §4.3, what the MQTT deployment runs): one download and one upload per
-  client per round; the teachers come from the cache as it stood at the round's start, and all
-  fetches come before all updates. Same payload bytes (one message header per round instead of
-  one per batch); teachers are staler within a round, and clients train on the same snapshot.
+Choices, with the page's sections:
+- ``exchange=batch`` (default, the faithful protocol of Alg. 1-2; docs/methods/fedcache.md#when-knowledge-is-exchanged):
+  per mini-batch the client uploads its ids and the logits of its training forward pass; the server
+  answers with the teachers of those samples from the live cache, then writes the logits in (fetch
+  before update, sample by sample in message order, `KnowledgeCache.exchange`); the client takes its
+  step. Clients train one after another (index order when all take part), each seeing the previous
+  ones' logits, as in the authors' simulation.
+- ``exchange=round`` (what the MQTT deployment runs): one download and one upload per client per
+  round; the teachers come from the cache as it stood at the round's start, and all fetches come
+  before all updates. Same payload bytes (one message header per round instead of one per batch);
+  teachers are staler within a round, and clients train on the same snapshot.
 - KL(teacher || student), CE at T = 1, KL at T = 3 with the T^2 factor, eps = 1e-7 added to the
-  teacher probabilities without renormalising, beta = 1.5, R = 16 (spec §3.7, §5, §9 A1-A3).
-- Knowledge = train-mode logits of the forward pass before each step, detached (§9 A25).
-- Self excluded by id; a class with n <= R members uses its n - 1 others (§9 A4, A13); the cache
-  starts at zeros (§9 A6); the mean counts every neighbour, filled or not (the paper's form).
-  Switchable: ``exclude_same_client`` (neighbours from other clients only, §9 A5),
-  ``mask_unfilled`` (skip neighbours never uploaded, §9 A6), ``max_ensemble=10`` (the paper-era
-  code's truncation to min(R, C) neighbours, §9 A7).
-- The optimizer is re-created every round (§9 A15). Batches keep a fixed order, as in the
-  authors' code (§9 A17). What that code *does* is a fixed random order: its partitioner shuffles
-  each client's index list once, after the split. So the order here is one permutation per client,
-  drawn once from the client's own generator, never the stored order (on data stored by label that
-  would make every mini-batch one class). Both are the method's `local_training`; a run may set
+  teacher probabilities without renormalising, beta = 1.5, R = 16 (Eq. 18, Sec. 5.1.4;
+  docs/methods/fedcache.md#temperature, docs/methods/fedcache.md#kl-direction and
+  docs/methods/fedcache.md#teacher-epsilon).
+- Knowledge = train-mode logits of the forward pass before each step, detached
+  (docs/methods/fedcache.md#which-logits-are-knowledge).
+- Self excluded by id; a class with n <= R members uses its n - 1 others
+  (docs/methods/fedcache.md#self-exclusion, docs/methods/fedcache.md#small-classes); the cache starts
+  at zeros (Eq. 9); the mean counts every neighbour, filled or not (the paper's form). Switchable:
+  ``exclude_same_client`` (neighbours from other clients only,
+  docs/methods/fedcache.md#neighbours-from-the-same-client), ``mask_unfilled`` (skip neighbours never
+  uploaded, docs/methods/fedcache.md#cache-initialisation), ``max_ensemble=10`` (the paper-era code's
+  truncation to min(R, C) neighbours, docs/methods/fedcache.md#effective-r).
+- The optimizer is re-created every round (docs/methods/fedcache.md#optimiser). Batches keep a fixed
+  order, as in the authors' code (docs/methods/fedcache.md#batch-order). What that code *does* is a
+  fixed random order: its partitioner
+  shuffles each client's index list once, after the split. So the order here is one permutation per
+  client, drawn once from the client's own generator, never the stored order (on data stored by label
+  that would make every mini-batch one class). Both are the method's `local_training`; a run may set
   others for every method alike (``--optimizer-lifecycle kept``, ``--batch-order reshuffle``; a new
   order every epoch is safe because knowledge is keyed by stable sample id). No sample is dropped
-  (§9 A18).
-- Hash encoder: ``encoder=pixels`` by default (needs no weights; spec §11.2), or
-  ``encoder=projection:64`` (the spec's fixed-seed random projection, §11.2); the paper's is
+  (docs/methods/fedcache.md#dropped-samples).
+- Hash encoder (docs/methods/fedcache.md#hash-encoder): ``encoder=pixels`` by default (needs no weights), or
+  ``encoder=projection:64`` (a fixed-seed random projection); the paper's is
   ``encoder=mobilenet:WEIGHTS`` with ImageNet weights from a file; ``encoder=onnx:PATH`` runs
   any ONNX encoder with onnxruntime (`encoders`). The costly ones keep their hashes on disk
   by sample content (``hash_cache``, `hash_cache`): a sample is hashed once, by whichever
   run meets it first.
-- Relations: hnswlib with the authors' M = 64, ef_construction = ef = 1000 by default;
-  ``knn=exact`` computes the exact top-R instead. The server keeps each neighbour table on disk by
-  what it was computed from (``relation_cache``, `cache.RelationStore`): a run on hashes
+- Relations (docs/methods/fedcache.md#hnsw-settings): hnswlib with the authors' M = 64, ef_construction = ef = 1000 by
+  default; ``knn=exact`` computes the exact top-R instead. The server keeps each neighbour table on
+  disk by what it was computed from (``relation_cache``, `cache.RelationStore`): a run on hashes
   met before loads it instead of searching again.
 """
 
@@ -84,9 +90,19 @@ class FedCacheParams:
     hnsw_m: int = param(64, "hnswlib M")
     hnsw_ef_construction: int = param(1000, "hnswlib ef_construction")
     hnsw_ef: int = param(1000, "hnswlib ef at query time")
-    exclude_same_client: bool = param(False, "relate samples only to other clients' samples (spec §9 A5)")
-    mask_unfilled: bool = param(False, "average only neighbours already uploaded, not the zero rows (§9 A6)")
-    max_ensemble: int = param(0, "average only the nearest this many of R (0: all; paper-era code: 10, §9 A7)")
+    exclude_same_client: bool = param(
+        False,
+        "relate samples only to other clients' samples (docs/methods/fedcache.md#neighbours-from-the-same-client)",
+    )
+    mask_unfilled: bool = param(
+        False,
+        "average only neighbours already uploaded, not the zero rows (docs/methods/fedcache.md#cache-initialisation)",
+    )
+    max_ensemble: int = param(
+        0,
+        "average only the nearest this many of R (0: all, Eq. 17; paper-era code: 10; "
+        "docs/methods/fedcache.md#effective-r)",
+    )
     hash_cache: str = param(
         "auto",
         "where hashes are kept by sample content so that no run hashes a sample twice: auto (for the mobilenet "
@@ -101,7 +117,8 @@ class FedCacheParams:
     exchange: str = param(
         "batch",
         "batch: teachers per mini-batch from the live cache, clients in sequence "
-        "(the paper, §9 A9-A10) | round: one exchange per round from a snapshot (§4.3, MQTT)",
+        "(the paper, Alg. 1-2) | round: one exchange per round from a snapshot (MQTT; "
+        "docs/methods/fedcache.md#when-knowledge-is-exchanged)",
         choices=EXCHANGES,
     )
 
@@ -112,7 +129,8 @@ class FedCacheParams:
 def fedcache_loss(
     logits: torch.Tensor, labels: torch.Tensor, teacher_logits: torch.Tensor, params: FedCacheParams
 ) -> torch.Tensor:
-    """CE + beta * T^2 * KL(softmax(teacher/T) + eps || softmax(student/T)), batch mean (§3.7)."""
+    """CE + beta * T^2 * KL(softmax(teacher/T) + eps || softmax(student/T)), batch mean (Eq. 18;
+    docs/methods/fedcache.md#temperature)."""
     teacher = torch.softmax(teacher_logits / params.temperature, dim=1) + params.eps
     distill = kernels.weighted_kl(logits, teacher.contiguous(), temperature=params.temperature, teacher_is_prob=True)
     return nn.functional.cross_entropy(logits, labels) + params.beta * distill
@@ -137,7 +155,7 @@ MOBILENET_WIDTH = 576
 
 
 def hash_width(encoder: str, input_shape: tuple[int, ...]) -> int | None:
-    """Per-sample width of the hashes the encoder spec ``encoder`` makes from samples of
+    """Per-sample width of the hashes the encoder ``encoder`` (its name string) makes from samples of
     ``input_shape`` (None for ``onnx:PATH``: only the file says, and the server need not have it)."""
     kind, _, arg = encoder.partition(":")
     if kind == "pixels":
@@ -150,12 +168,14 @@ def hash_width(encoder: str, input_shape: tuple[int, ...]) -> int | None:
 
 
 def label_dtype(num_classes: int) -> type:
-    """The labels' wire type (spec §2.3: b_y = 1 byte while it fits)."""
+    """The labels' wire type (1 byte while it fits)."""
     return np.uint8 if num_classes <= 256 else np.int32
 
 
 class FedCacheClient(ClientRole):
-    local_training = LocalTraining(optimizer_lifecycle="fresh", batch_order="fixed")  # §9 A15, A17
+    local_training = LocalTraining(
+        optimizer_lifecycle="fresh", batch_order="fixed"
+    )  # docs/methods/fedcache.md#optimiser, docs/methods/fedcache.md#batch-order
     knowledge = ("logits",)
 
     def __init__(self, context: ClientContext, params: FedCacheParams) -> None:
@@ -203,7 +223,9 @@ class FedCacheClient(ClientRole):
         recorded = torch.zeros((len(y), self.data.num_classes))
 
         def loss_fn(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-            recorded[idx] = logits.detach()  # train-mode, before this step's update (§9 A25)
+            recorded[idx] = (
+                logits.detach()
+            )  # train-mode, before this step's update (docs/methods/fedcache.md#which-logits-are-knowledge)
             if teachers is None:
                 return nn.functional.cross_entropy(logits, y[idx])
             return fedcache_loss(logits, y[idx], teachers[idx], self.params)

@@ -36,7 +36,7 @@ def test_exact_relations_equal_brute_force_and_respect_labels():
 
 
 def test_hnsw_recall_against_exact_on_gaussian_data():
-    # the spec's acceptance setting (K1): N = 5k, d = 64, 10 classes, recall@R >= 0.95
+    # acceptance setting of the relation search: N = 5k, d = 64, 10 classes, recall@R >= 0.95
     rng = np.random.default_rng(1)
     hashes = rng.normal(size=(5000, 64)).astype(np.float32)
     labels = rng.integers(0, 10, size=5000)
@@ -246,7 +246,8 @@ def test_an_empty_exchange_answers_nothing():
 
 
 def test_sequential_and_snapshot_differ_only_for_intra_message_neighbours():
-    # spec §11.7: the faithful per-sample order changes a teacher only when one of its neighbours
+    # docs/methods/fedcache.md#when-knowledge-is-exchanged: the faithful per-sample order changes a teacher only
+    # when one of its neighbours
     # was written earlier in the same message
     hashes, labels = clustered(10, 2, dim=5, seed=6)
     cache = KnowledgeCache(num_classes=3)

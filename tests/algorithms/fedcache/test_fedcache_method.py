@@ -1,4 +1,4 @@
-"""FedCache: its loss, its payload sizes against the spec's formulas, id alignment, end to end."""
+"""FedCache: its loss, its payload sizes against docs/methods/fedcache.md#messages, id alignment, end to end."""
 
 import as_sent
 import numpy as np
@@ -18,7 +18,8 @@ PER_BATCH = {**QUICK, "params": {"knn": "exact"}}  # the default exchange: per m
 
 
 def test_loss_matches_the_authors_formula_and_gradient():
-    # spec §8 K3 acceptance: CE(z, y) + beta T^2 KLDivLoss(batchmean)(log_softmax(z/T), softmax(t/T) + eps)
+    # Eq. 18 as the authors' code computes it:
+    # CE(z, y) + beta T^2 KLDivLoss(batchmean)(log_softmax(z/T), softmax(t/T) + eps)
     g = torch.Generator().manual_seed(0)
     z = torch.randn(8, 10, generator=g, requires_grad=True)
     t = torch.randn(8, 10, generator=g) * 2
@@ -35,7 +36,8 @@ def test_loss_matches_the_authors_formula_and_gradient():
 
 
 def test_a_constant_cache_gives_the_same_teacher():
-    # spec §3.6: zeros (paper) and 1/C (old code) initial caches are the same teacher
+    # zeros (paper) and 1/C (old code) initial caches are the same teacher
+    # (docs/methods/fedcache.md#cache-initialisation)
     g = torch.Generator().manual_seed(1)
     z, y = torch.randn(4, 10, generator=g), torch.randint(0, 10, (4,), generator=g)
     params = FedCacheParams()
@@ -51,7 +53,8 @@ def test_payload_sizes_follow_the_spec_formulas(tmp_path):
     hello = client.hello()
     d_h = hello.arrays["hashes"].shape[1]
     assert d_h == 64  # digits pixels
-    # B_init = N (d_h b_h + b_idx + b_y) with float32 hashes, 4-byte ids, 1-byte labels (§2.4)
+    # B_init = N (d_h b_h + b_idx + b_y) with float32 hashes, 4-byte ids, 1-byte labels
+    # (docs/methods/fedcache.md#messages)
     assert hello.array_bytes == n * (4 * d_h + 4 + 1)
     sim.federation.hello()
     up = client.train_round(1, sim.server.downlink(1, "client-0"))
@@ -144,8 +147,8 @@ def test_per_batch_exchange_sends_the_spec_bytes_in_one_message_per_batch(tmp_pa
         n = len(client.data.train_y)
         steps = -(-n // 8)
         assert ledger.messages[(1, "up", cid, "step")] == ledger.messages[(1, "down", cid, "step")] == steps
-        # every sample's C logits + id go up once and its C teacher logits + id come down once (§2.4),
-        # plus one codec header per message
+        # every sample's C logits + id go up once and its C teacher logits + id come down once, plus one
+        # codec header per message (docs/methods/fedcache.md#messages)
         for direction in ("up", "down"):
             overhead = ledger.total(direction, 1, cid) - n * (10 * 4 + 4)
             assert 0 < overhead < 200 * steps
@@ -171,7 +174,7 @@ def test_per_batch_teachers_come_from_the_live_cache(tmp_path):
     second = steps.send(reply)
     assert not np.intersect1d(second.arrays["ids"], first.arrays["ids"]).size
     client = sim.clients["client-0"]
-    order = client.batch_order.numpy()  # the fixed random order (§9 A17)
+    order = client.batch_order.numpy()  # the fixed random order (docs/methods/fedcache.md#batch-order)
     assert np.array_equal(first.arrays["ids"], client.ids[order[:8]])
 
 
@@ -183,9 +186,10 @@ def test_per_batch_run_learns(tmp_path):
 
 
 def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypatch):
-    """Regression: the fixed order (§9 A17) once walked each client's samples in stored (sorted id)
-    order, so on data stored by label every mini-batch held one class and FedCache's default run
-    ended at a third of Local's accuracy. The authors' fixed order is a fixed random order."""
+    """Regression: the fixed order (docs/methods/fedcache.md#batch-order) once walked each client's
+    samples in stored (sorted id) order, so on data stored by label every mini-batch held one class
+    and FedCache's default run ended at a third of Local's accuracy. The authors' fixed order is a
+    fixed random order."""
     from label_order import label_ordered
 
     import edgefd.runtime.build as run_build
