@@ -39,7 +39,7 @@ class Arm:
 class Recipe:
     name: str
     source: str
-    """Where the recipe comes from (spec section)."""
+    """Where the recipe comes from: the paper's setting and how it is scaled down (the method's page)."""
     base: SimulationConfig
     arms: list[Arm]
     target_from: list[str]

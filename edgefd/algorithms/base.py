@@ -321,7 +321,7 @@ class ServerRole(ABC):
 
 
 ModelFamily = Callable[[tuple[int, ...]], str]
-"""Maps a dataset's per-sample shape to a `--models` spec (``"homo"``, ``"hetero"`` or a comma list of
+"""Maps a dataset's per-sample shape to a `--models` value (``"homo"``, ``"hetero"`` or a comma list of
 zoo names): what ``--models auto`` picks for a method."""
 
 

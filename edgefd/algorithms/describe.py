@@ -50,6 +50,12 @@ ORDER_TEXT = {
 }
 
 
+def method_page(name: str) -> str:
+    """The method's page in the repository's docs/methods/: the paper's algorithm as edgefd runs it,
+    its ambiguities with edgefd's choices, and its params."""
+    return f"docs/methods/{name}.md"
+
+
 def describe(method: MethodSpec) -> str:
     """Everything a user needs to run ``method``: summary, paper, models, params, a command line."""
     from edgefd.algorithms.base import describe_params
@@ -57,6 +63,7 @@ def describe(method: MethodSpec) -> str:
     lines = [f"{method.name}: {method.summary}"]
     if method.paper:
         lines.append(f"paper: {method.paper}")
+    lines.append(f"how edgefd runs it, and every choice where the paper is silent: {method_page(method.name)}")
     lines.append("")
     lines.append("client models (--models auto picks these; --models NAME,NAME,... overrides):")
     lines += ["  " + line for line in model_lines(method)]

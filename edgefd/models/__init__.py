@@ -7,7 +7,7 @@
 
 See ``describe_models()`` for the catalogue and the per-paper modules (``fedcache``, ``fedict``,
 ``dfl``, ``fedd2s``, ``fedzkt``, ``generic``) for the architecture details and every place where a
-spec's number needed an interpretation.
+paper's number needed an interpretation (each method's page in docs/methods/ says why).
 """
 
 from ._common import SplitModel

@@ -41,7 +41,7 @@ class ModelEntry:
     name: str
     builder: Callable[..., nn.Module]
     description: str
-    source: str  #: paper / spec section, or "generic"
+    source: str  #: where the architecture comes from: the paper (table), the method's page, or "generic"
     kind: str = "image"
     #: square image sizes the model is meant for and tested at (None: not an image model)
     sizes: tuple[int, ...] = (8, 28, 32)

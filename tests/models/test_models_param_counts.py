@@ -1,4 +1,4 @@
-"""Every parameter count a spec states, pinned to the exact integer (with the spec section)."""
+"""Every parameter count a paper or a method page states, pinned to the exact integer (with where it is stated)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ C32 = (3, 32, 32)
 M28 = (1, 28, 28)
 D8 = (1, 8, 8)
 
-# (model, in_channels, num_classes, input_shape, exact trainable parameters, where the spec states it)
+# (model, in_channels, num_classes, input_shape, exact trainable parameters, where it is stated)
 PINNED = [
     # FedCache: ResNet-8/16/20 of the authors' resnet_client.py
     ("resnet8", 3, 10, C32, 78_042, "FedCache Table IV (76.2K); docs/methods/fedcache.md#client-models"),
@@ -68,7 +68,7 @@ def test_pinned_parameter_count(name, in_ch, classes, shape, expected, where):
     assert count_parameters(model) == expected, where
 
 
-# Derived (not stated by a spec) counts of the edgefd-chosen small models: regression guards.
+# Derived (stated nowhere) counts of the edgefd-chosen small models: regression guards.
 DERIVED = [
     ("fedict_fc6", 1, 5, (40,), 842),
     ("fedict_fc7", 1, 5, (40,), 994),
