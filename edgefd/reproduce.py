@@ -83,6 +83,7 @@ RECIPES: dict[str, Recipe] = {
         source="docs/methods/fedcache.md#scaled-recipes (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
         base=SimulationConfig(
             dataset="digits",
+            threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
             clients=10,
             partition="dirichlet:1.0",
             models="resnet8",
@@ -102,6 +103,7 @@ RECIPES: dict[str, Recipe] = {
 # plain SGD.
 _DFL_BASE = SimulationConfig(
     dataset="digits",
+    threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
     clients=20,
     samples_per_client=70,
     participation=0.5,
@@ -209,6 +211,7 @@ RECIPES["fedd2s"] = Recipe(
 # docs/methods/fedict.md#small-recipe: digits, 5 clients, weak clients (fedict_c1), scaled server, 30 rounds.
 _FEDICT_BASE = SimulationConfig(
     dataset="digits",
+    threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
     clients=5,
     models="fedict_c1",
     rounds=30,
@@ -336,6 +339,7 @@ RECIPES["fedcache-demo"] = Recipe(
     "10 rounds",
     base=SimulationConfig(
         dataset="fmnist",
+        threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
         clients=20,
         partition="dirichlet:1.0",
         models="resnet8,resnet16,resnet20",
