@@ -269,3 +269,14 @@ def test_each_step_of_the_diagram_has_its_sentence():
     numbers = [int(n) for n in re.findall(r"^(\d+)\. ", section, re.M)]
     arrows = [s for s in page_diagram().steps if s.event[0] != "phase"]  # what autonumber numbers
     assert numbers == list(range(1, len(arrows) + 1))
+
+
+def test_the_layers_table_is_the_import_contracts():
+    """The page's table of layers lists the parts of pyproject.toml's first contract, in its order."""
+    import tomllib
+
+    contract = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"][0]
+    expected = [sorted(part.strip() for part in layer.split("|")) for layer in contract["layers"]]
+    rows = re.findall(r"^\| (\d) \| (.+?) \| .+ \|$", PAGE.read_text(), re.M)
+    table = [sorted(re.findall(r"`(\w+)`", parts)) for _, parts in rows]
+    assert table == expected, "docs/ARCHITECTURE.md's layers differ from pyproject.toml's first contract"
