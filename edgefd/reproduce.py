@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from edgefd import results_page
 from edgefd.claims import Claim, judge
 from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.runtime.process import edgefd_command
@@ -714,12 +715,32 @@ def run_recipe(
     return table
 
 
+RESULTS_PAGE = "docs/RESULTS.md"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "recipe",
+        nargs="?",
         choices=sorted(RECIPES),
         metavar="RECIPE",
         help="the recipe to run, one of: %(choices)s (docs/RESULTS.md has each one's setting and results)",
+    )
+    parser.add_argument(
+        "--write-docs",
+        nargs="?",
+        const=RESULTS_PAGE,
+        metavar="PAGE",
+        help="also write the table, stamped with this code's revision and the thread count, between the "
+        f"recipe's markers in PAGE (default: {RESULTS_PAGE})",
+    )
+    parser.add_argument(
+        "--check-docs",
+        nargs="?",
+        const=RESULTS_PAGE,
+        metavar="PAGE",
+        help="run nothing: say which recipes' tables in PAGE are stale (the code changed since the revision "
+        f"that made them, or no generated table); exit status 1 if any is (default: {RESULTS_PAGE})",
     )
     parser.add_argument(
         "--out",
@@ -758,12 +779,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_docs(page: Path) -> int:
+    """One line per recipe: its table in ``page`` is current or why it is stale; 1 if any is stale."""
+    root = Path(_git_toplevel(page.resolve().parent) or page.resolve().parent)
+    blocks = results_page.read_blocks(page)
+    stale = 0
+    for name in sorted(RECIPES):
+        why = results_page.staleness(root, blocks.get(name))
+        stale += why is not None
+        revision = blocks[name].revision if name in blocks else "-"
+        print(f"{name:<20} {'stale: ' + why if why else 'current'} (revision {revision})")
+    print(f"{stale} of {len(RECIPES)} tables in {page} are stale" if stale else f"every table in {page} is current")
+    return 1 if stale else 0
+
+
+def _git_toplevel(folder: Path) -> str | None:
+    done = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.check_docs is not None:
+        page = Path(args.check_docs)
+        if not page.is_file():
+            print(f"edgefd reproduce: --check-docs: no page {page} (run from the repository's root)", file=sys.stderr)
+            return 2
+        return check_docs(page)
+    if args.recipe is None:
+        print(
+            "edgefd reproduce: give a RECIPE (or --check-docs); `edgefd reproduce --help` lists them", file=sys.stderr
+        )
+        return 2
     recipe = RECIPES[args.recipe]
     if args.threads is not None and args.threads < 1:
         print(f"edgefd reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
     seeds = tuple(args.seeds or recipe.seeds)
+    page = Path(args.write_docs) if args.write_docs is not None else None
+    if page is not None:
+        if args.rounds is not None and args.rounds != recipe.base.rounds:
+            print("edgefd reproduce: --write-docs writes the recipe's own table: drop --rounds", file=sys.stderr)
+            return 2
+        if not page.is_file():
+            print(f"edgefd reproduce: --write-docs: no page {page} (run from the repository's root)", file=sys.stderr)
+            return 2
+        try:
+            results_page.check_markers(page, recipe.name)
+        except ValueError as error:
+            print(f"edgefd reproduce: {error}", file=sys.stderr)
+            return 2
     table = run_recipe(recipe, Path(args.out), seeds, args.rounds, args.rerun, args.threads)
     print(table)
+    if page is not None:
+        command = command_text(recipe, seeds, args.rounds, args.threads) + " --write-docs"
+        revision = results_page.code_revision(Path(__file__).resolve().parents[1])
+        text = results_page.block_text(command, revision, args.threads or recipe.base.threads, table)
+        results_page.write_block(page, recipe.name, text)
+        print(f"wrote the table into {page} (revision {revision})")
     return 0
