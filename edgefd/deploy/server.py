@@ -17,7 +17,7 @@ import logging
 import sys
 
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
-from edgefd.deploy.mqtt_channel import DeploymentSettings
+from edgefd.deploy.mqtt_channel import MAX_ASKS_AGAIN, DeploymentSettings
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 
 
@@ -70,7 +70,8 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         default=defaults.ask_again,
         help="seconds without an answer from an online client before the server asks it, a few bytes, to "
-        "send its answer again from its cache (a broker under load may drop an uplink) (default: %(default)g)",
+        "send its answer again from its cache (a broker under load may drop an uplink), then again as often, "
+        f"at most {MAX_ASKS_AGAIN} times a phase (default: %(default)g)",
     )
 
 

@@ -213,6 +213,9 @@ def test_listener_options_follow_the_listener_line():
     assert payload >= 4 * DEFAULT_CHUNK_SIZE and packet >= payload + 1024
     assert int(values["memory_limit"]) >= 64 * packet
     assert int(values["max_queued_messages"]) >= 16000  # the server session queues one message per device at once
+    # One client's backlog (a device that stops reading) cannot fill the broker's memory, and its
+    # queue still holds many of the largest frames.
+    assert 64 * packet <= int(values["max_queued_bytes"]) <= int(values["memory_limit"]) // 4
 
 
 def test_the_acl_is_run_scoped():
