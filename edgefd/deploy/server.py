@@ -4,6 +4,10 @@
         --clients 3 --rounds 5 --round-timeout 60 --out runs/demo
     edgefd server ... --resume        # after a crash: continue from the last round's checkpoint
 
+Exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker); 3
+(LOST_ROUNDS_EXIT) when it completed but some round got no client's uplink or no client's
+evaluation: summary.json's ``lost_rounds`` and the log name them.
+
 Takes every `edgefd simulate` setting (flags or `--config run.toml`): the clients receive the
 resolved config from the server and build their roles from it. The out folder gets what
 `simulate` writes (metrics.jsonl, summary.json, curves.png) plus, per round, the MQTT bytes, and
@@ -19,6 +23,10 @@ import sys
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
 from edgefd.deploy.mqtt_channel import MAX_ASKS_AGAIN, DeploymentSettings
 from edgefd.runtime.flags import add_config_arguments, config_from_args
+
+LOST_ROUNDS_EXIT = 3
+"""The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
+(summary.json's ``lost_rounds``): its results are not those of the run that was asked for."""
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,11 +130,13 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, DatasetNotFoundError, ConnectionError) as error:
         print(f"edgefd server: {error}", file=sys.stderr)
         return 2
-    logging.getLogger(__name__).info(
-        "%s on %s over MQTT: final accuracy %.2f%%, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s",
+    log = logging.getLogger(__name__)
+    final = summary["final_accuracy"]
+    log.info(
+        "%s on %s over MQTT: final accuracy %s, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s",
         config.algo,
         config.dataset,
-        100 * (summary["final_accuracy"] or float("nan")),
+        "none (its last evaluation got no scores)" if final is None else f"{100 * final:.2f}%",
         summary["bytes_up_total"],
         summary["bytes_down_total"],
         summary["deployment"]["wire_bytes_up_total"],
@@ -134,4 +144,8 @@ def run(args: argparse.Namespace) -> int:
         summary["wall_seconds"],
         config.out_dir(),
     )
+    if summary["lost_rounds"]:
+        lost = "; ".join(f"round {r}: {', '.join(what)}" for r, what in summary["lost_rounds"].items())
+        log.error("rounds lost entirely: %s (summary.json's lost_rounds)", lost)
+        return LOST_ROUNDS_EXIT
     return 0

@@ -13,17 +13,18 @@ import os
 import time
 
 import pytest
-from mqtt_helpers import edgefd, finish, flags
+from mqtt_helpers import edgefd, finish, flags, lines_of
 from shipped_broker import start_installed
 
 from edgefd.deploy import messages as wire
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
+from edgefd.deploy.server import LOST_ROUNDS_EXIT
 from edgefd.protocol import Payload
 from edgefd.protocol.message import Message
 from edgefd.runtime.verbs import SCORES_KIND
 
 PASSWORDS = {"edgefd-server": "server-secret", "client-0": "zero-secret"}
-RUNS = ["flood"]
+RUNS = ["flood", "lost"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -117,3 +118,29 @@ def test_a_device_flooding_its_status_gets_its_request_again_at_most_once(broker
     deployment = json.loads((out / "summary.json").read_text())["deployment"]
     assert deployment["clients"][CID]["connects"] == 31  # every transition is still counted
     assert deployment["wire"]["sent_messages"]["down/train"] == len(copies)  # nor asked again: it was not silent
+
+
+def test_a_round_that_no_device_answers_is_reported_lost(broker, tmp_path):
+    """The device answers its hello and the first evaluation, then nothing: round 1 has no uplink
+    and no evaluation. The run says so in summary.json, in its log and in its exit status, and
+    reports no final accuracy (round 0's is not the final models')."""
+    server, out, log = start_server(broker, "lost", tmp_path, "--round-timeout", 2, "--eval-timeout", 2)
+    try:
+        with Device(broker, "lost") as device:
+            device.say(wire.ONLINE)
+            device.answer(device.next("hello"))
+            device.scores(device.next("evaluate"))
+            device.next("train")  # never answered, nor round 1's evaluation
+            device.next("stop")
+    finally:
+        finish([server])
+    text = log.read_text()
+    assert server.returncode == LOST_ROUNDS_EXIT, text[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["lost_rounds"] == {"1": ["uplinks", "evaluation"]}
+    assert summary["final_accuracy"] is None and summary["best_accuracy"] is None
+    assert [line["lost"] for line in lines_of(out)] == [[], ["uplinks", "evaluation"]]
+    assert lines_of(out)[1]["accuracy"] is None
+    assert "round 1: no uplink taken from the 1 selected client(s)" in text
+    assert "round 1: no client's accuracy came back" in text
+    assert "final accuracy none" in text and "lost_rounds" in text
