@@ -50,7 +50,7 @@ from edgefd.deploy.mqtt_transport import (
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import Serve
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, RoundRecord
 from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
 
 log = logging.getLogger(__name__)
@@ -627,6 +627,8 @@ class MqttChannel:
 
     def _log_round(self, record: DeployedRoundRecord) -> None:
         accuracy = "-" if record.accuracy is None else f"{100 * record.accuracy:.2f}%"
+        if LOST_EVALUATION in record.lost:
+            accuracy = "none (no client's accuracy came back)"
         arrived = len(record.selected) - len(record.late)
         wire_bytes = record.wire.get("up", 0) + record.wire.get("down", 0)
         frames = record.wire.get("frames_up", 0) + record.wire.get("frames_down", 0)
