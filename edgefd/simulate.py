@@ -230,10 +230,10 @@ def run_cli(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"edgefd simulate: {error}", file=sys.stderr)
         return 2
-    final = summary["final_accuracy"]
+    final, best = summary["final_accuracy"], summary["best_accuracy"]
     print(
-        f"{config.algo} on {config.dataset}: final accuracy {100 * final:.2f}% "
-        f"(best {100 * summary['best_accuracy']:.2f}%), "
+        f"{config.algo} on {config.dataset}: final accuracy {'none' if final is None else f'{100 * final:.2f}%'} "
+        f"(best {'none' if best is None else f'{100 * best:.2f}%'}), "
         f"{progress_bars.megabytes(summary['bytes_up_total'])} up, "
         f"{progress_bars.megabytes(summary['bytes_down_total'])} down, "
         f"{summary['wall_seconds']:.1f} s -> {config.out_dir()}"

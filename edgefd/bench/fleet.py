@@ -51,7 +51,7 @@ METHODS = {
     # small (the rounds, not the start-up, are what the load test measures)
     "fedcache": {"exchange": "round", "encoder": "projection:64"},
 }
-BROKER_LIMITS = "max_connections -1\nmax_inflight_messages 64\nmax_queued_messages 65536\n"
+BROKER_LIMITS = "max_connections -1\nmax_inflight_messages 64\nmax_queued_messages 65536\nmax_queued_bytes 134217728\n"
 """The sizes of the shipped server/mosquitto/edgefd.conf: the server's one session must be able to
 queue a message from every device at once (at its start, every device's retained status)."""
 TICKS = os.sysconf("SC_CLK_TCK")

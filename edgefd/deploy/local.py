@@ -26,7 +26,7 @@ from edgefd import progress
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
 from edgefd.deploy.mqtt_transport import BrokerSettings
-from edgefd.deploy.server import add_deployment_arguments
+from edgefd.deploy.server import LOST_ROUNDS_EXIT, add_deployment_arguments
 from edgefd.metrics.results import METRICS_FILE
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
@@ -170,6 +170,14 @@ def run(args: argparse.Namespace) -> int:
                 process.wait()
         if broker is not None:
             broker.stop()
+    if code == LOST_ROUNDS_EXIT:
+        lost = json.loads((out / "summary.json").read_text())["lost_rounds"]
+        print(
+            f"edgefd deploy-local: the run lost every uplink or every evaluation of round(s) {', '.join(lost)} "
+            f"({out / 'summary.json'}, lost_rounds); see {out / 'logs' / 'server.log'}",
+            file=sys.stderr,
+        )
+        return code
     if code != 0:
         print(f"edgefd deploy-local: the server exited with {code}; see {out / 'logs' / 'server.log'}", file=sys.stderr)
         return code

@@ -6,12 +6,16 @@ their deadlines: `edgefd.runtime.verbs`):
 
 - training rounds wait first until at least `min_clients` clients are online (their retained
   status says so); an answer that comes after its round closed is counted as late and discarded;
-- a client that comes online while its request is outstanding, or a reconnection of the server
-  itself (a broker restart), gets the outstanding requests again;
+- a client that comes online (after "offline", or first) while its request is outstanding gets
+  it again, once per phase: an "online" repeated while online, or a device toggling its status,
+  buys no more copies (a request may be a whole model); a reconnection of the server itself (a
+  broker restart) sends the outstanding requests again, and each client's next "online" may then
+  have its copy once more;
 - an online client without an answer after `ask_again` seconds is asked, in a few bytes, to send
-  its answer again (a broker under load may have dropped it); the client answers from its cache;
+  its answer again (a broker under load may have dropped it), at most `MAX_ASKS_AGAIN` times a
+  phase; the client answers from its cache;
 - a client's own requests during its work (`step`, numbered) are answered in order, each once: a
-  repeat gets the same answer again;
+  repeat gets the same answer again, at most `MAX_STEP_RESENDS` times a step;
 - while the server waits, it publishes again, every few seconds, the configs of the clients it does
   not see online (a broker may not hand a retained config to every client: RabbitMQ's MQTT plugin);
 - an evaluation does not wait for clients that are offline;
@@ -46,7 +50,7 @@ from edgefd.deploy.mqtt_transport import (
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import Serve
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, RoundRecord
 from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,12 @@ QUIET_BEFORE_ASKING_AGAIN = 1.0
 """Seconds with nothing received before the server asks anyone to answer again: while messages
 still arrive, the missing answers may be queued behind them (a large fleet), and asking would only
 add duplicates to the queue."""
+MAX_ASKS_AGAIN = 5
+"""How often a phase asks one client to answer again: enough for an honest answer lost a few
+times, and a bound on what a client that never answers costs the broker."""
+MAX_STEP_RESENDS = 3
+"""How often one step's answer goes out again to repeats of its request (a client asks again
+after STEP_RESEND_SECONDS without an answer): a device repeating a request gets no more copies."""
 STATUS_MAX_BYTES = 4 * 1024
 """Largest status message the server takes (an online/offline payload is ~100 bytes)."""
 SMALL_ANSWER_MAX_BYTES = 64 * 1024
@@ -94,9 +104,10 @@ class DeploymentSettings:
     """Seconds the run waits for `min_clients` before it goes on with fewer (logged as an error)."""
     ask_again: float = 10.0
     """Seconds without an answer from an online client after which the server asks it, and then
-    asks again this often, to send its answer again (at most a third of the phase's timeout, so that
-    every phase asks at least twice): a broker that drops messages under load (a full session queue)
-    would otherwise lose an honest uplink for the whole round."""
+    asks again this often (at most MAX_ASKS_AGAIN times a phase), to send its answer again (at most
+    a third of the phase's timeout, so that every phase asks at least twice): a broker that drops
+    messages under load (a full session queue) would otherwise lose an honest uplink for the whole
+    round."""
     chunk_size: int = DEFAULT_CHUNK_SIZE
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     connect_timeout: float = 60.0
@@ -156,10 +167,17 @@ class _Phase:
     got: dict[str, Incoming] = field(default_factory=dict)
     last_sent: dict[str, float] = field(default_factory=dict)
     last_asked_again: dict[str, float] = field(default_factory=dict)
+    asks_again: dict[str, int] = field(default_factory=dict)
+    """How often each client was asked to answer again (at most MAX_ASKS_AGAIN)."""
+    resent: set[str] = field(default_factory=set)
+    """Clients whose request went out again when they came online: once a phase (and once more
+    after each reconnection of the server)."""
     serve: Serve | None = None
     """The server's answer to a client's request during its work (a ``step``)."""
     last_step: int = 0
     last_answer: Message | None = None
+    step_resends: int = 0
+    """How often ``last_answer`` went out again (at most MAX_STEP_RESENDS)."""
     active_at: float = 0.0
     """When the phase last heard from its client (a ``steps`` phase waits from there)."""
     asked: frozenset[str] = frozenset()
@@ -203,6 +221,9 @@ class MqttChannel:
         self.endpoint.subscribe(f"{topics.root}/up/+/+")
         self.endpoint.subscribe(f"{topics.root}/status/+")
         self._reconnected = False
+        self._unsure: set[str] = set()
+        """Clients not heard from since the server's own reconnection: their next "online" may be a
+        reconnection of theirs the server never saw go offline (a broker restart loses no will)."""
         self.endpoint.on_connect_hooks.append(self._on_connect)
         self.phase: _Phase | None = None
         self._bytes: dict[int, list[int]] = {}
@@ -413,8 +434,10 @@ class MqttChannel:
         """Handle one incoming message (or a reconnection), waiting at most `timeout` seconds."""
         if self._reconnected:
             self._reconnected = False
+            self._unsure = set(self.client_ids)
             self.publish_configs()
             if self.phase is not None:
+                self.phase.resent.clear()
                 for cid in self.phase.expected:
                     if cid not in self.phase.got:
                         self._send_request(cid)
@@ -491,6 +514,10 @@ class MqttChannel:
             self.endpoint.reject("bad-step", topic, f"a step request needs a step number >= 1, got {step}")
             return
         if step == phase.last_step and phase.last_answer is not None:
+            if phase.step_resends >= MAX_STEP_RESENDS:
+                self.endpoint.reject("step-repeated", topic, f"step {step} asked {MAX_STEP_RESENDS + 1} times")
+                return
+            phase.step_resends += 1
             self.endpoint.publish(self.topics.down(cid, "step"), phase.last_answer)  # its answer was lost
             return
         if step != phase.last_step + 1:
@@ -503,7 +530,7 @@ class MqttChannel:
         except ValueError as error:  # the method refused the request: the run goes on without it
             self.endpoint.reject("bad-request", topic, str(error))
             return
-        phase.last_step, phase.last_answer = step, answer
+        phase.last_step, phase.last_answer, phase.step_resends = step, answer, 0
         phase.active_at = time.monotonic()
         self._count(phase.round, request.content_bytes, answer.content_bytes)
         self.endpoint.publish(self.topics.down(cid, "step"), answer)
@@ -516,19 +543,27 @@ class MqttChannel:
             self.endpoint.reject("bad-status", topic, f"not a status: {shown}")
             return
         stats = self.stats[cid]
+        unsure = cid in self._unsure
+        self._unsure.discard(cid)
         if state == wire.ONLINE:
-            if not stats.online:  # an "online" repeated while online (a config sent again) is no new connection
+            came_online = not stats.online
+            if came_online:  # an "online" repeated while online (a config sent again) is no new connection
                 stats.connects += 1
                 log.info("%s is online", cid)
             stats.online = True
             phase = self.phase
-            # a client that (re)connected after its request went out may have missed it
+            # A client that (re)connected after its request went out may have missed it (its session
+            # is clean): it gets the request once more, once a phase. Each copy may be a whole
+            # model, and the client decides when it says "online".
             if (
-                phase is not None
+                (came_online or unsure)
+                and phase is not None
                 and cid in phase.asked
                 and cid not in phase.got
+                and cid not in phase.resent
                 and received_at > phase.last_sent.get(cid, 0.0)
             ):
+                phase.resent.add(cid)
                 self._send_request(cid)
         else:
             if stats.online:
@@ -547,10 +582,12 @@ class MqttChannel:
             for cid in phase.expected
             if cid not in phase.got
             and self.stats[cid].online
+            and phase.asks_again.get(cid, 0) < MAX_ASKS_AGAIN
             and now - max(phase.last_sent.get(cid, now), phase.last_asked_again.get(cid, 0.0)) >= interval
         ]
         for cid in again:
             phase.last_asked_again[cid] = now
+            phase.asks_again[cid] = phase.asks_again.get(cid, 0) + 1
             self.endpoint.publish(self.topics.down(cid, phase.verb), wire.again(phase.requests[cid]))
         if again:
             log.info(
@@ -590,6 +627,8 @@ class MqttChannel:
 
     def _log_round(self, record: DeployedRoundRecord) -> None:
         accuracy = "-" if record.accuracy is None else f"{100 * record.accuracy:.2f}%"
+        if LOST_EVALUATION in record.lost:
+            accuracy = "none (no client's accuracy came back)"
         arrived = len(record.selected) - len(record.late)
         wire_bytes = record.wire.get("up", 0) + record.wire.get("down", 0)
         frames = record.wire.get("frames_up", 0) + record.wire.get("frames_down", 0)

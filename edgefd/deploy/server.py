@@ -4,6 +4,10 @@
         --clients 3 --rounds 5 --round-timeout 60 --out runs/demo
     edgefd server ... --resume        # after a crash: continue from the last round's checkpoint
 
+Exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker); 3
+(LOST_ROUNDS_EXIT) when it completed but some round got no client's uplink or no client's
+evaluation: summary.json's ``lost_rounds`` and the log name them.
+
 Takes every `edgefd simulate` setting (flags or `--config run.toml`): the clients receive the
 resolved config from the server and build their roles from it. The out folder gets what
 `simulate` writes (metrics.jsonl, summary.json, curves.png) plus, per round, the MQTT bytes, and
@@ -17,8 +21,12 @@ import logging
 import sys
 
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
-from edgefd.deploy.mqtt_channel import DeploymentSettings
+from edgefd.deploy.mqtt_channel import MAX_ASKS_AGAIN, DeploymentSettings
 from edgefd.runtime.flags import add_config_arguments, config_from_args
+
+LOST_ROUNDS_EXIT = 3
+"""The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
+(summary.json's ``lost_rounds``): its results are not those of the run that was asked for."""
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +78,8 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         default=defaults.ask_again,
         help="seconds without an answer from an online client before the server asks it, a few bytes, to "
-        "send its answer again from its cache (a broker under load may drop an uplink) (default: %(default)g)",
+        "send its answer again from its cache (a broker under load may drop an uplink), then again as often, "
+        f"at most {MAX_ASKS_AGAIN} times a phase (default: %(default)g)",
     )
 
 
@@ -121,11 +130,13 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, DatasetNotFoundError, ConnectionError) as error:
         print(f"edgefd server: {error}", file=sys.stderr)
         return 2
-    logging.getLogger(__name__).info(
-        "%s on %s over MQTT: final accuracy %.2f%%, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s",
+    log = logging.getLogger(__name__)
+    final = summary["final_accuracy"]
+    log.info(
+        "%s on %s over MQTT: final accuracy %s, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s",
         config.algo,
         config.dataset,
-        100 * (summary["final_accuracy"] or float("nan")),
+        "none (its last evaluation got no scores)" if final is None else f"{100 * final:.2f}%",
         summary["bytes_up_total"],
         summary["bytes_down_total"],
         summary["deployment"]["wire_bytes_up_total"],
@@ -133,4 +144,8 @@ def run(args: argparse.Namespace) -> int:
         summary["wall_seconds"],
         config.out_dir(),
     )
+    if summary["lost_rounds"]:
+        lost = "; ".join(f"round {r}: {', '.join(what)}" for r, what in summary["lost_rounds"].items())
+        log.error("rounds lost entirely: %s (summary.json's lost_rounds)", lost)
+        return LOST_ROUNDS_EXIT
     return 0

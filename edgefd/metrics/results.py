@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.records import RoundRecord
+from edgefd.runtime.records import LOST_EVALUATION, RoundRecord
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -67,21 +67,30 @@ class RunWriter:
 
 
 def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
-    """Final and best accuracy and byte totals over the round lines."""
-    evaluated = [line for line in lines if line.get("accuracy") is not None]
-    trained = [line for line in evaluated if line["round"] > 0]
+    """Final and best accuracy, byte totals and the rounds that lost something entirely, over the
+    round lines. The final accuracy is the last evaluation's: None when that evaluation got no
+    scores (an earlier round's accuracy is not the final models')."""
+    evaluated = [line for line in lines if line.get("accuracy") is not None or LOST_EVALUATION in lost_of(line)]
+    last = evaluated[-1] if evaluated else {}
+    scored = [line for line in evaluated if line.get("accuracy") is not None and line["round"] > 0]
     summary = {
-        "final_accuracy": evaluated[-1]["accuracy"] if evaluated else None,
-        "final_accuracy_std": evaluated[-1]["accuracy_std"] if evaluated else None,
-        "best_accuracy": max(line["accuracy"] for line in trained) if trained else None,
+        "final_accuracy": last.get("accuracy"),
+        "final_accuracy_std": last.get("accuracy_std"),
+        "best_accuracy": max(line["accuracy"] for line in scored) if scored else None,
         "bytes_up_total": sum(line["bytes_up"] for line in lines),
         "bytes_down_total": sum(line["bytes_down"] for line in lines),
+        "lost_rounds": {str(line["round"]): lost_of(line) for line in lines if lost_of(line)},
     }
     full = [line for line in evaluated if line.get("accuracy_full") is not None]
     if full:  # the run scored every client on the whole test set too (--score-full-test)
         summary["final_accuracy_full"] = full[-1]["accuracy_full"]
         summary["best_accuracy_full"] = max((line["accuracy_full"] for line in full if line["round"] > 0), default=None)
     return summary
+
+
+def lost_of(line: dict[str, Any]) -> list[str]:
+    """What a round line says its round lost entirely (``RoundRecord.lost``; none in older files)."""
+    return list(line.get("lost") or [])
 
 
 def load_run(run_dir: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -43,10 +43,10 @@ from edgefd.algorithms.toolkit import release_shared
 from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import Channel, Serve
-from edgefd.runtime.records import HELLO_ROUND, RoundRecord
+from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, LOST_UPLINKS, RoundRecord
 from edgefd.runtime.verbs import Verb, after_aggregation_verbs, scores_of, server_at_precision, verb
 
-__all__ = ["HELLO_ROUND", "Federation", "LoopConfig", "RoundRecord"]
+__all__ = ["HELLO_ROUND", "LOST_EVALUATION", "LOST_UPLINKS", "Federation", "LoopConfig", "RoundRecord"]
 
 log = logging.getLogger(__name__)
 
@@ -134,16 +134,18 @@ class Federation:
         accuracy before training."""
         started = time.perf_counter()
         self.channel.begin(HELLO_ROUND)
-        rejected = self.hello()
+        rejected, taken = self.hello()
         bytes_up, bytes_down = self.channel.round_bytes(HELLO_ROUND)
         record = RoundRecord(HELLO_ROUND, None, None, bytes_up, bytes_down, 0.0, [], [], rejected=rejected)
+        if self.client_ids and not taken:
+            record.lost.append(LOST_UPLINKS)
         self.evaluate(record)
         record.seconds = time.perf_counter() - started
         return self.channel.finish(record)
 
-    def hello(self) -> dict[str, str]:
+    def hello(self) -> tuple[dict[str, str], int]:
         """The one-time uploads and the server's start; returns the clients whose hello was
-        refused, and why (the server starts without them)."""
+        refused, and why (the server starts without them), and how many hellos were taken."""
         answers = self.exchange("hello", HELLO_ROUND, {cid: None for cid in self.client_ids})
         release_shared()  # what simulated clients shared for their hellos (FedCache's hash encoder) is done with
         hellos, rejected = {}, {}
@@ -156,7 +158,10 @@ class Federation:
             else:
                 rejected[cid] = problem
         self.server.start(hellos)
-        return rejected
+        taken = len(answers) - len(rejected)
+        if self.client_ids and not taken:
+            log.error("round 0: no client's hello was taken (none arrived in time, or each was refused)")
+        return rejected, taken
 
     @staticmethod
     def _refusal(round: int, what: str, cid: str, check: Callable[..., None], *args: object) -> str | None:
@@ -206,6 +211,14 @@ class Federation:
         record = RoundRecord(
             round, None, None, bytes_up, bytes_down, 0.0, selected, late, server=server_metrics, rejected=rejected
         )
+        if selected and not any(cid not in stragglers and cid not in rejected for cid in answered):
+            record.lost.append(LOST_UPLINKS)
+            log.error(
+                "round %d: no uplink taken from the %d selected client(s) (none arrived in time, or each was "
+                "refused): the round learnt nothing",
+                round,
+                len(selected),
+            )
         if round % self.config.eval_every == 0 or round == self.config.rounds:
             self.evaluate(record)
         record.seconds = time.perf_counter() - start
@@ -258,6 +271,9 @@ class Federation:
                 log.warning("round %d: %s's scores refused: %s", record.round, cid, problem)
         record.client_accuracy = {cid: scores[cid]["accuracy"] for cid in scores}
         record.accuracy, record.accuracy_std = _mean_std(record.client_accuracy)
+        if self.client_ids and math.isnan(record.accuracy):
+            record.lost.append(LOST_EVALUATION)
+            log.error("round %d: no client's accuracy came back: the round has no accuracy", record.round)
         full = {cid: scores[cid]["accuracy_full"] for cid in scores if "accuracy_full" in scores[cid]}
         if full:
             record.client_accuracy_full = full

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 HELLO_ROUND = 0
 """The one-time uploads are round 0."""
+LOST_UPLINKS = "uplinks"
+LOST_EVALUATION = "evaluation"
+"""What a round can lose entirely (``RoundRecord.lost``)."""
 
 
 @dataclass
@@ -31,3 +34,8 @@ class RoundRecord:
     rejected: dict[str, str] = field(default_factory=dict)
     """Clients whose message of this round did not fit what the method accepts, and why
     (``edgefd.algorithms.schema``): dropped, the round went on without them."""
+    lost: list[str] = field(default_factory=list)
+    """What the round got from no client at all: LOST_UPLINKS (none of the selected clients'
+    uplinks was taken: none arrived in time, or each was refused; round 0: the hellos) and
+    LOST_EVALUATION (no client's accuracy came back: the round has none). Empty for a round that
+    went well."""

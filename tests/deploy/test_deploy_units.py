@@ -320,3 +320,76 @@ def test_deploy_local_reads_only_the_finished_lines_of_a_growing_metrics_file(tm
     assert finished_lines(metrics) == []  # the server has not written it yet
     metrics.write_text('{"round": 0}\n{"round": 1}\n{"rou')  # the server is writing round 2
     assert finished_lines(metrics) == [{"round": 0}, {"round": 1}]
+
+
+def open_phase(monkeypatch, verb: str = "train", serve=None):
+    """A server channel of clients 0 and 1 with a phase of ``verb`` round 4 open (its requests out),
+    and the list every publish but a config lands in: (client, "request" | "again" | "answer")."""
+    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel, _Phase
+    from edgefd.deploy.mqtt_transport import Topics
+    from edgefd.simulate import SimulationConfig
+
+    clients = ["client-0", "client-1"]
+    channel = MqttChannel(SimulationConfig(clients=2), DeploymentSettings(run="r"), clients, Topics("r"))
+    sent = []
+
+    def publish(topic, message, retain=False):
+        _, cid, verb = Topics("r").parse(topic)
+        if verb != wire.CONFIG:
+            sent.append((cid, "again" if wire.is_again(message) else "answer" if message.is_answer else "request"))
+
+    monkeypatch.setattr(channel.endpoint, "publish", publish)
+    requests = {cid: down(verb, 4, Payload("weights", "server", 4), client=cid, run="r") for cid in clients}
+    channel.phase = _Phase(verb, 4, clients, requests, time.monotonic(), serve=serve)
+    for cid in clients:
+        channel._send_request(cid)
+    sent.clear()
+    return channel, sent
+
+
+def status(channel, cid: str, state: str) -> None:
+    channel._handle(Incoming("status", cid, "", wire.status_message(cid, state, "r"), nbytes=10))
+
+
+def test_a_request_goes_out_again_once_a_phase_when_its_client_comes_online(monkeypatch):
+    """A client that comes online after its request went out may have missed it: it gets it once
+    more. An "online" repeated while online, or a status toggled on and off, gets nothing more;
+    after the server's own reconnection (a broker restart loses no will) each client may have its
+    copy once more."""
+    channel, sent = open_phase(monkeypatch)
+    status(channel, "client-0", wire.ONLINE)  # came online after the request went out
+    assert sent == [("client-0", "request")]
+    for _ in range(50):
+        status(channel, "client-0", wire.ONLINE)
+        status(channel, "client-0", wire.OFFLINE)
+        status(channel, "client-0", wire.ONLINE)
+    assert sent == [("client-0", "request")] and channel.stats["client-0"].connects == 51
+    channel._reconnected = True
+    channel._pump(0.0)  # the server's reconnection: the outstanding requests go out again
+    assert sent[1:] == [("client-0", "request"), ("client-1", "request")]
+    status(channel, "client-0", wire.ONLINE)  # its session may be new: once more
+    status(channel, "client-0", wire.ONLINE)
+    assert sent[3:] == [("client-0", "request")]
+
+
+def test_a_silent_client_is_asked_again_a_bounded_number_of_times(monkeypatch):
+    from edgefd.deploy.mqtt_channel import MAX_ASKS_AGAIN
+
+    channel, sent = open_phase(monkeypatch)
+    status(channel, "client-0", wire.ONLINE)
+    sent.clear()
+    now = time.monotonic()
+    for i in range(1, 3 * MAX_ASKS_AGAIN):
+        channel._ask_again(channel.phase, now + 10 * i, 5.0)
+    assert sent == [("client-0", "again")] * MAX_ASKS_AGAIN  # client-1 is offline: never asked
+
+
+def test_a_repeated_step_request_gets_its_answer_again_a_bounded_number_of_times(monkeypatch):
+    from edgefd.deploy.mqtt_channel import MAX_STEP_RESENDS
+
+    channel, sent = open_phase(monkeypatch, "steps", serve=lambda request: request.answer(None))
+    request = Message("step", "client-0", "server", 4, Payload("q", "client-0", 4), 1, "r")
+    for _ in range(10):
+        channel._handle(Incoming("up", "client-0", "step", request, nbytes=10))
+    assert sent == [("client-0", "answer")] * (1 + MAX_STEP_RESENDS)
+    assert channel.endpoint.stats.rejected["step-repeated"] == 10 - 1 - MAX_STEP_RESENDS

@@ -1,27 +1,23 @@
 """The shipped broker configuration (server/mosquitto), on a real Mosquitto: TLS, passwords, client
 ids bound to usernames, the run-scoped ACL, and the packet-size limit.
 
-The test makes its own CA and server certificate and a password file with `mosquitto_passwd`, and
-runs Mosquitto with server/mosquitto/edgefd.conf as shipped (paths and the listener's port
-replaced) and server/mosquitto/acl (its @RUN@ filled in, and a read-everything `observer` added
-so that a test can see what the broker lets through).
+The broker is installed as server/README.md says (tests/deploy/shipped_broker.py): its own CA and
+server certificate, a password file made with `mosquitto_passwd`, server/mosquitto/edgefd.conf as
+shipped (paths and the listener's port replaced) included by Debian's stock mosquitto.conf, and
+server/mosquitto/acl (its @RUN@ filled in, and a read-everything `observer` added so that a test
+can see what the broker lets through).
 """
 
-import datetime
-import getpass
-import ipaddress
-import shutil
 import socket
 import ssl
-import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
+from shipped_broker import RUN_PLACEHOLDER, SERVER_DIR, start_installed
 
-from edgefd.deploy.broker import free_port, mosquitto_path, start_broker
+from edgefd.deploy.broker import mosquitto_path, start_broker
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     BrokerSettings,
@@ -32,7 +28,6 @@ from edgefd.deploy.mqtt_transport import (
 )
 from edgefd.protocol import Message, Payload
 
-SERVER_DIR = Path(__file__).resolve().parents[2] / "server" / "mosquitto"
 PASSWORDS = {
     "edgefd-server": "server-secret",
     "client-0": "zero-secret",
@@ -40,7 +35,6 @@ PASSWORDS = {
     "observer": "observer-secret",
 }
 RUN = "sec"
-RUN_PLACEHOLDER = "@RUN@"
 NOT_AUTHORIZED = 0x87
 LISTENER_OPTIONS = {
     "use_username_as_clientid",
@@ -75,86 +69,10 @@ def shipped_settings() -> list[tuple[str, str]]:
     return [tuple((line.split(None, 1) + [""])[:2]) for line in lines if line.strip() and not line.startswith("#")]
 
 
-def make_certificates(folder: Path) -> None:
-    """A CA, and a server certificate for 127.0.0.1/localhost signed by it."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.timezone.utc)
-
-    def write_key(key, name):
-        (folder / name).write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
-            )
-        )
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "edgefd test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (folder / "server.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    write_key(key, "server.key")
-
-
-def shipped_broker_config(folder: Path, port: int) -> str:
-    """server/mosquitto/edgefd.conf with its paths and its listener's port replaced, nothing else.
-    `user`: Mosquitto started as root would otherwise switch to user mosquitto, who cannot read
-    the test's private folder."""
-    config = (SERVER_DIR / "edgefd.conf").read_text()
-    assert config.count("\nlistener 8883\n") == 1
-    config = config.replace("/etc/mosquitto/edgefd/", f"{folder}/").replace("/var/lib/mosquitto/", f"{folder}/")
-    config = config.replace("\nlistener 8883\n", f"\nlistener {port} 127.0.0.1\n")
-    return f"user {getpass.getuser()}\n" + config
-
-
 @pytest.fixture(scope="module")
 def secure_broker(tmp_path_factory):
-    if mosquitto_path() is None or shutil.which("mosquitto_passwd") is None:
-        pytest.skip("mosquitto not installed (scripts/install.sh)")
-    folder = tmp_path_factory.mktemp("secure")
-    (folder / "certs").mkdir()
-    make_certificates(folder / "certs")
-    passwd = folder / "passwd"
-    for i, (user, password) in enumerate(PASSWORDS.items()):
-        subprocess.run(
-            ["mosquitto_passwd", "-b"] + (["-c"] if i == 0 else []) + [str(passwd), user, password],
-            check=True,
-            timeout=10,
-        )
-    acl = (SERVER_DIR / "acl").read_text().replace(RUN_PLACEHOLDER, RUN)
     observer = "\n# test only: sees whatever the broker lets through\nuser observer\ntopic read #\n"
-    (folder / "acl").write_text(acl + observer)
-    port = free_port()
-    with start_broker(port, config=shipped_broker_config(folder, port), workdir=folder, tls=True) as running:
-        running.ca = str(folder / "certs" / "ca.crt")
+    with start_installed(tmp_path_factory.mktemp("secure"), [RUN], PASSWORDS, observer) as running:
         yield running
 
 
@@ -295,6 +213,9 @@ def test_listener_options_follow_the_listener_line():
     assert payload >= 4 * DEFAULT_CHUNK_SIZE and packet >= payload + 1024
     assert int(values["memory_limit"]) >= 64 * packet
     assert int(values["max_queued_messages"]) >= 16000  # the server session queues one message per device at once
+    # One client's backlog (a device that stops reading) cannot fill the broker's memory, and its
+    # queue still holds many of the largest frames.
+    assert 64 * packet <= int(values["max_queued_bytes"]) <= int(values["memory_limit"]) // 4
 
 
 def test_the_acl_is_run_scoped():

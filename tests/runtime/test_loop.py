@@ -175,6 +175,30 @@ def test_an_uplink_that_does_not_fit_is_dropped_and_the_round_goes_on(caplog):
     assert "c1's uplink rejected: out-of-range" in caplog.text
 
 
+class BlindLiar(LiarClient):
+    """Every uplink refused from round 2 on, and no accuracy from round 2's evaluation on."""
+
+    def train_round(self, round, downlink):
+        return (LiarClient if round >= 2 else EchoClient).train_round(self, round, downlink)
+
+    def evaluate(self, state=None):
+        return {"accuracy": float("nan") if len(self.rounds_trained) >= 2 else 0.5}
+
+
+def test_a_round_that_takes_no_uplink_or_gets_no_accuracy_is_recorded_as_lost(caplog):
+    from edgefd.metrics.results import record_line, summarise
+
+    roles = {"c0": BlindLiar("c0"), "c1": BlindLiar("c1")}
+    federation = Federation(CollectServer(), InProcessChannel(roles), LoopConfig(rounds=2), np.random.default_rng(0))
+    records = federation.run()
+    assert [r.lost for r in records] == [[], [], ["uplinks", "evaluation"]]
+    assert "round 2: no uplink taken from the 2 selected client(s)" in caplog.text
+    assert "round 2: no client's accuracy came back" in caplog.text
+    summary = summarise([record_line(record, 0, 0) for record in records])
+    assert summary["lost_rounds"] == {"2": ["uplinks", "evaluation"]}
+    assert summary["final_accuracy"] is None and summary["best_accuracy"] == 0.5  # not round 1's 0.5 as final
+
+
 def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_sees_it():
     class Overasking(AskingClient):
         def train_steps(self, round):
