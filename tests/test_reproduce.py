@@ -225,3 +225,17 @@ def test_a_claim_must_name_arms_of_its_recipe():
             target_from=["Local"],
             claims=[Claim("FedAvg", "above", "Local", "best", "paper")],
         )
+
+
+def test_the_papers_claims_name_their_table_or_figure_and_their_recipes_arms():
+    import re
+
+    claimed = {name: recipe.claims for name, recipe in reproduce.RECIPES.items() if recipe.claims}
+    assert {"fedcache", "fedict-a0.5", "dfl-noniid", "fedd2s", "fedzkt-dir0.5"} <= set(claimed)
+    for name, claims in claimed.items():
+        labels = {arm.label for arm in reproduce.RECIPES[name].arms}
+        for claim in claims:
+            assert {claim.method, claim.baseline} <= labels
+            assert re.match(r"(FedCache|FedICT|DFL|FedD2S|FedZKT), (Table|Fig\.) ", claim.source), claim.source
+    # FD is no baseline of the FedICT paper: no FedICT claim names it
+    assert all("FD" not in (c.method, c.baseline) for c in reproduce.RECIPES["fedict-a0.5"].claims)
