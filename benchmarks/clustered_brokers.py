@@ -39,7 +39,8 @@ from edgefd.bench.broker_rigs import rss_mb, start_mosquitto_bridge, start_rabbi
 from edgefd.deploy.broker import start_broker
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.runtime.build import client_ids_of
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 KEYS = ("round", "accuracy", "client_accuracy", "bytes_up", "bytes_down", "selected")
 

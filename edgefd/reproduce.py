@@ -16,13 +16,13 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from edgefd import results_page
-from edgefd.claims import Claim, judge
+from edgefd.claims import Claim, Direction, judge
 from edgefd.metrics.results import SUMMARY_FILE
+from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.process import edgefd_command
-from edgefd.simulate import SimulationConfig, config_to_toml
 
 
 @dataclass
@@ -480,7 +480,11 @@ RECIPES["fedzkt-prox"] = Recipe(
 
 
 def _claims(*claims: tuple[str, str, str, str, str]) -> list[Claim]:
-    return [Claim(*claim) for claim in claims]
+    """Claims from (method, "above" | "below", baseline, metric, source); `Claim` checks each."""
+    return [
+        Claim(method, cast(Direction, way), baseline, metric, source)
+        for method, way, baseline, metric, source in claims
+    ]
 
 
 # The papers' own comparisons between the arms of each recipe, with the paper's metric (or the
@@ -860,25 +864,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"edgefd reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
     seeds = tuple(args.seeds or recipe.seeds)
-    page = Path(args.write_docs) if args.write_docs is not None else None
-    if page is not None:
+    docs_page = Path(args.write_docs) if args.write_docs is not None else None
+    if docs_page is not None:
         if args.rounds is not None and args.rounds != recipe.base.rounds:
             print("edgefd reproduce: --write-docs writes the recipe's own table: drop --rounds", file=sys.stderr)
             return 2
-        if not page.is_file():
-            print(f"edgefd reproduce: --write-docs: no page {page} (run from the repository's root)", file=sys.stderr)
+        if not docs_page.is_file():
+            print(
+                f"edgefd reproduce: --write-docs: no page {docs_page} (run from the repository's root)",
+                file=sys.stderr,
+            )
             return 2
         try:
-            results_page.check_markers(page, recipe.name)
+            results_page.check_markers(docs_page, recipe.name)
         except ValueError as error:
             print(f"edgefd reproduce: {error}", file=sys.stderr)
             return 2
     table = run_recipe(recipe, Path(args.out), seeds, args.rounds, args.rerun, args.threads)
     print(table)
-    if page is not None:
+    if docs_page is not None:
         command = command_text(recipe, seeds, args.rounds, args.threads) + " --write-docs"
         revision = results_page.code_revision(Path(__file__).resolve().parents[1])
         text = results_page.block_text(command, revision, args.threads or recipe.base.threads, table)
-        results_page.write_block(page, recipe.name, text)
-        print(f"wrote the table into {page} (revision {revision})")
+        results_page.write_block(docs_page, recipe.name, text)
+        print(f"wrote the table into {docs_page} (revision {revision})")
     return 0

@@ -13,96 +13,17 @@ The out folder receives `metrics.jsonl`, `summary.json`, `curves.png` and `model
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgefd import progress as progress_bars
-from edgefd.runtime.config import SimulationConfig, config_to_toml, setting
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 
-# What building a run needs lives in edgefd.runtime (config, build): the deployed server and clients
-# use it too. `edgefd.simulate` keeps the names a researcher's script imports from it, imported on
-# first use (`__getattr__` below): they import torch, and `edgefd simulate --help` must not.
-_LAZY = {
-    "edgefd.runtime.build": (
-        "KEEP_TRAINING_ARRAYS_BELOW",
-        "RunPieces",
-        "Simulation",
-        "build",
-        "build_client",
-        "build_server",
-        "client_data",
-        "client_ids_of",
-        "local_training_of",
-        "model_choice_note",
-        "peak_rss_mb",
-        "prepare",
-        "resolve_models",
-        "round_seconds",
-        "selection_rng",
-        "without_training_arrays",
-    ),
-    "edgefd.models": ("in_channels_of",),
-}
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
-
-if TYPE_CHECKING:
-    from edgefd.models import in_channels_of
-    from edgefd.runtime.build import (
-        KEEP_TRAINING_ARRAYS_BELOW,
-        RunPieces,
-        Simulation,
-        build,
-        build_client,
-        build_server,
-        client_data,
-        client_ids_of,
-        local_training_of,
-        model_choice_note,
-        peak_rss_mb,
-        prepare,
-        resolve_models,
-        round_seconds,
-        selection_rng,
-        without_training_arrays,
-    )
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MODULE_OF:
-        return getattr(importlib.import_module(_MODULE_OF[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "KEEP_TRAINING_ARRAYS_BELOW",
-    "RunPieces",
-    "Simulation",
-    "SimulationConfig",
-    "build",
-    "build_client",
-    "build_server",
-    "client_data",
-    "client_ids_of",
-    "config_from_args",
-    "config_to_toml",
-    "in_channels_of",
-    "local_training_of",
-    "model_choice_note",
-    "peak_rss_mb",
-    "prepare",
-    "resolve_models",
-    "round_seconds",
-    "run",
-    "run_cli",
-    "selection_rng",
-    "setting",
-    "without_training_arrays",
-]
+__all__ = ["add_arguments", "run", "run_cli", "unlike_local_note"]
 
 
 def run(

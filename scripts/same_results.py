@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from edgefd.algorithms.base import list_methods
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 CONFIG: dict[str, Any] = dict(dataset="digits", clients=3, rounds=2, seed=5, threads=1, samples_per_client=80)
 # the models and lighter settings some methods need on digits (as tests/deploy/light_settings.py)

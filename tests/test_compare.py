@@ -7,7 +7,8 @@ import pytest
 
 from edgefd import cli
 from edgefd.runtime.build import build
-from edgefd.simulate import SimulationConfig, unlike_local_note
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import unlike_local_note
 
 QUICK = ["--clients", "3", "--rounds", "1", "--samples-per-client", "40"]
 

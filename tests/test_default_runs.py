@@ -9,7 +9,8 @@ import math
 import pytest
 
 from edgefd.algorithms.base import list_methods
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 METHODS = [method.name for method in list_methods()]
 

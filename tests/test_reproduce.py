@@ -5,7 +5,8 @@ from dataclasses import asdict, replace
 
 from edgefd import reproduce
 from edgefd.reproduce import Arm, Recipe, bytes_to_reach, run_recipe
-from edgefd.simulate import SimulationConfig, local_training_of
+from edgefd.runtime.build import local_training_of
+from edgefd.runtime.config import SimulationConfig
 
 
 def test_bytes_to_reach_counts_cumulative_bytes_at_the_first_round_at_target():

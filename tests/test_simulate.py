@@ -5,7 +5,9 @@ import json
 import pytest
 
 from edgefd import cli
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 QUICK = dict(dataset="digits", clients=4, rounds=2, seed=3)
 

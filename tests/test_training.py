@@ -8,7 +8,9 @@ import torch
 from torch import nn
 
 from edgefd.algorithms.base import list_methods
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 from edgefd.training import (
     LocalTraining,
     RoundOptimizer,

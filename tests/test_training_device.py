@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 from edgefd.cli import main
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 from edgefd.training import device_choice, forward, model_device, resolve_device, to_model
 
 

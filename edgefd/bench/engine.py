@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from edgefd.simulate import SimulationConfig
+    from edgefd.runtime.config import SimulationConfig
 
 
 @dataclass
@@ -80,7 +80,8 @@ def measure(
 ) -> EngineBenchResult:
     import torch
 
-    from edgefd.simulate import SimulationConfig, build
+    from edgefd.runtime.build import build
+    from edgefd.runtime.config import SimulationConfig
 
     config = SimulationConfig(
         algo="fedavg",

@@ -11,7 +11,9 @@ from edgefd.algorithms.fd import FDParams, FDServer
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 DIGITS = dict(dataset="digits", clients=10, rounds=12, lr=0.05)
 # 20 clients of ~72 samples: too few for a local model alone, plenty for a federation.

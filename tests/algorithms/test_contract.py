@@ -25,7 +25,7 @@ import edgefd.simulate as simulate
 from edgefd.algorithms.base import MethodSpec, get_method, list_methods, make_params
 from edgefd.data import load_dataset
 from edgefd.models import assign_models
-from edgefd.simulate import SimulationConfig
+from edgefd.runtime.config import SimulationConfig
 
 ROUNDS = 3
 """Rounds of the test, except for the methods in `SLOW_STARTS`."""
@@ -124,7 +124,7 @@ SLOW_STARTS = {
 @pytest.mark.parametrize(("algo", "setting"), [(m.name, s) for m in list_methods() for s in SETTINGS])
 def test_default_path_is_sane(algo, setting, tmp_path_factory):
     method = get_method(algo)
-    models = ",".join(dict.fromkeys(simulate.resolve_models("auto", method, (1, 8, 8)).split(",")))
+    models = ",".join(dict.fromkeys(run_build.resolve_models("auto", method, (1, 8, 8)).split(",")))
     if models in ("homo", "hetero"):
         models = ",".join(dict.fromkeys(assign_models(models, 3, input_shape=(1, 8, 8))))
     rounds = SLOW_STARTS.get(algo, ROUNDS)

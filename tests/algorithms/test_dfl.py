@@ -25,8 +25,10 @@ from edgefd.algorithms.dfl import (
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.transport import DOWN, UP
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.simulate import run
 
 # digits, a handful of clients, a few rounds: every run here takes a second or two. One thread: on
 # a shared 2-core machine a second torch thread mostly waits (and slows everyone's tests down).

@@ -28,8 +28,10 @@ from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.transport import DOWN, UP
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.simulate import run
 from edgefd.training import batches, state_arrays
 
 # digits with "M1-mini" (docs/methods/fedd2s.md#small-scale-reproduction): 1x8x8 inputs, d_1 = 128, d_2 = 64, C = 10,

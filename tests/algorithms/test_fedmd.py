@@ -19,8 +19,10 @@ from edgefd.data import load_dataset
 from edgefd.data.dataset import Dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.transport import DOWN, UP
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.simulate import run
 
 PUBLIC = {"public_dataset": "digits", "alignment_size": 200}
 QUICK = dict(

@@ -21,8 +21,10 @@ from edgefd.data import load_dataset
 from edgefd.models import count_bn_buffers, count_parameters
 from edgefd.protocol import Payload
 from edgefd.protocol.codec import HEADER_SIZE
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.transport import DOWN, UP
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.simulate import run
 from edgefd.training import state_arrays
 
 TINY_MODELS = "zkt_tiny_a,zkt_tiny_d,zkt_tiny_e"

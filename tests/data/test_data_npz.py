@@ -207,13 +207,15 @@ def test_dataset_from_arrays_checks_like_a_file():
 def test_run_folder_name_is_safe():
     assert dataset_label("digits") == "digits"
     assert dataset_label("npz:~/data/my data.npz") == "npz-my-data"
-    from edgefd.simulate import SimulationConfig
+    from edgefd.runtime.config import SimulationConfig
 
     assert SimulationConfig(dataset="npz:/x/y/mine.npz").out_dir() == Path("runs/fd-npz-mine-s0")
 
 
 def test_simulate_partition_and_the_deployment_pieces_accept_an_npz_dataset(tmp_path: Path, capsys):
-    from edgefd.simulate import SimulationConfig, prepare, run
+    from edgefd.runtime.build import prepare
+    from edgefd.runtime.config import SimulationConfig
+    from edgefd.simulate import run
 
     name = write(tmp_path / "mine.npz", **image_arrays(train=120, test=60))
     out = tmp_path / "run"

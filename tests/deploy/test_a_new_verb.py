@@ -14,7 +14,8 @@ from mqtt_helpers import ENV, comparable, finish, flags, lines_of, needs_mosquit
 from edgefd.algorithms import base
 from edgefd.deploy.broker import start_broker
 from edgefd.runtime import verbs
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 TOY = Path(toy_method.__file__)
 CONFIG = dict(algo="toy", dataset="digits", clients=3, rounds=3, seed=1, threads=1, samples_per_client=40)

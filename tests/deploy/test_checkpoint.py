@@ -15,9 +15,10 @@ from light_settings import LIGHT_SETTINGS
 from edgefd.algorithms.base import list_methods
 from edgefd.deploy import checkpoint
 from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.build import build_client, build_server, prepare
 from edgefd.runtime.channel import InProcessChannel
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.verbs import VERBS
-from edgefd.simulate import SimulationConfig, build_client, build_server, prepare
 
 CONFIG = dict(dataset="digits", clients=2, rounds=3, seed=1, threads=1, samples_per_client=60)
 SETTINGS = {

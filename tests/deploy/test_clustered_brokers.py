@@ -29,7 +29,8 @@ from edgefd.bench.broker_rigs import (
     still_running,
 )
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -158,7 +158,7 @@ def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it(
     deployment's wrapping (the method's message is never larger)."""
     from edgefd.deploy.mqtt_channel import WRAPPING_BYTES, DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
-    from edgefd.simulate import SimulationConfig
+    from edgefd.runtime.config import SimulationConfig
 
     bounds = {"train": 700, "step": None}
     clients = ["client-0", "client-1"]
@@ -175,7 +175,7 @@ def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it(
 def test_the_reassembly_budget_makes_room_for_every_clients_known_message_at_once():
     from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
-    from edgefd.simulate import SimulationConfig
+    from edgefd.runtime.config import SimulationConfig
 
     clients = [f"client-{i}" for i in range(50)]
     settings = DeploymentSettings(run="r", max_message_bytes=1_000_000)
@@ -191,7 +191,7 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     (less often for many clients), and only theirs."""
     from edgefd.deploy.mqtt_channel import CONFIG_RESEND_RATE, DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
-    from edgefd.simulate import SimulationConfig
+    from edgefd.runtime.config import SimulationConfig
 
     clients = ["client-0", "client-1", "client-2"]
     config = SimulationConfig(clients=3)
@@ -237,8 +237,8 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
     from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
     from edgefd.protocol import encode_message
+    from edgefd.runtime.config import SimulationConfig
     from edgefd.runtime.verbs import VERBS
-    from edgefd.simulate import SimulationConfig
 
     clients = ["client-0", "client-1", "client-2"]
     channel = MqttChannel(SimulationConfig(clients=3), DeploymentSettings(run="r", ask_again=0.6), clients, Topics("r"))
@@ -327,7 +327,7 @@ def open_phase(monkeypatch, verb: str = "train", serve=None):
     and the list every publish but a config lands in: (client, "request" | "again" | "answer")."""
     from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel, _Phase
     from edgefd.deploy.mqtt_transport import Topics
-    from edgefd.simulate import SimulationConfig
+    from edgefd.runtime.config import SimulationConfig
 
     clients = ["client-0", "client-1"]
     channel = MqttChannel(SimulationConfig(clients=2), DeploymentSettings(run="r"), clients, Topics("r"))

@@ -10,7 +10,8 @@ from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosq
 from edgefd.algorithms.base import list_methods
 from edgefd.deploy.broker import start_broker
 from edgefd.export.checkpoint import list_checkpoints, load_checkpoint
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 pytestmark = needs_mosquitto
 

@@ -17,7 +17,8 @@ from edgefd.deploy.broker import start_broker
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.export.checkpoint import load_checkpoint
 from edgefd.protocol import Message, Payload, encode_message, split
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 pytestmark = needs_mosquitto
 

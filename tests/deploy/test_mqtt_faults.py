@@ -11,7 +11,9 @@ from mqtt_helpers import client, comparable, finish, lines_of, needs_mosquitto, 
 
 from edgefd.deploy.broker import start_broker
 from edgefd.deploy.server_runtime import CHECKPOINT_FILE
-from edgefd.simulate import SimulationConfig, client_data, prepare, run
+from edgefd.runtime.build import client_data, prepare
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 pytestmark = needs_mosquitto
 

@@ -5,7 +5,8 @@ import torch
 
 from edgefd.data import load_dataset
 from edgefd.export.checkpoint import list_checkpoints, load_checkpoint
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 from edgefd.training import evaluate_model
 
 QUICK = dict(dataset="digits", clients=3, rounds=2, threads=1, samples_per_client=120)

@@ -13,7 +13,8 @@ from edgefd import cli
 from edgefd.data import load_dataset
 from edgefd.export.checkpoint import list_checkpoints, load_checkpoint
 from edgefd.export.onnx_export import onnx_session, run_onnx
-from edgefd.simulate import SimulationConfig, run
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,9 @@ from torch import nn
 from edgefd.algorithms.fedcache import FedCacheParams, fedcache_loss
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload, encode
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
+from edgefd.simulate import run
 
 QUICK = dict(
     algo="fedcache", dataset="digits", clients=4, rounds=2, models="mlp", params={"knn": "exact", "exchange": "round"}

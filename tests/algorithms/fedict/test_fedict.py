@@ -27,8 +27,10 @@ from edgefd.algorithms.schema import UplinkRejected
 from edgefd.metrics.results import load_run
 from edgefd.models import build_model
 from edgefd.protocol import HEADER_SIZE, Payload, encode
+from edgefd.runtime.build import build
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.transport import DOWN, UP
-from edgefd.simulate import SimulationConfig, build, run
+from edgefd.simulate import run
 from edgefd.training import TrainConfig
 
 # ------------------------------------------------------------------------------------------------
