@@ -130,3 +130,29 @@ def test_test_fraction_sizes_each_clients_test_split(tmp_path):
     for client in sim.clients.values():
         train, test = len(client.data.train_y), len(client.data.test_y)
         assert abs(test - 0.25 * train) <= 2
+
+
+def test_names_are_imported_from_edgefd_simulate_only_if_it_defines_them():
+    """One import path per name: `edgefd.simulate` defines the command and `run`; the config and the
+    build pieces are imported from edgefd.runtime, where they live."""
+    import ast
+    import subprocess
+    from pathlib import Path
+
+    import edgefd.simulate as simulate_module
+
+    root = Path(__file__).resolve().parents[1]
+    defined = {
+        node.name for node in ast.parse(Path(simulate_module.__file__).read_text()).body if hasattr(node, "name")
+    }
+    assert set(simulate_module.__all__) <= defined
+    files = subprocess.run(
+        ["git", "grep", "-l", "from edgefd.simulate import"], cwd=root, capture_output=True, text=True
+    )
+    wrong = []
+    for name in files.stdout.split():
+        for line in (root / name).read_text().splitlines():
+            if line.strip().startswith("from edgefd.simulate import"):
+                imported = [item.split(" as ")[0].strip(" ()") for item in line.split("import", 1)[1].split(",")]
+                wrong += [f"{name}: {item}" for item in imported if item and item not in defined]
+    assert not wrong, "import these from the module that defines them:\n" + "\n".join(wrong)
