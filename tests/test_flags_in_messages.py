@@ -20,6 +20,10 @@ COMMAND = re.compile(r"\bedgefd ((?:bench )?[a-z][a-z-]*)([^`\n]*)")
 OTHER_PROGRAMS = {
     ("edgefd/bench/broker_rigs.py", "--timeout"): "rabbitmqctl await_startup's, for the RabbitMQ cluster rig",
     ("edgefd/bench/broker_rigs.py", "--formatter"): "rabbitmqctl cluster_status's, for the RabbitMQ cluster rig",
+    ("edgefd/results_page.py", "--short"): "git rev-parse's, for a table's revision",
+    ("edgefd/results_page.py", "--porcelain"): "git status's, for uncommitted code under a table",
+    ("edgefd/results_page.py", "--name-only"): "git diff's, for the code changed since a table",
+    ("edgefd/reproduce.py", "--show-toplevel"): "git rev-parse's, for the repository of the results page",
 }
 """(file, flag) of flags that belong to other programs, each with its reason."""
 
