@@ -37,7 +37,7 @@ import types
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -534,7 +534,7 @@ def parse_param_assignments(items: list[str]) -> dict[str, str]:
 
 
 def describe_params(params_type: type) -> list[tuple[str, Any, str]]:
-    """(name, default, doc) of each field, for `--help` and docs."""
+    """(name, default, help) of each field, for `edgefd methods` and docs."""
     out = []
     for f in dataclasses.fields(params_type):
         default = (
@@ -542,19 +542,8 @@ def describe_params(params_type: type) -> list[tuple[str, Any, str]]:
             if f.default is not dataclasses.MISSING
             else (f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
         )
-        out.append((f.name, default, f.metadata.get("doc", "")))
+        out.append((f.name, default, f.metadata.get("help", "")))
     return out
-
-
-def param(default: Any, doc: str, choices: tuple[str, ...] | None = None, aliases: dict[str, str] | None = None) -> Any:
-    """A params dataclass field with a one-line description (shown by `edgefd methods`); ``choices``
-    lists the values a text param allows (``aliases`` maps other spellings to them), checked by
-    :func:`check_choices`."""
-    metadata: dict[str, Any] = {"doc": doc}
-    if choices is not None:
-        metadata["choices"] = tuple(choices)
-        metadata["aliases"] = dict(aliases or {})
-    return field(default=default, metadata=metadata)
 
 
 def check_choices(params: Any) -> None:

@@ -91,10 +91,11 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
+from edgefd.settings import setting
 from edgefd.training import (
     LocalTraining,
     load_state_arrays,
@@ -119,47 +120,47 @@ class DFLParams:
     """DFL's hyperparameters; defaults from the paper, or edgefd's choice where the paper is silent
     (docs/methods/dfl.md#switchable-choices)."""
 
-    threshold: float = param(
+    threshold: float = setting(
         0.6,
         "lower bound of the CE weight rho = max(1 - r/R, threshold) (paper Eq. 6, "
         "Sec. IV-C); 1 = FedAvg, 0 = DFL-DRw/T",
     )
-    temperature: float = param(
+    temperature: float = setting(
         1.0, "softmax temperature tau of the KD term (not in the paper: 1, docs/methods/dfl.md#temperature-and-kappa)"
     )
-    kappa: float | None = param(
+    kappa: float | None = setting(
         None, "factor on the KL term; None = tau^2 (1 at tau = 1, docs/methods/dfl.md#temperature-and-kappa)"
     )
-    soft_targets: str = param(
+    soft_targets: str = setting(
         "logits",
         "what the table averages: 'logits' (teacher = softmax(row/tau)) or 'probs' (softmax outputs) "
         "(docs/methods/dfl.md#logits-or-probabilities)",
         choices=SOFT_TARGET_SPACES,
     )
-    aggregation: str = param(
+    aggregation: str = setting(
         "masked",
         "soft-target row weights: 'masked' (n_k if the client has the class), "
         "'paper' (n_k, Eq. 2), 'class_count' (n_kc) (docs/methods/dfl.md#absent-classes)",
         choices=AGGREGATIONS,
     )
-    kl_reduction: str = param(
+    kl_reduction: str = setting(
         "batchmean",
         "'batchmean' (KL per sample) or 'torch_mean' (also / C, the KLDivLoss() default) "
         "(docs/methods/dfl.md#kl-reduction)",
         choices=KL_REDUCTIONS,
     )
-    schedule: str = param(
+    schedule: str = setting(
         "dynamic",
         "'dynamic' (Eq. 6) or 'fixed' (rho = threshold every round: the DFL-FR ablation, Sec. IV-C, "
         "docs/methods/dfl.md#dfl-fr-fixed-ratio)",
         choices=SCHEDULES,
     )
-    horizon: int | None = param(
+    horizon: int | None = setting(
         200,
         "R of Eq. 6, the rounds over which the KD weight ramps up to 1 - threshold (the paper never "
         "gives R; edgefd: 200, docs/methods/dfl.md#horizon); none = the run's --rounds (Alg. 1 read literally)",
     )
-    soft_target_dtype: str = param(
+    soft_target_dtype: str = setting(
         "float32",
         "wire dtype of the table: 'float32' (edgefd) or 'float64' (the paper's 8 B/element, Sec. IV-B3, "
         "docs/methods/dfl.md#soft-target-dtype)",

@@ -27,18 +27,21 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
 from edgefd.algorithms.schema import MessageSchema
 from edgefd.algorithms.toolkit import RobustAggregation, robust_mean
 from edgefd.protocol import Payload
+from edgefd.settings import setting
 from edgefd.training import predict_logits
 
 
 @dataclass
 class FDParams(RobustAggregation):
-    beta: float = param(1.0, "weight of the distillation term (docs/methods/fd.md#distillation-weight-and-temperature)")
-    temperature: float = param(1.0, "softmax temperature of the distillation term")
-    exclude_self: bool = param(
+    beta: float = setting(
+        1.0, "weight of the distillation term (docs/methods/fd.md#distillation-weight-and-temperature)"
+    )
+    temperature: float = setting(1.0, "softmax temperature of the distillation term")
+    exclude_self: bool = setting(
         False,
         "teacher = global average without this client's own logits (docs/methods/fd.md#own-logits-in-the-teacher)",
     )

@@ -113,10 +113,11 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
 from edgefd.algorithms.toolkit import average_states
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
+from edgefd.settings import setting
 from edgefd.training import (
     LocalTraining,
     TrainConfig,
@@ -158,55 +159,55 @@ class FedD2SParams:
     """FedD2S's hyperparameters; defaults from the paper, or edgefd's choice where the paper is silent
     (docs/methods/fedd2s.md#switchable-choices)."""
 
-    z0: int = param(
+    z0: int = setting(
         3,
         "dropping rate Z0: participations per distillation layer (Eq. 6; 3, 5, 7 for "
         "Dirichlet 0.1, 0.5, 1 in Sec. IV-A; docs/methods/fedd2s.md#dropping-rate)",
     )
-    dropping_set: int = param(
+    dropping_set: int = setting(
         4,
         "|S|, layers that are eventually withdrawn, deepest first; the floor is "
         "l = L - |S| (4: S = [C3, F1, F2, F3], l_min = 2, Sec. IV-A; docs/methods/fedd2s.md#dropping-set)",
     )
-    schedule: str = param(
+    schedule: str = setting(
         "deep_to_shallow",
         "'deep_to_shallow' (Eq. 6), 'floor' (FedD2S*: l = L - |S| from "
         "round 1, docs/methods/fedd2s.md#fedd2s-star) or 'none' (no dropping: l = L)",
         choices=SCHEDULES,
     )
-    temperature: float = param(
+    temperature: float = setting(
         1.0,
         "softmax temperature tau of both KL terms (not in the paper: 1, docs/methods/fedd2s.md#temperature); "
         "CE is always at tau = 1",
     )
-    kd_tau_sq_scale: bool = param(
+    kd_tau_sq_scale: bool = setting(
         False, "multiply the KL terms by tau^2 (not in Eqs. 9/12, docs/methods/fedd2s.md#temperature)"
     )
-    phase_epochs: int | None = param(
+    phase_epochs: int | None = setting(
         4,
         "passes per phase (C2S per client copy, S2C per client), each a "
         "J-step and a Q-step per batch (E = 4, docs/methods/fedd2s.md#epochs-per-phase); None = the run's --epochs "
         "(FedD2S's default: 4)",
     )
-    optimizer: str = param(
+    optimizer: str = setting(
         "adam",
         "'adam' (PyTorch defaults, no weight decay, the run's --lr, docs/methods/fedd2s.md#optimiser) or "
         "'run' (the run's --optimizer, --momentum, --weight-decay)",
         choices=OPTIMIZERS,
     )
-    kd_mode: str = param(
+    kd_mode: str = setting(
         "alternating",
         "'alternating' (one J step then one Q step per batch, Alg. 1, docs/methods/fedd2s.md#sequential-j-and-q-steps) "
         "or 'sum' (one step on J + Q; not the paper)",
         choices=KD_MODES,
     )
-    c2s_teacher: str = param(
+    c2s_teacher: str = setting(
         "round_start",
         "C2S teacher p from the 'round_start' global head or the 'current' copy being trained (detached) "
         "(docs/methods/fedd2s.md#c2s-teacher)",
         choices=C2S_TEACHERS,
     )
-    send_v: bool = param(
+    send_v: bool = setting(
         False,
         "also send v = global head logits on H_l (Alg. 1; no equation uses it, docs/methods/fedd2s.md#the-v-logits)",
     )

@@ -50,11 +50,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
 from edgefd.algorithms.schema import MessageSchema, knowledge
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
+from edgefd.settings import setting
 from edgefd.training import LocalTraining, local_epochs, predict_logits, train_epochs
 
 KIND = "fedmd"
@@ -69,26 +70,26 @@ AUTO_PRETRAIN_EPOCHS = 2
 class FedMDParams:
     """FedMD's hyperparameters (FedMD reference code defaults where the FedZKT paper is silent)."""
 
-    public_dataset: str = param(
+    public_dataset: str = setting(
         "mnist5k", "registry name of the public dataset (FedZKT's pairing: mnist5k for fmnist devices)"
     )
-    public_split: str = param(
+    public_split: str = setting(
         "all", "which public samples may be drawn: 'all' (train + test) or 'train'", choices=PUBLIC_SPLITS
     )
-    alignment_size: int = param(5000, "public samples per round, N_a (FedMD: 5000; capped at the pool size)")
-    digest_epochs: int = param(1, "epochs on the alignment set per round (FedMD: 1)")
-    digest_batch_size: int | None = param(
+    alignment_size: int = setting(5000, "public samples per round, N_a (FedMD: 5000; capped at the pool size)")
+    digest_epochs: int = setting(1, "epochs on the alignment set per round (FedMD: 1)")
+    digest_batch_size: int | None = setting(
         256,
         "batch size of the digest step (FedMD's reference code: 256); none = the run's --batch-size",
     )
-    pretrain_epochs: int | None = param(
+    pretrain_epochs: int | None = setting(
         None,
         "epochs of public-label training before round 1 (FedMD's transfer step); none = "
         f"{AUTO_PRETRAIN_EPOCHS} when the public set has as many classes as the private data, else 0 (it cannot "
         "run; 0 against FedZKT: docs/methods/fedmd.md#public-label-pretraining)",
     )
-    public_data_root: str | None = param(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
-    resize_public: bool = param(
+    public_data_root: str | None = setting(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
+    resize_public: bool = setting(
         True,
         "public images of another size than the private ones (mnist5k's 28x28 for the 8x8 digits) are resized "
         "to the private size (bilinear, antialiased); false: refuse the mismatch",

@@ -86,10 +86,11 @@ import torch
 from torch import nn
 
 from edgefd import kernels, progress
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
 from edgefd.algorithms.schema import MessageSchema, model_state
 from edgefd.models import build_model
 from edgefd.protocol import Payload
+from edgefd.settings import setting
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
 
 KIND = "fedzkt"
@@ -105,24 +106,24 @@ class FedZKTParams:
     """FedZKT's hyperparameters: the paper's where it gives them, edgefd's choices elsewhere
     (docs/methods/fedzkt.md)."""
 
-    loss: str = param(
+    loss: str = setting(
         "sl",
         "adversarial disagreement loss: 'sl' (paper Eq. 5), 'kl' (Eq. 3) or 'l1' (logits, "
         "Eq. 4), the Table II ablation",
         choices=LOSSES,
     )
-    kl_direction: str = param(
+    kl_direction: str = setting(
         "reverse",
         "KL ablation only: 'reverse' = KL(student || ensemble) as Eq. 3 "
         "writes it, 'forward' = KL(ensemble || student) (docs/methods/fedzkt.md#kl-direction)",
         choices=KL_DIRECTIONS,
     )
-    prox: float = param(
+    prox: float = setting(
         1.0,
         "lambda of the device's lambda*||w - w_received||^2, per minibatch (Eq. 9; "
         "docs/methods/fedzkt.md#proximal-term-scale); 0 = the Table IV 'no regularization' ablation",
     )
-    preset: str = param(
+    preset: str = setting(
         "cpu",
         "server scale for the fields left unset (iterations, server_batch_size, server_lr, global_model, generator, "
         "generator_ngf): 'cpu' (default: sized to finish in minutes on "
@@ -131,38 +132,42 @@ class FedZKTParams:
         "256: hours per round on a CPU, for a GPU; docs/methods/fedzkt.md#preset-scale)",
         choices=PRESETS,
     )
-    iterations: int | None = param(
+    iterations: int | None = setting(
         None,
         "server iterations n_D per round (generator+global steps, then transfer-back steps per device; paper "
         "Sec. IV-A3: 200); default: the preset's",
     )
-    server_batch_size: int | None = param(None, "generated samples per server step (paper: 256); default: the preset's")
-    generator_lr: float = param(1e-3, "Adam lr of the generator (paper Sec. IV-A3)")
-    server_lr: float | None = param(
+    server_batch_size: int | None = setting(
+        None, "generated samples per server step (paper: 256); default: the preset's"
+    )
+    generator_lr: float = setting(1e-3, "Adam lr of the generator (paper Sec. IV-A3)")
+    server_lr: float | None = setting(
         None,
         "SGD lr of the global model and of the transfer-back steps (paper Sec. IV-A3: 0.01; the scaled "
         "recipes: 0.05); default: the preset's",
     )
-    server_momentum: float = param(0.0, "SGD momentum on the server (0: the paper's plain SGD; DFAD uses 0.9)")
-    lr_decay: float = param(0.3, "server lrs are multiplied by this at n_D/2 and 3n_D/4 each round (paper Sec. IV-A3)")
-    student_steps_per_iter: int = param(
+    server_momentum: float = setting(0.0, "SGD momentum on the server (0: the paper's plain SGD; DFAD uses 0.9)")
+    lr_decay: float = setting(
+        0.3, "server lrs are multiplied by this at n_D/2 and 3n_D/4 each round (paper Sec. IV-A3)"
+    )
+    student_steps_per_iter: int = setting(
         1, "global-model steps per generator step (paper 1; DFAD 5; docs/methods/fedzkt.md#adversarial-schedule)"
     )
-    global_model: str | None = param(
+    global_model: str | None = setting(
         None,
         "zoo name of the server's global model F (unstated in the paper; resnet18 at its scale, 'zkt_s1_cnn' "
         "lighter; docs/methods/fedzkt.md#generator-and-global-model); default: the preset's",
     )
-    generator: str | None = param(
+    generator: str | None = setting(
         None,
         "zoo name of the generator G (DFAD GeneratorA 'zkt_generator'; 'zkt_generator_mlp' for the 8x8 recipe); "
         "default: the preset's",
     )
-    generator_nz: int = param(0, "noise dimension d_z; 0 = the generator's default (100 for 28x28, 256 for 32x32)")
-    generator_ngf: int | None = param(
+    generator_nz: int = setting(0, "noise dimension d_z; 0 = the generator's default (100 for 28x28, 256 for 32x32)")
+    generator_ngf: int | None = setting(
         None, "GeneratorA width ngf (64 at the paper's scale); ignored by the MLP generator; default: the preset's"
     )
-    server_bn_mode: str = param(
+    server_bn_mode: str = setting(
         "train",
         "BatchNorm of device copies during transfer back: 'train' (stats adapt) or 'freeze_stats' "
         "(docs/methods/fedzkt.md#batchnorm-buffers)",

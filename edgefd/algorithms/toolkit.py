@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from edgefd.algorithms.base import check_choices, param
+from edgefd.algorithms.base import check_choices
+from edgefd.settings import setting
 
 
 class SampleIndex:
@@ -104,13 +105,13 @@ class RobustAggregation:
     """The params of a method whose server may combine its clients robustly (FD, FedAvg): its params
     dataclass inherits these two."""
 
-    aggregator: str = param(
+    aggregator: str = setting(
         "mean",
         "how the server combines the clients' contributions: mean (the paper's, sample-weighted), or the "
         "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far",
         choices=AGGREGATORS,
     )
-    trim: float = param(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
+    trim: float = setting(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -9,16 +9,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgefd.settings import setting
+
 # The methods below import what they use: `edgefd simulate --help` builds its flags from this class
 # and must not wait seconds for torch, which the data, the loop and the trainer import.
 if TYPE_CHECKING:
     from edgefd.runtime.loop import LoopConfig
     from edgefd.training import TrainConfig
-
-
-def setting(default: Any, help: str) -> Any:
-    """A config field with the help of its command-line flag (what it does, what values it takes)."""
-    return field(default=default, metadata={"help": help})
 
 
 DEFAULT_THREADS = 2
@@ -104,12 +101,10 @@ class SimulationConfig:
         "convolutional models in the channels-last (NHWC) memory layout, about a tenth faster to train on a CPU; "
         "false keeps PyTorch's default NCHW (results agree to float rounding)",
     )
-    threads: int = field(
+    threads: int = setting(
+        help="CPU threads for torch and the kernels (default: $OMP_NUM_THREADS where it is set, else 2; "
+        "use 1 to run several simulations at once)",
         default_factory=default_threads,
-        metadata={
-            "help": "CPU threads for torch and the kernels (default: $OMP_NUM_THREADS where it is set, else 2; "
-            "use 1 to run several simulations at once)"
-        },
     )
     kernels: str | None = setting(None, "kernel backend: cpp or torch (default: $EDGEFD_KERNELS, else cpp)")
     device: str = setting(

@@ -17,19 +17,19 @@ from edgefd.algorithms.base import (
     get_method,
     list_methods,
     make_params,
-    param,
     register,
     sent_verbs,
 )
 from edgefd.algorithms.schema import MessageSchema
 from edgefd.protocol import Payload
+from edgefd.settings import setting
 
 
 @dataclass
 class ToyParams:
-    mode: str = param("fast", "fast | slow", choices=("fast", "slow"), aliases={"quick": "fast"})
-    variant: str | None = param(None, "a | b; None: by mode", choices=("a", "b"))
-    name: str = param("free", "any text")
+    mode: str = setting("fast", "fast | slow", choices=("fast", "slow"), aliases={"quick": "fast"})
+    variant: str | None = setting(None, "a | b; None: by mode", choices=("a", "b"))
+    name: str = setting("free", "any text")
 
 
 def test_choices_are_normalised_aliased_and_refused_by_name():

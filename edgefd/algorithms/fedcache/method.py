@@ -64,7 +64,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, param, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache
@@ -72,6 +72,7 @@ from edgefd.algorithms.toolkit import SampleIndex
 from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
+from edgefd.settings import setting
 from edgefd.training import LocalTraining, epoch_batches, forward, local_epochs
 
 log = logging.getLogger(__name__)
@@ -81,40 +82,40 @@ EXCHANGES = ("batch", "round")
 
 @dataclass
 class FedCacheParams:
-    beta: float = param(1.5, "weight of the distillation term (alpha in the paper's official code)")
-    temperature: float = param(3.0, "distillation temperature (KL only; CE at 1)")
-    eps: float = param(1e-7, "added to the teacher probabilities, not renormalised")
-    neighbours: int = param(16, "R: related same-label samples per sample")
-    encoder: str = param("pixels", "hash encoder: pixels | projection[:D] | mobilenet[:WEIGHTS] | onnx:PATH")
-    knn: str = param("hnsw", "relation search: hnsw | exact", choices=KNN_METHODS)
-    hnsw_m: int = param(64, "hnswlib M")
-    hnsw_ef_construction: int = param(1000, "hnswlib ef_construction")
-    hnsw_ef: int = param(1000, "hnswlib ef at query time")
-    exclude_same_client: bool = param(
+    beta: float = setting(1.5, "weight of the distillation term (alpha in the paper's official code)")
+    temperature: float = setting(3.0, "distillation temperature (KL only; CE at 1)")
+    eps: float = setting(1e-7, "added to the teacher probabilities, not renormalised")
+    neighbours: int = setting(16, "R: related same-label samples per sample")
+    encoder: str = setting("pixels", "hash encoder: pixels | projection[:D] | mobilenet[:WEIGHTS] | onnx:PATH")
+    knn: str = setting("hnsw", "relation search: hnsw | exact", choices=KNN_METHODS)
+    hnsw_m: int = setting(64, "hnswlib M")
+    hnsw_ef_construction: int = setting(1000, "hnswlib ef_construction")
+    hnsw_ef: int = setting(1000, "hnswlib ef at query time")
+    exclude_same_client: bool = setting(
         False,
         "relate samples only to other clients' samples (docs/methods/fedcache.md#neighbours-from-the-same-client)",
     )
-    mask_unfilled: bool = param(
+    mask_unfilled: bool = setting(
         False,
         "average only neighbours already uploaded, not the zero rows (docs/methods/fedcache.md#cache-initialisation)",
     )
-    max_ensemble: int = param(
+    max_ensemble: int = setting(
         0,
         "average only the nearest this many of R (0: all, Eq. 17; paper-era code: 10; "
         "docs/methods/fedcache.md#effective-r)",
     )
-    hash_cache: str = param(
+    hash_cache: str = setting(
         "auto",
         "where hashes are kept by sample content so that no run hashes a sample twice: auto (for the mobilenet "
         "and onnx encoders, in $EDGEFD_CACHE_DIR/hashes or ~/.cache/edgefd/hashes) | off | a folder",
     )
-    relation_cache: str = param(
+    relation_cache: str = setting(
         "auto",
         "where the server keeps neighbour tables by the hashes and settings they came from, so that a run on "
         "hashes met before skips the search: auto (for knn=hnsw, in $EDGEFD_CACHE_DIR/relations or "
         "~/.cache/edgefd/relations) | off | a folder",
     )
-    exchange: str = param(
+    exchange: str = setting(
         "batch",
         "batch: teachers per mini-batch from the live cache, clients in sequence "
         "(the paper, Alg. 1-2) | round: one exchange per round from a snapshot (MQTT; "

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgefd.algorithms.base import check_choices, param
+from edgefd.algorithms.base import check_choices
+from edgefd.settings import setting
 
 PROFILES = ("paper", "reference")
 LKA_VARIANTS = ("sim", "balanced")
@@ -31,76 +32,76 @@ DIST_META_SCALE = 3.0
 
 @dataclass
 class FedICTParams:
-    lka: str = param(
+    lka: str = setting(
         "sim",
         "LKA variant on the server: sim (Eq. 12) | balanced (Eq. 13-14)",
         choices=LKA_VARIANTS,
         aliases={"balance": "balanced", "similarity": "sim"},
     )
-    profile: str = param(
+    profile: str = setting(
         "paper",
         "paper (the equations as printed) | reference (the authors' demo arithmetic; "
         "docs/methods/fedict.md#reference-profile)",
         choices=PROFILES,
     )
-    beta: float = param(
+    beta: float = setting(
         1.5, "weight of the base KL term on client and server (Sec. 5.1.4); the demo's alpha in reference"
     )
-    lam: float = param(1.5, "FPKD weight lambda (Eq. 8); 0 = FedGKT client")
-    mu: float = param(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
-    sim_weighting: str | None = param(
+    lam: float = setting(1.5, "FPKD weight lambda (Eq. 8); 0 = FedGKT client")
+    mu: float = setting(1.5, "LKA weight mu (Eq. 9); 0 = FedGKT server")
+    sim_weighting: str | None = setting(
         None,
         "server KL weight of lka=sim: additive (beta + mu cos_k, Eq. 9 + 12) | scaled (beta cos_k, the authors' "
         "code); None: by profile (docs/methods/fedict.md#similarity-weighting)",
         choices=SIM_WEIGHTINGS,
     )
-    fpkd_T: float = param(3.0, "FPKD weight temperature T (Eq. 11); never applied to logits")
-    lka_U: float = param(7.0, "class-balanced LKA weight temperature U (Eq. 14); never applied to logits")
-    kd_temperature: float | None = param(
+    fpkd_T: float = setting(3.0, "FPKD weight temperature T (Eq. 11); never applied to logits")
+    lka_U: float = setting(7.0, "class-balanced LKA weight temperature U (Eq. 14); never applied to logits")
+    kd_temperature: float | None = setting(
         None,
         "KD softmax temperature with T^2 scaling (None: 1 in paper, 3 in reference; "
         "docs/methods/fedict.md#kd-temperature)",
     )
-    weight_form: str | None = param(
+    weight_form: str | None = setting(
         None,
         "FPKD / balance weights: softmax (Eq. 11, 14) | linear (d/T, signed (dS-dk)/U); None: by profile "
         "(docs/methods/fedict.md#softmax-or-linear-weights)",
         choices=WEIGHT_FORMS,
     )
-    first_round_kd: str | None = param(
+    first_round_kd: str | None = setting(
         None,
         "round 1 (no server logits yet): uniform (KD to the zero logits the server sends, Alg. 2 l.10-11) | skip; "
         "None: by profile (docs/methods/fedict.md#first-round)",
         choices=FIRST_ROUND,
     )
-    zs_generation: str | None = param(
+    zs_generation: str | None = setting(
         None,
         "server logits: after_client_pass (eval, Alg. 2 l.17) | two_phase | train_forward; None: by profile "
         "(docs/methods/fedict.md#server-logit-generation)",
         choices=ZS_GENERATION,
     )
-    lka_client_weighting: str = param(
+    lka_client_weighting: str = setting(
         "sample",
         "LKA averaging: sample (minibatch mean) | client_uniform (x N/(K N^k), Eq. 12-13; "
         "docs/methods/fedict.md#lka-averaging)",
         choices=LKA_CLIENT_WEIGHTING,
     )
-    server_order: str = param(
+    server_order: str = setting(
         "ascending", "order of the server's client passes: ascending | shuffled (each round)", choices=SERVER_ORDERS
     )
-    server_epochs: int = param(1, "server epochs over each client's features per round")
-    server_batch_size: int | None = param(None, "server minibatch size (None: the run's batch size)")
-    server_model: str = param(
+    server_epochs: int = setting(1, "server epochs over each client's features per round")
+    server_batch_size: int | None = setting(None, "server minibatch size (None: the run's batch size)")
+    server_model: str = setting(
         "auto", "zoo name of the server model (auto: fedict_server / fedict_server_small / fedict_fc_server)"
     )
-    nesterov: bool = param(True, "Nesterov momentum for client and server SGD (the demo's optimiser)")
-    feature_precision: str | None = param(
+    nesterov: bool = setting(True, "Nesterov momentum for client and server SGD (the demo's optimiser)")
+    feature_precision: str | None = setting(
         None,
         "wire precision of the uploaded features fp32|fp16|int8 (None: the run's precision)",
         choices=FEATURE_PRECISIONS,
     )
-    resend_labels: bool = param(False, "upload labels every round like the demo (the paper sends them once)")
-    dist_meta: str = param(
+    resend_labels: bool = setting(False, "upload labels every round like the demo (the paper sends them once)")
+    dist_meta: str = setting(
         "none",
         "Table VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
         choices=DIST_META,
@@ -156,8 +157,8 @@ class FedGKTParams(FedICTParams):
     """FedGKT = FedICT with the FPKD and LKA weights off (lam = mu = 0: Eq. 2 and 4 of the FedICT paper;
     docs/methods/fedgkt.md#formulation-used)."""
 
-    lam: float = param(0.0, "FPKD weight: 0 for FedGKT (use --algo fedict to change it)")
-    mu: float = param(0.0, "LKA weight: 0 for FedGKT (use --algo fedict to change it)")
+    lam: float = setting(0.0, "FPKD weight: 0 for FedGKT (use --algo fedict to change it)")
+    mu: float = setting(0.0, "LKA weight: 0 for FedGKT (use --algo fedict to change it)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
