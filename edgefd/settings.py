@@ -31,3 +31,46 @@ def setting(
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+METAVAR_OF_TYPE = {"int": "N", "float": "X", "str": "TEXT"}
+
+
+def add_setting_arguments(
+    group: Any, owner: type, names: tuple[str, ...], metavars: dict[str, str] | None = None
+) -> None:
+    """One flag per setting ``names`` of the dataclass ``owner`` (`round_timeout` gives
+    --round-timeout); its help and default come from the field (`setting()`), so the flag cannot say
+    another thing than the dataclass. ``group``: an argparse parser or argument group."""
+    fields = {f.name: f for f in dataclasses.fields(owner)}
+    defaults = {name: _default_of(fields[name]) for name in names}
+    kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float}
+    for name in names:
+        kind = str(fields[name].type).split(" ")[0]
+        default = defaults[name]
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+        group.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=kinds.get(kind, str),
+            default=default,
+            metavar=(metavars or {}).get(name) or METAVAR_OF_TYPE.get(kind, name.upper()),
+            help=f"{fields[name].metadata['help']} (default: {shown})",
+        )
+
+
+def settings_from_args(owner: type, args: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """The values of the flags `add_setting_arguments` made, as keyword arguments of ``owner``."""
+    known = {f.name for f in dataclasses.fields(owner)}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ValueError(f"{owner.__name__} has no setting(s) {unknown}")
+    return {name: getattr(args, name) for name in names}
+
+
+def _default_of(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    raise ValueError(f"setting {field.name} has no default: a flag needs one")

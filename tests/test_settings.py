@@ -34,3 +34,25 @@ def test_the_run_and_every_methods_params_declare_each_setting_with_its_help():
         if f.name != "params" and not f.metadata.get("help")
     ]
     assert not missing, f"declare these with edgefd.settings.setting(default, help): {missing}"
+
+
+def test_the_deployment_flags_are_made_from_their_settings():
+    import argparse
+
+    from edgefd.deploy.mqtt_channel import DeploymentSettings
+    from edgefd.deploy.server import DEPLOYMENT_FLAGS, add_deployment_arguments
+    from edgefd.settings import settings_from_args
+
+    parser = argparse.ArgumentParser()
+    add_deployment_arguments(parser)
+    fields = {f.name: f for f in dataclasses.fields(DeploymentSettings)}
+    actions = {action.dest: action for action in parser._actions if action.dest in DEPLOYMENT_FLAGS}
+    assert set(actions) == set(DEPLOYMENT_FLAGS)
+    for name, action in actions.items():
+        assert action.help.startswith(fields[name].metadata["help"])
+        assert action.default == fields[name].default
+    args = parser.parse_args(["--round-timeout", "7.5", "--min-clients", "3"])
+    values = settings_from_args(DeploymentSettings, args, DEPLOYMENT_FLAGS)
+    assert values["round_timeout"] == 7.5 and values["min_clients"] == 3 and values["eval_timeout"] == 30.0
+    with pytest.raises(ValueError, match="no setting"):
+        settings_from_args(DeploymentSettings, args, ("round_timeout", "nonsense"))

@@ -52,6 +52,7 @@ from edgefd.runtime.channel import Serve
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, RoundRecord
 from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
+from edgefd.settings import setting
 
 log = logging.getLogger(__name__)
 
@@ -91,23 +92,36 @@ class DeploymentSettings:
     run: str
     """Run name: the topics are edgefd/<run>/..."""
     broker: BrokerSettings = field(default_factory=BrokerSettings)
-    round_timeout: float = 60.0
-    """Seconds a round waits for uplinks after sending its downlinks."""
-    eval_timeout: float = 30.0
-    """Seconds an evaluation waits for the clients' accuracies (offline clients are not waited for)."""
-    hello_timeout: float = 600.0
-    """Seconds the start waits for every client's hello (then goes on with those it has)."""
-    min_clients: int = 1
-    """A round starts only when at least this many clients are online; the start waits for at
-    least this many hellos (all of them until `hello_timeout`)."""
-    max_wait: float = 3600.0
-    """Seconds the run waits for `min_clients` before it goes on with fewer (logged as an error)."""
-    ask_again: float = 10.0
-    """Seconds without an answer from an online client after which the server asks it, and then
-    asks again this often (at most MAX_ASKS_AGAIN times a phase), to send its answer again (at most
-    a third of the phase's timeout, so that every phase asks at least twice): a broker that drops
-    messages under load (a full session queue) would otherwise lose an honest uplink for the whole
-    round."""
+    round_timeout: float = setting(
+        60.0,
+        "seconds a training round waits for the selected clients' uplinks after sending the downlinks; a later "
+        "uplink is counted as late and discarded, like a simulated straggler",
+    )
+    eval_timeout: float = setting(
+        30.0,
+        "seconds an evaluation waits for the clients' accuracies; clients that do not answer (offline clients "
+        "are not waited for) are left out of that round's mean",
+    )
+    hello_timeout: float = setting(
+        600.0,
+        "seconds the start waits for every client's hello, then goes on with those it has (at least --min-clients)",
+    )
+    min_clients: int = setting(
+        1,
+        "a round starts only when at least N clients are online, and the start waits for at least N hellos (N >= 1)",
+    )
+    max_wait: float = setting(
+        3600.0,
+        "seconds to wait for --min-clients clients (online, or past a deadline) before going on with fewer, "
+        "logged as an error",
+    )
+    ask_again: float = setting(
+        10.0,
+        "seconds without an answer from an online client before the server asks it, a few bytes, to send its "
+        "answer again from its cache (a broker under load may drop an uplink), then again as often, at most "
+        f"{MAX_ASKS_AGAIN} times a phase (capped at a third of the phase's timeout, so that every phase asks "
+        "at least twice)",
+    )
     chunk_size: int = DEFAULT_CHUNK_SIZE
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     connect_timeout: float = 60.0

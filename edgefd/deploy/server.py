@@ -21,80 +21,32 @@ import logging
 import sys
 
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
-from edgefd.deploy.mqtt_channel import MAX_ASKS_AGAIN, DeploymentSettings
+from edgefd.deploy.mqtt_channel import DeploymentSettings
 from edgefd.runtime.flags import add_config_arguments, config_from_args
+from edgefd.settings import add_setting_arguments, settings_from_args
 
 LOST_ROUNDS_EXIT = 3
 """The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
 (summary.json's ``lost_rounds``): its results are not those of the run that was asked for."""
 
 
+DEPLOYMENT_FLAGS = ("round_timeout", "eval_timeout", "hello_timeout", "min_clients", "max_wait", "ask_again")
+"""The `DeploymentSettings` a user sets on the command line (their help and defaults are the fields')."""
+
+
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = DeploymentSettings(run="x")
     group = parser.add_argument_group("deployment")
-    group.add_argument(
-        "--round-timeout",
-        type=float,
-        metavar="SECONDS",
-        default=defaults.round_timeout,
-        help="seconds a training round waits for the selected clients' uplinks after sending the downlinks; "
-        "a later uplink is counted as late and discarded, like a simulated straggler (default: %(default)g)",
-    )
-    group.add_argument(
-        "--eval-timeout",
-        type=float,
-        metavar="SECONDS",
-        default=defaults.eval_timeout,
-        help="seconds an evaluation waits for the clients' accuracies; clients that do not answer are left "
-        "out of that round's mean (default: %(default)g)",
-    )
-    group.add_argument(
-        "--hello-timeout",
-        type=float,
-        metavar="SECONDS",
-        default=defaults.hello_timeout,
-        help="seconds the start waits for every client's hello, then goes on with those it has (at least "
-        "--min-clients) (default: %(default)g)",
-    )
-    group.add_argument(
-        "--min-clients",
-        type=int,
-        metavar="N",
-        default=defaults.min_clients,
-        help="a round starts only when at least N clients are online, and the start waits for at least N "
-        "hellos (N >= 1) (default: %(default)s)",
-    )
-    group.add_argument(
-        "--max-wait",
-        type=float,
-        metavar="SECONDS",
-        default=defaults.max_wait,
-        help="seconds to wait for --min-clients clients (online, or past a deadline) before going on with "
-        "fewer, logged as an error (default: %(default)g)",
-    )
-    group.add_argument(
-        "--ask-again",
-        type=float,
-        metavar="SECONDS",
-        default=defaults.ask_again,
-        help="seconds without an answer from an online client before the server asks it, a few bytes, to "
-        "send its answer again from its cache (a broker under load may drop an uplink), then again as often, "
-        f"at most {MAX_ASKS_AGAIN} times a phase (default: %(default)g)",
-    )
+    metavars = {name: "SECONDS" for name in DEPLOYMENT_FLAGS if name != "min_clients"}
+    add_setting_arguments(group, DeploymentSettings, DEPLOYMENT_FLAGS, metavars)
 
 
 def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
     return DeploymentSettings(
         run=args.run,
         broker=broker_settings(args),
-        round_timeout=args.round_timeout,
-        eval_timeout=args.eval_timeout,
-        hello_timeout=args.hello_timeout,
-        min_clients=args.min_clients,
-        max_wait=args.max_wait,
-        ask_again=args.ask_again,
         chunk_size=args.chunk_size,
         max_message_bytes=args.max_message_bytes,
+        **settings_from_args(DeploymentSettings, args, DEPLOYMENT_FLAGS),
     )
 
 
