@@ -235,6 +235,18 @@ class ServerContext:
     """Wire precision for knowledge arrays."""
     total_rounds: int = 1
     """Rounds in the run."""
+    samples_per_client: int | None = None
+    """The run's --samples-per-client: no client holds more training samples (None: not set)."""
+    class_samples: tuple[int, ...] = ()
+    """Training samples of each class in the run's data (empty: not known): no client holds more of a
+    class, nor more in all than their sum."""
+
+    def max_client_samples(self) -> int | None:
+        """The most training samples the run's settings let one client hold: --samples-per-client
+        when set, else the run's training set (None: not known)."""
+        if self.samples_per_client is not None:
+            return self.samples_per_client
+        return sum(self.class_samples) if self.class_samples else None
 
 
 class ServerRole(ABC):
