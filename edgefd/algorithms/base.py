@@ -299,6 +299,13 @@ class ServerRole(ABC):
         """Raise :class:`UplinkRejected` unless ``payload`` is a step request this client may send."""
         check_payload(payload, self.request_schemas(client_id))
 
+    def max_steps(self, client_id: str) -> int | None:
+        """The most step requests this client's training makes in one round, from what it declared
+        (``step_exchange`` only; FedCache: its samples' mini-batches times the local epochs). The
+        loop refuses a request past it, and a deployment's hard deadline for the client's steps
+        grows with it. None: no cap (a deployment then gives the steps no time of their own)."""
+        return None
+
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
         """The reply to one request a client made during training (``step_exchange`` only)."""
         raise NotImplementedError(f"{type(self).__name__} does not exchange during training")

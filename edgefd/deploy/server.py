@@ -73,6 +73,16 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
         "fewer, logged as an error (default: %(default)g)",
     )
     group.add_argument(
+        "--step-seconds",
+        type=float,
+        metavar="SECONDS",
+        default=defaults.step_seconds,
+        help="a method that exchanges during training (FedCache's exchange=batch): a client's steps phase waits "
+        "--round-timeout after each step the server took, and ends at the latest --round-timeout + SECONDS x "
+        "the steps its declared data makes (its samples' mini-batches x epochs) after it began, whatever it "
+        "sends; a step past that count is refused, and the round's 'held' names the client (default: %(default)g)",
+    )
+    group.add_argument(
         "--ask-again",
         type=float,
         metavar="SECONDS",
@@ -92,6 +102,7 @@ def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
         hello_timeout=args.hello_timeout,
         min_clients=args.min_clients,
         max_wait=args.max_wait,
+        step_seconds=args.step_seconds,
         ask_again=args.ask_again,
         chunk_size=args.chunk_size,
         max_message_bytes=args.max_message_bytes,

@@ -55,6 +55,7 @@ Choices, with the page's sections:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
@@ -346,6 +347,13 @@ class FedCacheServer(ServerRole):
                     "too-many-samples",
                     f"a hello of {counts[c]} samples of class {c}; the run's training set holds {held[c]}",
                 )
+
+    def max_steps(self, client_id: str) -> int:
+        """Its samples' mini-batches times the local epochs (0 for a client left out at the start)."""
+        if client_id not in self.cache.slices:
+            return 0
+        samples = len(self.cache.sample_ids(client_id))
+        return math.ceil(samples / self.context.train.batch_size) * local_epochs(self.context.train)
 
     def _logits(self, client_id: str, length: int | None) -> schema.MessageSchema:
         """Logits of ``length`` (None: any number) of this client's own samples (the ids its hello

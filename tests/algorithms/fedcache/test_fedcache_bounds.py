@@ -1,6 +1,8 @@
 """What one FedCache client can make the server do: a hello no larger than the run lets one client
 hold (refused in round 0's ``rejected``, with the reason in the log), the relation search bounded
-whatever a class's size."""
+whatever a class's size, and no more step requests a round than the client's declared data makes."""
+
+import math
 
 import numpy as np
 import pytest
@@ -8,6 +10,8 @@ import pytest
 from edgefd.algorithms.fedcache import cache as cache_module
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload
+from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.loop import StepAnswers
 from edgefd.simulate import SimulationConfig, build
 
 QUICK = dict(
@@ -79,3 +83,24 @@ def test_the_exact_search_compares_bounded_blocks_and_finds_the_same_neighbours(
     whole = cache_module._exact_class(vectors, 5)
     monkeypatch.setattr(cache_module, "EXACT_BLOCK_ELEMENTS", 7 * 300)  # blocks of 7 rows
     assert np.array_equal(cache_module._exact_class(vectors, 5), whole)
+
+
+def test_a_round_takes_no_more_step_requests_than_the_clients_declared_data_makes(tmp_path):
+    config = {**QUICK, "batch_size": 16, "params": {"knn": "exact"}}  # the default exchange: per mini-batch
+    sim = build(SimulationConfig(out=str(tmp_path), **config))
+    sim.federation.hello()
+    cap = sim.server.max_steps("client-1")
+    assert cap == math.ceil(40 / 16) * 1  # its samples' mini-batches, one epoch (the paper's)
+    record = sim.federation.run_round(1)
+    ledger = sim.federation.channel.ledger
+    assert all(ledger.messages[(1, "up", cid, "step")] == cap for cid in sim.clients)  # honest clients fit
+    assert record.held == {}
+    ids = sim.server.cache.sample_ids("client-1")[:16].astype(np.int32)
+    content = Payload("fedcache.logits", "client-1", 2, {"ids": ids, "logits": np.zeros((16, 10), np.float32)})
+    serve = StepAnswers(sim.federation, 2, "client-1", cap)
+    for step in range(1, cap + 1):
+        assert serve(Message("step", "client-1", SERVER, 2, content, step)).content is not None
+    with pytest.raises(UplinkRejected) as refused:
+        serve(Message("step", "client-1", SERVER, 2, content, cap + 1))
+    assert refused.value.reason == "steps-over-cap" and (serve.taken, serve.refused) == (cap, 1)
+    assert sim.server.max_steps("client-9") == 0  # no hello taken: no step either
