@@ -235,6 +235,18 @@ class ServerContext:
     """Wire precision for knowledge arrays."""
     total_rounds: int = 1
     """Rounds in the run."""
+    samples_per_client: int | None = None
+    """The run's --samples-per-client: no client holds more training samples (None: not set)."""
+    class_samples: tuple[int, ...] = ()
+    """Training samples of each class in the run's data (empty: not known): no client holds more of a
+    class, nor more in all than their sum."""
+
+    def max_client_samples(self) -> int | None:
+        """The most training samples the run's settings let one client hold: --samples-per-client
+        when set, else the run's training set (None: not known)."""
+        if self.samples_per_client is not None:
+            return self.samples_per_client
+        return sum(self.class_samples) if self.class_samples else None
 
 
 class ServerRole(ABC):
@@ -286,6 +298,13 @@ class ServerRole(ABC):
     def check_request(self, round: int, client_id: str, payload: Payload) -> None:
         """Raise :class:`UplinkRejected` unless ``payload`` is a step request this client may send."""
         check_payload(payload, self.request_schemas(client_id))
+
+    def max_steps(self, client_id: str) -> int | None:
+        """The most step requests this client's training makes in one round, from what it declared
+        (``step_exchange`` only; FedCache: its samples' mini-batches times the local epochs). The
+        loop refuses a request past it, and a deployment's hard deadline for the client's steps
+        grows with it. None: no cap (a deployment then gives the steps no time of their own)."""
+        return None
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
         """The reply to one request a client made during training (``step_exchange`` only)."""

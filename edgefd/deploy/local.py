@@ -125,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
         str(args.min_clients),
         "--max-wait",
         str(args.max_wait),
+        "--step-seconds",
+        str(args.step_seconds),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": str(config.threads)}
     processes: dict[str, subprocess.Popen] = {}

@@ -15,7 +15,10 @@ their deadlines: `edgefd.runtime.verbs`):
   its answer again (a broker under load may have dropped it), at most `MAX_ASKS_AGAIN` times a
   phase; the client answers from its cache;
 - a client's own requests during its work (`step`, numbered) are answered in order, each once: a
-  repeat gets the same answer again, at most `MAX_STEP_RESENDS` times a step;
+  repeat gets the same answer again, at most `MAX_STEP_RESENDS` times a step; its steps phase waits
+  `round_timeout` after each request the server took, and ends at the latest at its hard deadline,
+  `round_timeout` + `step_seconds` x the steps its declared data makes after it began (no message
+  extends it: a client still sending then is cut off and named in the round's ``held``);
 - while the server waits, it publishes again, every few seconds, the configs of the clients it does
   not see online (a broker may not hand a retained config to every client: RabbitMQ's MQTT plugin);
 - an evaluation does not wait for clients that are offline;
@@ -115,6 +118,13 @@ class DeploymentSettings:
         "seconds to wait for --min-clients clients (online, or past a deadline) before going on with fewer, "
         "logged as an error",
     )
+    step_seconds: float = setting(
+        2.0,
+        "a method that exchanges during training (FedCache's exchange=batch): a client's steps phase waits "
+        "--round-timeout after each step the server took, and ends at the latest --round-timeout + SECONDS x "
+        "the steps its declared data makes (its samples' mini-batches x epochs) after it began, whatever it "
+        "sends; a step past that count is refused, and the round's 'held' names the client",
+    )
     ask_again: float = setting(
         10.0,
         "seconds without an answer from an online client before the server asks it, a few bytes, to send its "
@@ -127,7 +137,8 @@ class DeploymentSettings:
     connect_timeout: float = 60.0
 
     def validate(self) -> None:
-        for name in ("round_timeout", "eval_timeout", "hello_timeout", "max_wait", "connect_timeout", "ask_again"):
+        timeouts = ("round_timeout", "eval_timeout", "hello_timeout", "max_wait", "connect_timeout", "ask_again")
+        for name in (*timeouts, "step_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
         if self.min_clients < 1:
@@ -193,7 +204,10 @@ class _Phase:
     step_resends: int = 0
     """How often ``last_answer`` went out again (at most MAX_STEP_RESENDS)."""
     active_at: float = 0.0
-    """When the phase last heard from its client (a ``steps`` phase waits from there)."""
+    """When the server last took one of its client's steps (a ``steps`` phase waits from there, up
+    to ``ends_at``)."""
+    ends_at: float = float("inf")
+    """The phase's hard deadline: no message extends it."""
     asked: frozenset[str] = frozenset()
     """``expected`` as a set: every message is checked against it (thousands of clients)."""
 
@@ -245,6 +259,8 @@ class MqttChannel:
         self._configs_due = time.monotonic() + CONFIG_RESEND_SECONDS
         self._last_received = 0.0
         """When the server's thread last took a message (see `_ask_again`)."""
+        self._held: dict[int, dict[str, str]] = {}
+        """Per round, the clients whose steps phase was cut at its hard deadline, and how."""
 
     def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
         """What the server takes on a topic, decided from the topic alone, before any byte of the
@@ -274,10 +290,11 @@ class MqttChannel:
             self._wait_online(self.settings.min_clients)
 
     def send_and_receive(
-        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None
+        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
     ) -> dict[str, Message]:
         """Publish each message on its client's topic and collect the answers until each came or
-        the deadline passed (see the module doc); {client: answer} in client-id order."""
+        the deadline passed (see the module doc); {client: answer} in client-id order. ``steps``:
+        the most requests a client makes (its steps phase's hard deadline grows with it)."""
         if not messages:
             return {}
         spec, round = VERBS[messages[0].verb], messages[0].round
@@ -294,7 +311,9 @@ class MqttChannel:
             Wait.EVAL: self.settings.eval_timeout,
         }[deadline.wait]
         min_needed = min(self.settings.min_clients, len(expected)) if deadline.quorum else 0
-        got = self._collect(spec, round, expected, requests, timeout, min_needed, deadline.skip_offline, serve).got
+        got = self._collect(
+            spec, round, expected, requests, timeout, min_needed, deadline.skip_offline, serve, steps or 0
+        ).got
         if spec.trains:
             for cid in expected:
                 if cid not in got:
@@ -328,6 +347,10 @@ class MqttChannel:
 
     def finish(self, record: RoundRecord) -> DeployedRoundRecord:
         values = {f.name: getattr(record, f.name) for f in fields(record)}
+        held = dict(record.held)
+        for cid, how in self._held.pop(record.round, {}).items():
+            held[cid] = f"{held[cid]}; {how}" if cid in held else how
+        values["held"] = dict(sorted(held.items()))
         deployed = DeployedRoundRecord(**values, wire=self._wire_delta(self._wire_at_begin))
         self._log_round(deployed)
         return deployed
@@ -379,19 +402,27 @@ class MqttChannel:
         min_needed: int,
         stop_when_rest_offline: bool = False,
         serve: Serve | None = None,
+        steps: int = 0,
     ) -> _Phase:
-        """Send the requests, then take messages until the phase can close (see the module doc)."""
+        """Send the requests, then take messages until the phase can close (see the module doc).
+        Every phase has a hard deadline from its start that no message extends: `timeout` plus
+        `max_wait` while it waits for `min_needed` answers; a client's steps phase (``serve``),
+        `timeout` + `step_seconds` x ``steps``, and in it the client's steps keep the phase open
+        `timeout` after each the server took, never past that deadline."""
         verb = spec.name
         now = time.monotonic()
-        self.phase = phase = _Phase(verb, round, list(expected), requests, now, serve=serve, active_at=now)
+        ends_at = now + timeout + (self.settings.step_seconds * steps if serve is not None else self.settings.max_wait)
+        self.phase = phase = _Phase(
+            verb, round, list(expected), requests, now, serve=serve, active_at=now, ends_at=ends_at
+        )
         for cid in expected:
             self._send_request(cid)
         warned = False
         scanned = now
         while len(phase.got) < len(expected):
             now = time.monotonic()
-            deadline = phase.active_at + timeout
-            hard_deadline = deadline + self.settings.max_wait
+            deadline = min(phase.active_at + timeout, phase.ends_at)
+            hard_deadline = phase.ends_at
             # twice a second, not at every message: the scans are over every client still waited for
             if now - scanned >= 0.5:
                 scanned = now
@@ -406,14 +437,15 @@ class MqttChannel:
             if now >= deadline and len(phase.got) >= min_needed:
                 break
             if now >= hard_deadline:
-                log.error(
-                    "%s %d: %d of the %d answers needed after %.0f s more; going on",
-                    verb,
-                    round,
-                    len(phase.got),
-                    min_needed,
-                    self.settings.max_wait,
-                )
+                if serve is None:
+                    log.error(
+                        "%s %d: %d of the %d answers needed after %.0f s more; going on",
+                        verb,
+                        round,
+                        len(phase.got),
+                        min_needed,
+                        self.settings.max_wait,
+                    )
                 break
             if now >= deadline and not warned:
                 log.info(
@@ -426,7 +458,25 @@ class MqttChannel:
                 warned = True
             self._pump(min(0.1, max(0.0, deadline - now)) or 0.1)
         self.phase = None
+        if serve is not None:
+            self._cut_at_hard_deadline(phase, timeout, steps)
         return phase
+
+    def _cut_at_hard_deadline(self, phase: _Phase, timeout: float, steps: int) -> None:
+        """A steps phase that ended at its hard deadline while its client was still sending steps
+        (not silent for `timeout`): the client held the round, and the round's record says so."""
+        now = time.monotonic()
+        for cid in phase.expected:
+            if cid in phase.got or now < phase.ends_at or phase.active_at + timeout <= phase.ends_at:
+                continue
+            seconds = phase.ends_at - phase.sent_at
+            how = (
+                f"its steps phase was cut at its hard deadline, {seconds:.0f} s after it began "
+                f"(--round-timeout {timeout:g} + {steps} step(s) x --step-seconds {self.settings.step_seconds:g}), "
+                f"after {phase.last_step} step(s)"
+            )
+            log.warning("%s %d: %s held the round: %s", phase.verb, phase.round, cid, how)
+            self._held.setdefault(phase.round, {})[cid] = how
 
     def _wait_online(self, needed: int) -> None:
         started = time.monotonic()
@@ -647,13 +697,14 @@ class MqttChannel:
         wire_bytes = record.wire.get("up", 0) + record.wire.get("down", 0)
         frames = record.wire.get("frames_up", 0) + record.wire.get("frames_down", 0)
         log.info(
-            "round %d/%d: %d/%d uplinks in time%s, accuracy %s, up %d B (wire %d B), down %d B (wire %d B), "
+            "round %d/%d: %d/%d uplinks in time%s%s, accuracy %s, up %d B (wire %d B), down %d B (wire %d B), "
             "%d frames, %.0f B/s, %.2f s",
             record.round,
             self.config.rounds,
             arrived,
             len(record.selected),
             f" (missing: {', '.join(record.late)})" if record.late else "",
+            f", held open by {', '.join(record.held)}" if record.held else "",
             accuracy,
             record.bytes_up,
             record.wire.get("up", 0),

@@ -30,7 +30,15 @@ LOST_ROUNDS_EXIT = 3
 (summary.json's ``lost_rounds``): its results are not those of the run that was asked for."""
 
 
-DEPLOYMENT_FLAGS = ("round_timeout", "eval_timeout", "hello_timeout", "min_clients", "max_wait", "ask_again")
+DEPLOYMENT_FLAGS = (
+    "round_timeout",
+    "eval_timeout",
+    "hello_timeout",
+    "min_clients",
+    "max_wait",
+    "step_seconds",
+    "ask_again",
+)
 """The `DeploymentSettings` a user sets on the command line (their help and defaults are the fields')."""
 
 

@@ -70,6 +70,9 @@ class RunPieces:
     splits: list
     model_names: list[str]
     client_ids: list[str]
+    class_samples: tuple[int, ...] = ()
+    """Training samples of each class of the run's data, counted before a simulation frees the
+    training arrays (empty: not known)."""
 
     def make_model(self, name: str) -> torch.nn.Module:
         return build_model(
@@ -110,7 +113,7 @@ def prepare(config: SimulationConfig, dataset: Any = None, on_demand: bool = Fal
         )
     models = resolve_models(config.models, method, tuple(dataset.input_shape))
     names = assign_models(models, config.clients, input_shape=dataset.input_shape)
-    return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients))
+    return RunPieces(method, params, dataset, splits, list(names), client_ids_of(config.clients), class_counts(dataset))
 
 
 def resolve_models(models: str, method: MethodSpec, input_shape: tuple[int, ...]) -> str:
@@ -196,8 +199,19 @@ def build_server(config: SimulationConfig, pieces: RunPieces) -> ServerRole:
         config.seed,
         config.precision,
         config.rounds,
+        samples_per_client=config.samples_per_client,
+        class_samples=pieces.class_samples,
     )
     return pieces.method.server(context, pieces.params)
+
+
+def class_counts(dataset: Any) -> tuple[int, ...]:
+    """Training samples of each class of ``dataset`` (empty where it holds no training labels)."""
+    labels = getattr(dataset, "train_y", None)
+    if labels is None or not len(labels):
+        return ()
+    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=dataset.num_classes)
+    return tuple(int(count) for count in counts)
 
 
 def selection_rng(config: SimulationConfig) -> np.random.Generator:

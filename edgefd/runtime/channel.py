@@ -43,11 +43,13 @@ class Channel(Protocol):
         ...
 
     def send_and_receive(
-        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None
+        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
     ) -> dict[str, Message]:
         """Send every message (at most one per client) and return the answers that came in time,
         by client id in sorted order, never in order of arrival. ``serve`` answers the requests a
-        client makes before it answers (a method that exchanges during training)."""
+        client makes before it answers (a method that exchanges during training); ``steps``: the
+        most of them a client makes (``ServerRole.max_steps``; a deployment's hard deadline for
+        the phase grows with it, None: the steps get no time of their own)."""
         ...
 
     def send(self, messages: Sequence[Message]) -> None:
@@ -92,7 +94,7 @@ class InProcessChannel:
         return record
 
     def send_and_receive(
-        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None
+        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
     ) -> dict[str, Message]:
         carry = self.transport.carry
         ask = None if serve is None else (lambda request: carry(serve(carry(request))))

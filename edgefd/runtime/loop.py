@@ -118,11 +118,17 @@ class Federation:
         return [Message(name, SERVER, cid, round, contents[cid], run=run) for cid in sorted(contents)]
 
     def exchange(
-        self, name: str, round: int, contents: Mapping[str, Payload | None], serve: Serve | None = None
+        self,
+        name: str,
+        round: int,
+        contents: Mapping[str, Payload | None],
+        serve: Serve | None = None,
+        steps: int | None = None,
     ) -> dict[str, Message]:
-        """Send verb ``name`` with ``contents`` and take the answers in client-id order."""
+        """Send verb ``name`` with ``contents`` and take the answers in client-id order (``serve``
+        and ``steps``: a client's requests during its work, and the most it makes)."""
         spec: Verb = verb(name)
-        answers = self.channel.send_and_receive(self._messages(name, round, contents), spec.deadline, serve)
+        answers = self.channel.send_and_receive(self._messages(name, round, contents), spec.deadline, serve, steps)
         return {cid: answers[cid] for cid in sorted(answers)}
 
     def _sealed(self, content: Payload | None) -> Payload | None:
@@ -187,10 +193,15 @@ class Federation:
         late_draw = self.rng.random(len(selected))
         stragglers = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
 
+        held: dict[str, str] = {}
         if self.server.step_exchange:
             answered: dict[str, Message] = {}
             for cid in selected:  # one after another: each client sees what the ones before it wrote
-                answered.update(self.exchange("steps", round, {cid: None}, self.step_answers(round, cid)))
+                cap = self.server.max_steps(cid)
+                serve = self.step_answers(round, cid, cap)
+                answered.update(self.exchange("steps", round, {cid: None}, serve, steps=cap))
+                if serve.refused:
+                    held[cid] = f"{serve.refused} step request(s) refused past the {cap} its declared data makes"
         else:
             answered = self.exchange("train", round, {cid: self.downlink(round, cid) for cid in selected})
         late = [cid for cid in selected if cid in stragglers or cid not in answered]
@@ -209,7 +220,17 @@ class Federation:
 
         bytes_up, bytes_down = self.channel.round_bytes(round)
         record = RoundRecord(
-            round, None, None, bytes_up, bytes_down, 0.0, selected, late, server=server_metrics, rejected=rejected
+            round,
+            None,
+            None,
+            bytes_up,
+            bytes_down,
+            0.0,
+            selected,
+            late,
+            server=server_metrics,
+            rejected=rejected,
+            held=held,
         )
         if selected and not any(cid not in stragglers and cid not in rejected for cid in answered):
             record.lost.append(LOST_UPLINKS)
@@ -249,16 +270,10 @@ class Federation:
                 ", ".join(missing[:5]),
             )
 
-    def step_answers(self, round: int, cid: str) -> Callable[[Message], Message]:
-        """The server's answers to one client's step requests in ``round``."""
-
-        def serve(request: Message) -> Message:
-            if request.content is None:
-                raise UplinkRejected("empty", "a step request without content")
-            self.server.check_request(round, cid, request.content)  # UplinkRejected: a ValueError the channel refuses
-            return request.answer(self._sealed(self.server.answer(round, cid, request.content)))
-
-        return serve
+    def step_answers(self, round: int, cid: str, cap: int | None = None) -> StepAnswers:
+        """The server's answers to one client's step requests in ``round``; ``cap``: the most it
+        takes (``ServerRole.max_steps``), the rest are refused and counted."""
+        return StepAnswers(self, round, cid, cap)
 
     def evaluate(self, record: RoundRecord) -> None:
         """Every client's accuracy of its deliverable model; the record's mean over those that answered."""
@@ -305,3 +320,34 @@ class Federation:
             keep(self.run_round(round))
         self.stop()
         return records
+
+
+class StepAnswers:
+    """The server's answers to one client's step requests in one round (a ``Serve``): each request
+    is checked against the method's ``request_schemas`` and answered; past ``cap`` requests
+    (``ServerRole.max_steps``) the rest are refused unread and counted (``refused``)."""
+
+    def __init__(self, federation: Federation, round: int, cid: str, cap: int | None) -> None:
+        self.federation, self.round, self.cid, self.cap = federation, round, cid, cap
+        self.taken = 0
+        self.refused = 0
+
+    def __call__(self, request: Message) -> Message:
+        """The answer; UplinkRejected (a ValueError, which the channel refuses and counts) for a
+        request the server does not take."""
+        server, round, cid = self.federation.server, self.round, self.cid
+        if self.cap is not None and self.taken >= self.cap:
+            self.refused += 1
+            if self.refused == 1:
+                log.warning(
+                    "round %d: %s asks past the %d step(s) its declared data makes; the rest are refused",
+                    round,
+                    cid,
+                    self.cap,
+                )
+            raise UplinkRejected("steps-over-cap", f"step request {request.step} of round {round}; at most {self.cap}")
+        if request.content is None:
+            raise UplinkRejected("empty", "a step request without content")
+        server.check_request(round, cid, request.content)
+        self.taken += 1
+        return request.answer(self.federation._sealed(server.answer(round, cid, request.content)))

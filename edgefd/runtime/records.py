@@ -34,6 +34,10 @@ class RoundRecord:
     rejected: dict[str, str] = field(default_factory=dict)
     """Clients whose message of this round did not fit what the method accepts, and why
     (``edgefd.algorithms.schema``): dropped, the round went on without them."""
+    held: dict[str, str] = field(default_factory=dict)
+    """Clients that held the round open, and how: step requests past the cap their declared data
+    makes (refused), or (a deployment) a steps phase still going at its hard deadline, cut there.
+    Empty for a round no client held."""
     lost: list[str] = field(default_factory=list)
     """What the round got from no client at all: LOST_UPLINKS (none of the selected clients'
     uplinks was taken: none arrived in time, or each was refused; round 0: the hellos) and

@@ -2,29 +2,39 @@
 over the broker as server/README.md installs it (TLS, passwords, the run-scoped ACL, the shipped
 edgefd.conf included by Debian's mosquitto.conf): one broker for the module, a run name per test.
 
-The device is client-0, driven by the test through edgefd's own transport (its frames reassembled
-and decoded as any device's are): it answers what the test says and keeps every message the
-server sent it, so a test counts what the server published."""
+The hostile device is client-0 (and, where a test needs a second, client-3), driven by the test
+through edgefd's own transport (its frames reassembled and decoded as any device's are): it answers
+what the test says and keeps every message the server sent it, so a test counts what the server
+published. Honest devices, where a test has them, are `edgefd client` processes with logins of their
+own."""
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import time
 
+import numpy as np
 import pytest
-from mqtt_helpers import edgefd, finish, flags, lines_of
+from mqtt_helpers import client, edgefd, finish, flags, lines_of
 from shipped_broker import start_installed
 
 from edgefd.deploy import messages as wire
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.deploy.server import LOST_ROUNDS_EXIT
 from edgefd.protocol import Payload
-from edgefd.protocol.message import Message
+from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.verbs import SCORES_KIND
 
-PASSWORDS = {"edgefd-server": "server-secret", "client-0": "zero-secret"}
-RUNS = ["flood", "lost"]
+PASSWORDS = {
+    "edgefd-server": "server-secret",
+    "client-0": "zero-secret",
+    "client-1": "one-secret",
+    "client-2": "two-secret",
+    "client-3": "three-secret",
+}
+RUNS = ["flood", "lost", "held"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -36,28 +46,43 @@ def broker(tmp_path_factory):
         yield running
 
 
-def start_server(broker, run: str, folder, *timeouts) -> tuple:
-    """`edgefd server` logged in as edgefd-server over TLS; (process, out folder, log file)."""
-    password = folder / "server.password"
-    password.write_text(PASSWORDS["edgefd-server"] + "\n")
+def login(broker, user: str, folder) -> tuple:
+    """The flags that log ``user`` in over TLS with its own password (in a file of its own)."""
+    password = folder / f"{user}.password"
+    password.write_text(PASSWORDS[user] + "\n")
     os.chmod(password, 0o600)
+    return ("--username", user, "--password-file", password, "--ca-cert", broker.ca)
+
+
+def start_server(broker, run: str, folder, *timeouts, config=RUN) -> tuple:
+    """`edgefd server` logged in as edgefd-server over TLS; (process, out folder, log file)."""
     out, log = folder / "out", folder / "server.log"
-    login = ("--username", "edgefd-server", "--password-file", password, "--ca-cert", broker.ca)
     process = edgefd(
-        "server", "--broker", broker.url, *login, "--run", run, *flags(RUN), *timeouts, "--out", out, "--quiet", log=log
+        "server",
+        "--broker",
+        broker.url,
+        *login(broker, "edgefd-server", folder),
+        "--run",
+        run,
+        *flags(config),
+        *timeouts,
+        "--out",
+        out,
+        "--quiet",
+        log=log,
     )
     return process, out, log
 
 
 class Device:
-    """client-0 as the test drives it: its own login, its own topics."""
+    """A device as the test drives it (client-0 unless told): its own login, its own topics."""
 
-    def __init__(self, broker, run: str) -> None:
-        self.run = run
+    def __init__(self, broker, run: str, cid: str = CID) -> None:
+        self.run, self.cid = run, cid
         self.topics = Topics(run)
-        login = BrokerSettings(broker.url, username=CID, password=PASSWORDS[CID], ca_cert=broker.ca)
-        self.endpoint = MqttEndpoint(login, self.topics, CID)
-        self.endpoint.subscribe(f"{self.topics.root}/down/{CID}/+")
+        login = BrokerSettings(broker.url, username=cid, password=PASSWORDS[cid], ca_cert=broker.ca)
+        self.endpoint = MqttEndpoint(login, self.topics, cid)
+        self.endpoint.subscribe(f"{self.topics.root}/down/{cid}/+")
         self.received: list[Message] = []
         """Every message the server sent it, in order."""
 
@@ -69,7 +94,7 @@ class Device:
         self.endpoint.stop()
 
     def say(self, state: str) -> None:
-        self.endpoint.publish(self.topics.status(CID), wire.status_message(CID, state, self.run), retain=True)
+        self.endpoint.publish(self.topics.status(self.cid), wire.status_message(self.cid, state, self.run), retain=True)
 
     def next(self, verb: str, timeout: float = 120.0) -> Message:
         """The next message of ``verb`` from the server (those before it are kept, not answered)."""
@@ -81,10 +106,15 @@ class Device:
                 return incoming.message
 
     def answer(self, request: Message, content: Payload | None = None) -> None:
-        self.endpoint.publish(self.topics.up(CID, request.verb), request.answer(content))
+        self.endpoint.publish(self.topics.up(self.cid, request.verb), request.answer(content))
 
     def scores(self, request: Message) -> None:
-        self.answer(request, Payload(SCORES_KIND, CID, request.round, scalars={"accuracy": 0.5}))
+        self.answer(request, Payload(SCORES_KIND, self.cid, request.round, scalars={"accuracy": 0.5}))
+
+    def step(self, round: int, number: int, content: Payload) -> None:
+        """Its step request ``number`` of ``round`` (FedCache's exchange=batch)."""
+        message = Message("step", self.cid, SERVER, round, content, number, self.run)
+        self.endpoint.publish(self.topics.up(self.cid, "step"), message)
 
 
 def test_a_device_flooding_its_status_gets_its_request_again_at_most_once(broker, tmp_path):
@@ -144,3 +174,102 @@ def test_a_round_that_no_device_answers_is_reported_lost(broker, tmp_path):
     assert "round 1: no uplink taken from the 1 selected client(s)" in text
     assert "round 1: no client's accuracy came back" in text and "nan%" not in text
     assert "final accuracy none" in text and "lost_rounds" in text
+
+
+# FedCache with its per-mini-batch exchange: 64 samples a device, 16 a batch, one epoch: 4 steps a round
+HELD_RUN = dict(
+    algo="fedcache",
+    dataset="digits",
+    clients=4,
+    rounds=1,
+    seed=5,
+    threads=1,
+    models="mlp",
+    partition="iid",
+    samples_per_client=64,
+    batch_size=16,
+)
+STEPS_CAP = 4
+STEP_EVERY = 1.5
+"""Seconds between client-0's steps: each within the --round-timeout the server waits after a step."""
+KEEPS_STEPPING = 45.0
+"""How long client-0 goes on sending steps unless the server has moved on (its round's evaluation)."""
+
+
+def fedcache_hello(cid: str, n: int) -> Payload:
+    """A hello that fits FedCache's schema on digits (pixels: 64-wide hashes) for ``n`` samples."""
+    rng = np.random.default_rng(n)
+    arrays = {
+        "ids": np.arange(10_000, 10_000 + n, dtype=np.int32),
+        "labels": (np.arange(n) % 10).astype(np.uint8),
+        "hashes": rng.random((n, 64), np.float32),
+    }
+    return Payload("fedcache.hello", cid, 0, arrays, {"encoder": "pixels"})
+
+
+def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its_declared_steps(broker, tmp_path):
+    """client-0 declares 64 samples (4 steps a round), then sends a valid step every 1.5 s, each
+    within the 4 s the server waits after a step, for as long as the server listens (up to 45 s).
+    client-3's hello declares 65 samples, one more than --samples-per-client lets a device hold.
+    client-1 and client-2 are honest `edgefd client`s. The server takes client-0's first 4 steps,
+    refuses the rest and goes on 4 s after the last it took, naming client-0 in the round's
+    'held'; client-3's hello is refused ('too-many-samples'); the honest devices train."""
+    timeouts = ("--round-timeout", 4, "--eval-timeout", 10, "--hello-timeout", 120, "--max-wait", 20)
+    config = {**HELD_RUN, "param": "knn=exact"}
+    server, out, log = start_server(broker, "held", tmp_path, *timeouts, config=config)
+    honest = [
+        client(broker, "held", cid, tmp_path / "state", tmp_path / f"{cid}.log", *login(broker, cid, tmp_path))
+        for cid in ("client-1", "client-2")
+    ]
+    answered, stepping = [], 0.0
+    try:
+        with Device(broker, "held") as device, Device(broker, "held", "client-3") as oversized:
+            oversized.say(wire.ONLINE)
+            oversized.answer(oversized.next("hello"), fedcache_hello("client-3", 65))
+            oversized.say(wire.OFFLINE)  # not waited for in evaluations; its steps phase ends at once
+            device.say(wire.ONLINE)
+            device.answer(device.next("hello"), fedcache_hello("client-0", 64))
+            device.scores(device.next("evaluate"))
+            request = device.next("steps")
+            ids = np.arange(10_000, 10_064, dtype=np.int32)
+            started, number, evaluation = time.monotonic(), 0, None
+            while evaluation is None and time.monotonic() - started < KEEPS_STEPPING:
+                number += 1
+                batch = ids[(number - 1) % 4 * 16 :][:16]
+                logits = np.zeros((16, 10), np.float32)
+                content = Payload("fedcache.logits", CID, request.round, {"ids": batch, "logits": logits})
+                device.step(request.round, number, content)
+                until = time.monotonic() + STEP_EVERY
+                while evaluation is None and time.monotonic() < until:
+                    try:
+                        incoming = device.endpoint.inbox.get(timeout=max(0.0, until - time.monotonic()))
+                    except queue.Empty:
+                        break
+                    if incoming.verb == "step":
+                        answered.append(incoming.message.step)
+                    elif incoming.verb == "evaluate":
+                        evaluation = incoming.message
+            stepping = time.monotonic() - started
+            device.scores(evaluation or device.next("evaluate"))
+            device.next("stop")
+    finally:
+        finish([server, *honest])
+    text = log.read_text()
+    assert server.returncode == 0, text[-3000:]
+    assert answered == [1, 2, 3, 4]  # its declared steps, each answered once; none past them
+    lines = lines_of(out)
+    assert lines[0]["rejected"] == {"client-3": "too-many-samples"}
+    assert (
+        "client-3's hello rejected: too-many-samples: a hello of 65 samples; one client of this run holds at "
+        "most 64 (--samples-per-client)" in text
+    )
+    round_1 = lines[1]
+    assert list(round_1["held"]) == ["client-0"], round_1["held"]
+    assert "step request(s) refused past the 4 its declared data makes" in round_1["held"]["client-0"]
+    assert "held open by client-0" in text
+    assert sorted(round_1["late"]) == ["client-0", "client-3"]  # the honest devices' steps phases ended
+    assert {"client-1", "client-2"} <= set(round_1["client_accuracy"])
+    assert round_1["server"]["cache_rows_updated"] == 64 + 64 + STEPS_CAP * 16  # the honest rows, client-0's 4 steps
+    # generous: the server moved on some 10 s after client-0's first step (4 taken, then 4 s of waiting);
+    # before the cap and the hard deadline, its round lasted as long as the steps came
+    assert stepping < 30, stepping

@@ -8,12 +8,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from edgefd.deploy import mqtt_channel
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, _Interrupted
 from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel, _Phase
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming, Topics
 from edgefd.protocol import Message, Payload, encoded_size
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.verbs import ClientApp
+from edgefd.runtime.records import RoundRecord
+from edgefd.runtime.verbs import VERBS, ClientApp
 
 
 @pytest.fixture
@@ -80,6 +82,46 @@ def test_steps_nobody_asked_for_and_bad_ones_are_refused_without_a_crash(channel
     channel._handle(step(1, 1.0))  # no steps phase open
     assert channel.rejected == ["unrequested", "future-round", "bad-step", "bad-request", "unrequested"]
     assert channel.published == []
+
+
+def steps_phase(channel, monkeypatch, every: float, last: int, steps: int = 5) -> float:
+    """client-0's steps phase of round 1 on a clock of the test's, one second a wait: the client
+    sends a step every ``every`` seconds, up to step ``last``, and never finishes. Returns the
+    seconds the phase lasted (round_timeout 10, step_seconds 2: its hard deadline is 10 + 2 x steps)."""
+    clock = [0.0]
+    monkeypatch.setattr(mqtt_channel, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    channel.settings.round_timeout, channel.settings.step_seconds = 10.0, 2.0
+    channel._wire_at_begin = channel._wire_totals()
+    sent = [0]
+
+    def wait(timeout):
+        clock[0] += 1.0
+        assert clock[0] < 200, "the steps kept the phase open as long as they came"
+        if sent[0] < last and clock[0] % every == 0:
+            sent[0] += 1
+            channel._handle(step(sent[0], 1.0))
+
+    channel._pump = wait
+    answer = serving(lambda request: Payload("fedcache.answer", "server", 1))
+    request = Message("steps", "server", "client-0", 1, run="u")
+    assert channel.send_and_receive([request], VERBS["steps"].deadline, answer, steps) == {}
+    return clock[0]
+
+
+def test_a_client_stepping_slowly_is_cut_at_its_hard_deadline_and_named(channel, monkeypatch):
+    """A step every 4 s, each within the 10 s the phase waits after a step: without a deadline from
+    the phase's start they would hold it as long as they came."""
+    assert steps_phase(channel, monkeypatch, every=4, last=100) == 10 + 2 * 5
+    record = channel.finish(RoundRecord(1, None, None, 0, 0, 0.0, ["client-0"], ["client-0"]))
+    assert list(record.held) == ["client-0"]
+    assert "cut at its hard deadline, 20 s after it began" in record.held["client-0"]
+    assert "after 5 step(s)" in record.held["client-0"]  # steps at 4, 8, 12, 16 and 20 s were taken
+
+
+def test_a_client_that_stops_sending_ends_its_phase_at_the_idle_timeout_unnamed(channel, monkeypatch):
+    assert steps_phase(channel, monkeypatch, every=4, last=2) == 8 + 10  # 10 s after its last step
+    record = channel.finish(RoundRecord(1, None, None, 0, 0, 0.0, ["client-0"], ["client-0"]))
+    assert record.held == {}
 
 
 class StepsRole:

@@ -63,6 +63,12 @@ def _normalised(x: np.ndarray) -> np.ndarray:
     return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
+EXACT_BLOCK_ELEMENTS = 2**24
+"""The exact search compares a block of rows with every row of the class at once: at most this many
+similarities (64 MB of float32, a few times that with the top-R selection's copies), whatever the
+class's size. The table does not depend on it."""
+
+
 def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, block: int = 4096) -> np.ndarray:
     """Top-r most cosine-similar other rows of each row; ties go to the smaller index.
 
@@ -70,6 +76,7 @@ def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, 
     candidates of other owners gets -1 in the places left."""
     unit = torch.from_numpy(_normalised(vectors))
     n = len(unit)
+    block = max(1, min(block, EXACT_BLOCK_ELEMENTS // max(n, 1)))
     out = np.empty((n, r), dtype=np.int64)
     for start in range(0, n, block):
         sims = (unit[start : start + block] @ unit.T).numpy()

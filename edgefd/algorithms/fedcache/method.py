@@ -55,6 +55,7 @@ Choices, with the page's sections:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
@@ -321,6 +322,39 @@ class FedCacheServer(ServerRole):
             "hashes": schema.knowledge(("n", hash_width(self.params.encoder, self.context.input_shape))),
         }
         return (schema.MessageSchema("fedcache.hello", arrays, {"encoder": schema.ScalarSpec(str)}),)
+
+    def check_hello(self, client_id: str, payload: Payload) -> None:
+        """The schema's checks, and what the run's settings let one client hold: no more samples than
+        --samples-per-client (or the run's training set, when that is not set), and no more of a
+        class than the run's training set holds of it (``too-many-samples``). So what one client
+        declares adds at most one class's worth of samples to any class's relation search, whose
+        cost grows with the square of the class's size (docs/methods/fedcache.md#hello-bounds)."""
+        most = self.context.max_client_samples()
+        declared = max((len(array) for array in payload.arrays.values() if array.ndim), default=0)
+        if most is not None and declared > most:  # before the schema's checks, which read every value
+            where = "--samples-per-client" if self.context.samples_per_client is not None else "its training set"
+            raise schema.UplinkRejected(
+                "too-many-samples",
+                f"a hello of {declared} samples; one client of this run holds at most {most} ({where})",
+            )
+        super().check_hello(client_id, payload)
+        held = self.context.class_samples
+        if held:
+            counts = np.bincount(np.asarray(payload.arrays["labels"], np.int64), minlength=len(held))
+            over = np.flatnonzero(counts > np.asarray(held))
+            if len(over):
+                c = int(over[0])
+                raise schema.UplinkRejected(
+                    "too-many-samples",
+                    f"a hello of {counts[c]} samples of class {c}; the run's training set holds {held[c]}",
+                )
+
+    def max_steps(self, client_id: str) -> int:
+        """Its samples' mini-batches times the local epochs (0 for a client left out at the start)."""
+        if client_id not in self.cache.slices:
+            return 0
+        samples = len(self.cache.sample_ids(client_id))
+        return math.ceil(samples / self.context.train.batch_size) * local_epochs(self.context.train)
 
     def _logits(self, client_id: str, length: int | None) -> schema.MessageSchema:
         """Logits of ``length`` (None: any number) of this client's own samples (the ids its hello
