@@ -4,27 +4,38 @@ edgefd.conf included by Debian's mosquitto.conf): one broker for the module, a r
 
 The device is client-0, driven by the test through edgefd's own transport (its frames reassembled
 and decoded as any device's are): it answers what the test says and keeps every message the
-server sent it, so a test counts what the server published."""
+server sent it, so a test counts what the server published. The ghost test drives client-2 the
+same way, then revokes it and restarts the broker (last in the module: the others do not need
+client-2); its honest devices are `edgefd client` processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import threading
 import time
 
+import paho.mqtt.client as mqtt
 import pytest
-from mqtt_helpers import edgefd, finish, flags, lines_of
+from mqtt_helpers import edgefd, finish, flags, lines_of, wait_for
 from shipped_broker import start_installed
 
 from edgefd.deploy import messages as wire
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.deploy.server import LOST_ROUNDS_EXIT
 from edgefd.protocol import Payload
-from edgefd.protocol.message import Message
+from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.records import HELLO_ROUND
 from edgefd.runtime.verbs import SCORES_KIND
 
-PASSWORDS = {"edgefd-server": "server-secret", "client-0": "zero-secret"}
-RUNS = ["flood", "lost"]
+PASSWORDS = {
+    "edgefd-server": "server-secret",
+    "client-0": "zero-secret",
+    "client-1": "one-secret",
+    "client-2": "two-secret",
+}
+RUNS = ["flood", "lost", "ghost"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -36,28 +47,32 @@ def broker(tmp_path_factory):
         yield running
 
 
-def start_server(broker, run: str, folder, *timeouts) -> tuple:
-    """`edgefd server` logged in as edgefd-server over TLS; (process, out folder, log file)."""
-    password = folder / "server.password"
-    password.write_text(PASSWORDS["edgefd-server"] + "\n")
+def login(broker, user: str, folder) -> tuple:
+    """The broker flags of `edgefd server` or `edgefd client` logged in as ``user`` over TLS."""
+    password = folder / f"{user}.password"
+    password.write_text(PASSWORDS[user] + "\n")
     os.chmod(password, 0o600)
+    return ("--broker", broker.url, "--username", user, "--password-file", password, "--ca-cert", broker.ca)
+
+
+def start_server(broker, run: str, folder, *timeouts, config: dict = RUN) -> tuple:
+    """`edgefd server` logged in as edgefd-server over TLS; (process, out folder, log file)."""
     out, log = folder / "out", folder / "server.log"
-    login = ("--username", "edgefd-server", "--password-file", password, "--ca-cert", broker.ca)
-    process = edgefd(
-        "server", "--broker", broker.url, *login, "--run", run, *flags(RUN), *timeouts, "--out", out, "--quiet", log=log
-    )
+    settings = (*login(broker, "edgefd-server", folder), "--run", run, *flags(config), *timeouts)
+    process = edgefd("server", *settings, "--out", out, "--quiet", log=log)
     return process, out, log
 
 
 class Device:
-    """client-0 as the test drives it: its own login, its own topics."""
+    """client-0 (or ``cid``) as the test drives it: its own login, its own topics."""
 
-    def __init__(self, broker, run: str) -> None:
+    def __init__(self, broker, run: str, cid: str = CID) -> None:
         self.run = run
+        self.cid = cid
         self.topics = Topics(run)
-        login = BrokerSettings(broker.url, username=CID, password=PASSWORDS[CID], ca_cert=broker.ca)
-        self.endpoint = MqttEndpoint(login, self.topics, CID)
-        self.endpoint.subscribe(f"{self.topics.root}/down/{CID}/+")
+        login = BrokerSettings(broker.url, username=cid, password=PASSWORDS[cid], ca_cert=broker.ca)
+        self.endpoint = MqttEndpoint(login, self.topics, cid)
+        self.endpoint.subscribe(f"{self.topics.root}/down/{cid}/+")
         self.received: list[Message] = []
         """Every message the server sent it, in order."""
 
@@ -69,19 +84,23 @@ class Device:
         self.endpoint.stop()
 
     def say(self, state: str) -> None:
-        self.endpoint.publish(self.topics.status(CID), wire.status_message(CID, state, self.run), retain=True)
+        self.endpoint.publish(self.topics.status(self.cid), wire.status_message(self.cid, state, self.run), retain=True)
 
     def next(self, verb: str, timeout: float = 120.0) -> Message:
-        """The next message of ``verb`` from the server (those before it are kept, not answered)."""
+        """The next message of ``verb`` from the server (those before it are kept, not answered,
+        but a config: answered with "online", as `edgefd client` does; the server counts only the
+        statuses it receives live, not one the broker kept from before it subscribed)."""
         deadline = time.monotonic() + timeout
         while True:
             incoming = self.endpoint.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
             self.received.append(incoming.message)
             if incoming.verb == verb:
                 return incoming.message
+            if incoming.verb == wire.CONFIG:
+                self.say(wire.ONLINE)
 
-    def answer(self, request: Message, content: Payload | None = None) -> None:
-        self.endpoint.publish(self.topics.up(CID, request.verb), request.answer(content))
+    def answer(self, request: Message, content: Payload | None = None, retain: bool = False) -> None:
+        self.endpoint.publish(self.topics.up(self.cid, request.verb), request.answer(content), retain=retain)
 
     def scores(self, request: Message) -> None:
         self.answer(request, Payload(SCORES_KIND, CID, request.round, scalars={"accuracy": 0.5}))
@@ -144,3 +163,109 @@ def test_a_round_that_no_device_answers_is_reported_lost(broker, tmp_path):
     assert "round 1: no uplink taken from the 1 selected client(s)" in text
     assert "round 1: no client's accuracy came back" in text and "nan%" not in text
     assert "final accuracy none" in text and "lost_rounds" in text
+
+
+# ---------------------------------------------------------------------- a ghost
+GHOST = "client-2"
+GHOST_RUN = dict(algo="fd", dataset="digits", clients=3, rounds=1, seed=5, threads=1)
+GHOST_FLAGS = ("--min-clients", 3, "--hello-timeout", 10, "--max-wait", 2, "--round-timeout", 15, "--eval-timeout", 10)
+"""Three clients (client-2 the ghost), all three wanted online: the honest two can never satisfy
+it alone, so the log says whether the ghost was counted."""
+
+
+def retained(broker, topics: list[str], seconds: float = 1.0) -> dict[str, bytes]:
+    """The retained messages the broker holds on ``topics``, as edgefd-server sees them when it
+    subscribes (while no server is connected: the login is one connection at a time)."""
+    found: dict[str, bytes] = {}
+    subscribed = threading.Event()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    client.username_pw_set("edgefd-server", PASSWORDS["edgefd-server"])
+    client.tls_set(ca_certs=broker.ca)
+    client.on_connect = lambda c, u, flags, code, props: c.subscribe([(topic, 1) for topic in topics])
+    client.on_subscribe = lambda c, u, mid, codes, props: subscribed.set()
+    client.on_message = lambda c, u, message: found.update({message.topic: message.payload} if message.retain else {})
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        assert subscribed.wait(10)
+        time.sleep(seconds)  # the retained messages come right after the subscription's acknowledgement
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return found
+
+
+def refused(broker, user: str) -> bool:
+    """Whether the broker refuses ``user``'s login (its password as the test set it)."""
+    codes: list = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    client.username_pw_set(user, PASSWORDS[user])
+    client.tls_set(ca_certs=broker.ca)
+    client.on_connect = lambda c, u, flags, code, props: codes.append(code)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        wait_for(lambda: codes, 10, f"{user}'s CONNACK")
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return codes[0].is_failure
+
+
+def test_a_revoked_devices_retained_hello_and_online_are_ignored(broker, tmp_path):
+    """client-2 takes part in a run "ghost" far enough to leave a retained hello and a retained
+    "online" (as `edgefd client` retains its status), and goes. Its login is revoked
+    (`mosquitto_passwd -D`) and the broker restarted: both messages are still on the broker
+    (persistence). A new run of the same name, with client-0 and client-1 honest `edgefd client`
+    processes and --min-clients 3: the server takes neither of the ghost's messages (it never says
+    client-2 is online, so the honest two never make 3: the log says so), clears both from the
+    broker, and the run completes with the honest devices' uplinks and accuracies."""
+    topics = Topics("ghost")
+    ghost_topics = [topics.up(GHOST, "hello"), topics.status(GHOST)]
+    with Device(broker, "ghost", GHOST) as ghost:
+        ghost.say(wire.ONLINE)
+        ghost.answer(Message("hello", SERVER, GHOST, HELLO_ROUND, None, run="ghost"), retain=True)
+        assert ghost.endpoint.flush(10)
+    passwd = broker.workdir / "etc/mosquitto/edgefd/passwd"
+    subprocess.run(["mosquitto_passwd", "-D", str(passwd), GHOST], check=True, timeout=10)
+    broker.restart()
+    assert refused(broker, GHOST) and not refused(broker, "client-0")
+    assert set(retained(broker, ghost_topics)) == set(ghost_topics)  # the ghost's messages survived the restart
+
+    state = tmp_path / "state"
+    clients = []
+    for cid in ("client-0", "client-1"):
+        log = tmp_path / f"{cid}.log"
+        clients.append(
+            edgefd(
+                "client",
+                *login(broker, cid, tmp_path),
+                "--run",
+                "ghost",
+                "--client-id",
+                cid,
+                "--state-dir",
+                state,
+                log=log,
+            )
+        )
+    for cid in ("client-0", "client-1"):  # connected and waiting for their configs: they answer the hello at once
+        wait_for(lambda cid=cid: "connected to" in (tmp_path / f"{cid}.log").read_text(), 120, f"{cid}", clients)
+    server, out, log = start_server(broker, "ghost", tmp_path, *GHOST_FLAGS, config=GHOST_RUN)
+    finish([server, *clients])
+    text = log.read_text()
+    assert server.returncode == 0, text[-3000:]
+    assert all(client.returncode == 0 for client in clients)
+    deployment = json.loads((out / "summary.json").read_text())["deployment"]
+    # the ghost: never online, its hello not taken; the broker's copies were seen, ignored, cleared
+    assert deployment["clients"][GHOST]["connects"] == 0, deployment["clients"]
+    assert "hello 0: 2 of the 3 answers needed after 2 s more; going on" in text  # the honest two's
+    assert deployment["wire"]["stale_retained"] == {"up/hello": 1, "status": 1}
+    assert "only 2 client(s) online after 2 s; going on" in text  # round 1 did not count the ghost
+    assert retained(broker, ghost_topics) == {}
+    # the honest devices joined and the run completed with them
+    lines = lines_of(out)
+    assert [line["round"] for line in lines] == [0, 1]
+    assert lines[1]["late"] == [GHOST] and lines[1]["rejected"] == {}
+    assert all(set(line["client_accuracy"]) == {"client-0", "client-1"} for line in lines)
+    assert deployment["clients"]["client-0"]["on_time"] == deployment["clients"]["client-1"]["on_time"] == 1
