@@ -33,11 +33,16 @@ _HEAD = """\
 # id (client-0, client-1, ...: %u below), and edgefd.conf's use_username_as_clientid makes it the
 # MQTT client id too. Anything not granted here is refused ($SYS, other runs, other clients).
 
-# The server: reads every client's uplinks and statuses of the run, writes their downlinks.
+# The server: reads every client's uplinks and statuses of the run, writes their downlinks. It
+# writes the uplink and status topics only to clear the retained messages it finds there when it
+# subscribes (an empty retained payload): it takes live messages only, and what a device that is
+# gone (revoked, say) left retained there goes.
 user edgefd-server
 topic read {root}/up/#
 topic read {root}/status/#
 topic write {root}/down/#
+topic write {root}/up/#
+topic write {root}/status/#
 
 # Every device, in this run only: writes its own uplinks (the verbs edgefd sends, nothing deeper,
 # so a device cannot fill the broker with retained messages on topics of its own invention) and

@@ -4,8 +4,16 @@
 (`up/<id>/<verb>`) until every one arrived or the verb's deadline passed (the loop's verbs and
 their deadlines: `edgefd.runtime.verbs`):
 
-- training rounds wait first until at least `min_clients` clients are online (their retained
-  status says so); an answer that comes after its round closed is counted as late and discarded;
+- training rounds wait first until at least `min_clients` clients are online (their status says
+  so); an answer that comes after its round closed is counted as late and discarded;
+- only live messages count: an uplink or a status the broker hands over with the retain flag was
+  stored before the server subscribed (a device that is gone, even revoked, may have left a hello
+  and an "online" years ago), so it is ignored, counted (`WireStats.stale_retained`) and cleared on
+  the broker. A client is online only once it said so to this server's connection: an honest
+  client says "online" when it gets its config, which the server publishes at its start (and again
+  after its own reconnection, and every few seconds to the clients it does not see online), and a
+  device the broker no longer lets in cannot say it at all, so it never counts toward
+  `min_clients`;
 - a client that comes online (after "offline", or first) while its request is outstanding gets
   it again, once per phase: an "online" repeated while online, or a device toggling its status,
   buys no more copies (a request may be a whole model); a reconnection of the server itself (a
@@ -51,6 +59,7 @@ from edgefd.deploy.mqtt_transport import (
     Topics,
 )
 from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.build import peak_rss_mb
 from edgefd.runtime.channel import Serve
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, RoundRecord
@@ -175,9 +184,13 @@ class ClientStats:
 @dataclass
 class DeployedRoundRecord(RoundRecord):
     """A round's record plus what the wire carried: MQTT payload bytes (chunk headers included)
-    of every message of the round, control and evaluation messages too."""
+    of every message of the round, control and evaluation messages too; and the server's memory."""
 
     wire: dict[str, int] = field(default_factory=dict)
+    peak_rss_mb: float | None = None
+    """The server process's peak resident memory so far, in MiB, at the round's end: a round's
+    growth over the round before is what the round cost (a test compares the peak under an attack
+    with the peak before it)."""
 
 
 @dataclass
@@ -245,6 +258,7 @@ class MqttChannel:
             chunk_size=settings.chunk_size,
             max_message_bytes=settings.max_message_bytes,
             limit=self._largest_message,
+            stale_retained=("up", "status"),
         )
         self.endpoint.subscribe(f"{topics.root}/up/+/+")
         self.endpoint.subscribe(f"{topics.root}/status/+")
@@ -351,7 +365,7 @@ class MqttChannel:
         for cid, how in self._held.pop(record.round, {}).items():
             held[cid] = f"{held[cid]}; {how}" if cid in held else how
         values["held"] = dict(sorted(held.items()))
-        deployed = DeployedRoundRecord(**values, wire=self._wire_delta(self._wire_at_begin))
+        deployed = DeployedRoundRecord(**values, wire=self._wire_delta(self._wire_at_begin), peak_rss_mb=peak_rss_mb())
         self._log_round(deployed)
         return deployed
 

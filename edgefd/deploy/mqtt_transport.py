@@ -25,7 +25,7 @@ import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
@@ -213,6 +213,9 @@ class WireStats:
     rejected_bytes: int = 0
     duplicates: int = 0
     """Frames ignored as repeats of frames already taken (QoS 1 redelivery)."""
+    stale_retained: Counter = field(default_factory=Counter)
+    """Per "direction/verb" key, retained frames ignored on a direction this endpoint takes live
+    messages only (`MqttEndpoint`'s ``stale_retained``): copies the broker stored earlier."""
     connects: int = 0
 
     def snapshot(self) -> dict:
@@ -226,6 +229,7 @@ class WireStats:
             "rejected": dict(self.rejected),
             "rejected_bytes": self.rejected_bytes,
             "duplicates": self.duplicates,
+            "stale_retained": dict(self.stale_retained),
             "connects": self.connects,
         }
 
@@ -265,18 +269,28 @@ class MqttEndpoint:
         limit: TopicLimit | None = None,
         reassembly_budget_bytes: int | None = None,
         inbox_max_bytes: int | None = None,
+        stale_retained: Collection[str] = (),
     ) -> None:
         """``limit``: what each topic may carry (default: ``max_message_bytes`` on every topic of
         the run). Memory held for received bytes is bounded twice: partial messages of every topic
         share ``reassembly_budget_bytes`` (default twice ``max_message_bytes``, per-frame overhead
         counted), and decoded messages waiting for the runtime ``inbox_max_bytes`` (default four
-        times ``max_message_bytes``)."""
+        times ``max_message_bytes``).
+
+        ``stale_retained``: directions ("up", "status") on which this endpoint takes live messages
+        only. A frame the broker hands over with the retain flag is one it stored before this
+        connection subscribed (MQTT sets the flag only then; a message published while the
+        subscription exists arrives without it, retained or not): it is counted in
+        :attr:`WireStats.stale_retained`, never buffered, and its topic's retained message is
+        cleared (an empty retained payload: a broker whose ACL refuses it drops it, and the stale
+        message is then only ignored)."""
         self.settings = settings
         self.topics = topics
         self.chunk_size = chunk_size
         self.max_message_bytes = max_message_bytes
         self.reassembly_timeout = reassembly_timeout
         self.limit = limit
+        self.stale_retained = frozenset(stale_retained)
         self.budget = ReassemblyBudget(reassembly_budget_bytes or 2 * max_message_bytes)
         self.inbox = Inbox(inbox_max_bytes or 4 * max_message_bytes)
         self.stats = WireStats()
@@ -405,19 +419,45 @@ class MqttEndpoint:
     # ------------------------------------------------------------------ receiving
     def reject(self, reason: str, topic: str, detail: str, nbytes: int = 0) -> None:
         """Count and log a refused frame or message (also used by the runtimes for their checks)."""
-        now = time.monotonic()
         with self._lock:
             self.stats.rejected[reason] += 1
             self.stats.rejected_bytes += nbytes
-            last, unlogged = self._rejection_log.get((topic, reason), (-REJECTION_LOG_SECONDS, 0))
-            if now - last < REJECTION_LOG_SECONDS:
-                self._rejection_log[topic, reason] = (last, unlogged + 1)
-                return
-            if len(self._rejection_log) >= 4096:  # topics are the senders' to choose: keep this bounded
-                self._rejection_log.clear()
-            self._rejection_log[topic, reason] = (now, 0)
-        more = f" ({unlogged} more like it since the last line)" if unlogged else ""
-        log.warning("rejected a message on %s: %s: %s%s", topic, reason, detail, more)
+            unlogged = self._due_a_line(topic, reason)
+        if unlogged is not None:
+            more = f" ({unlogged} more like it since the last line)" if unlogged else ""
+            log.warning("rejected a message on %s: %s: %s%s", topic, reason, detail, more)
+
+    def _due_a_line(self, topic: str, reason: str) -> int | None:
+        """None if a line of ``reason`` on ``topic`` was written less than REJECTION_LOG_SECONDS
+        ago (this one is counted as unlogged), else how many went unlogged since. Lock held."""
+        now = time.monotonic()
+        last, unlogged = self._rejection_log.get((topic, reason), (-REJECTION_LOG_SECONDS, 0))
+        if now - last < REJECTION_LOG_SECONDS:
+            self._rejection_log[topic, reason] = (last, unlogged + 1)
+            return None
+        if len(self._rejection_log) >= 4096:  # topics are the senders' to choose: keep this bounded
+            self._rejection_log.clear()
+        self._rejection_log[topic, reason] = (now, 0)
+        return unlogged
+
+    def _ignore_stale(self, topic: str, key: str, nbytes: int) -> None:
+        """A retained frame on a live-only direction (see ``stale_retained``): counted, logged
+        (an uplink as a warning: no honest client retains one; a status at debug level: every
+        client leaves one), and its topic cleared."""
+        with self._lock:
+            self.stats.stale_retained[key] += 1
+            unlogged = self._due_a_line(topic, "stale-retained")
+        self._track(self._client.publish(topic, b"", qos=QOS, retain=True).mid)
+        if unlogged is not None:
+            more = f" ({unlogged} more like it since the last line)" if unlogged else ""
+            log.log(
+                logging.DEBUG if key == "status" else logging.WARNING,
+                "ignored a retained message on %s (%d bytes): the broker stored it before this connection, "
+                "it is not live; cleared%s",
+                topic,
+                nbytes,
+                more,
+            )
 
     def _on_message(self, client, userdata, message) -> None:
         topic, data = message.topic, bytes(message.payload)
@@ -427,6 +467,9 @@ class MqttEndpoint:
             direction, client_id, verb = self.topics.parse(topic)
         except ValueError as error:
             self.reject("topic", topic, str(error), len(data))
+            return
+        if message.retain and direction in self.stale_retained:
+            self._ignore_stale(topic, f"{direction}/{verb}" if verb else direction, len(data))
             return
         largest = self.max_message_bytes if self.limit is None else self.limit(direction, client_id, verb)
         if largest is None:

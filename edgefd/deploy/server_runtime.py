@@ -167,7 +167,7 @@ class ServerRuntime:
         self.federation.rng.bit_generator.state = saved.value("rng")
         self.channel.stats = saved.restore("stats", self.channel.stats)
         for stats in self.channel.stats.values():
-            stats.online = False  # the retained statuses will say who is online now
+            stats.online = False  # the clients say it again when they get their configs (published above)
         round = saved.value("round")
         self.writer = _restored_writer(self.out, saved.value("lines"))
         self.resumed_from = round

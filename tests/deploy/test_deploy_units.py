@@ -393,3 +393,48 @@ def test_a_repeated_step_request_gets_its_answer_again_a_bounded_number_of_times
         channel._handle(Incoming("up", "client-0", "step", request, nbytes=10))
     assert sent == [("client-0", "answer")] * (1 + MAX_STEP_RESENDS)
     assert channel.endpoint.stats.rejected["step-repeated"] == 10 - 1 - MAX_STEP_RESENDS
+
+
+def test_the_server_takes_live_uplinks_and_statuses_only(monkeypatch):
+    """A frame the broker hands over with the retain flag on an uplink or status topic is one it
+    stored before the server subscribed (a device that is gone, revoked even, may have left a
+    hello and an "online"): ignored, counted and cleared (an empty retained payload). The same
+    frames live are taken. A device still takes its retained config."""
+    import paho.mqtt.client as mqtt
+
+    from edgefd.deploy.mqtt_transport import MqttEndpoint, Topics, encode_frames
+
+    topics = Topics("u")
+
+    def frame(topic: str, message: Message, retain: bool):
+        received = mqtt.MQTTMessage(topic=topic.encode())
+        received.payload, received.retain = encode_frames(message, 4096)[0], retain
+        return received
+
+    server = MqttEndpoint(BrokerSettings(), topics, "edgefd-server-u", stale_retained=("up", "status"))
+    published = []
+
+    def publish(topic, payload, qos, retain):
+        published.append((topic, payload, retain))
+        return SimpleNamespace(mid=len(published))
+
+    monkeypatch.setattr(server._client, "publish", publish)
+    hello = down("hello", 0, client="client-2").answer(None)
+    online = wire.status_message("client-2", wire.ONLINE, "u")
+    for retain in (True, False):
+        server._on_message(None, None, frame(topics.up("client-2", "hello"), hello, retain))
+        server._on_message(None, None, frame(topics.status("client-2"), online, retain))
+    taken = [server.inbox.get_nowait() for _ in range(server.inbox.qsize())]
+    assert [(m.direction, m.verb, m.message.verb) for m in taken] == [
+        ("up", "hello", "hello"),
+        ("status", "", "status"),
+    ]
+    assert server.stats.stale_retained == {"up/hello": 1, "status": 1}
+    assert server.stats.snapshot()["stale_retained"] == {"up/hello": 1, "status": 1}
+    assert published == [(topics.up("client-2", "hello"), b"", True), (topics.status("client-2"), b"", True)]
+    assert not server.stats.rejected
+
+    device = MqttEndpoint(BrokerSettings(), topics, "edgefd-u-client-2")
+    config = wire.config_message(SimulationConfig(algo="fd"), "client-2", "u")
+    device._on_message(None, None, frame(topics.down("client-2", "config"), config, True))
+    assert device.inbox.get_nowait().verb == "config" and not device.stats.stale_retained

@@ -5,7 +5,8 @@ the log), the round goes on with the honest devices, and the run completes.
 The hostile device is a real `edgefd client` process whose uplinks and eval answers are replaced,
 round by round, with one attack each (tests/deploy/hostile_client.py). Meanwhile its topics are
 flooded: 200,000 one-byte chunks of one message, and a message above the server's
---max-message-bytes; the server's peak memory must stay within a stated bound."""
+--max-message-bytes; the server's memory may grow under the flood only by a stated bound over its
+own peak before it (the same process, the same installation)."""
 
 import json
 import os
@@ -25,10 +26,14 @@ HOSTILE = Path(__file__).with_name("hostile_client.py")
 TIMEOUTS = ("--round-timeout", 60, "--eval-timeout", 5)  # a refused eval answer is waited for until then (5 s:
 # the honest answers must arrive while the server works through the flood, or the round is lost)
 MAX_MESSAGE = 1_000_000  # the server's --max-message-bytes (FD's messages are ~500 B)
-PEAK_RSS_BOUND_MB = 700
-"""The server's peak memory with the flood, in MB. Measured 2026-11-25: 633.6 with it, 632.1 without
-(torch and the dataset are most of it); the 200,000 chunks are held within the shared reassembly
-budget and let go when their message is abandoned."""
+GROWTH_BOUND_MB = 16
+"""How much the server's peak memory (MiB) may grow from the end of round 1 (the flood starts after
+it) to the end of the run. An absolute figure depends on the installation (torch and the dataset
+are most of it: 634 MB in an editable install, 834 MB in a non-editable one); the growth is the
+flood's and the six rounds'. What the flood may hold is bounded by the reassembly budget (twice
+--max-message-bytes, 128 bytes counted per frame) and the inbox (four times it): ~6 MB. Kept as
+they came, the 200,000 chunks alone would take ~30 MB (a frame's bytes object and its entry in its
+message's dict: ~150 bytes each)."""
 
 
 def flood(url: str, run: str) -> None:
@@ -110,7 +115,10 @@ def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_pat
     assert "bad-accuracy" in logs["server.log"]
     deployment = json.loads((out / "summary.json").read_text())["deployment"]
     assert deployment["rejected"]["OversizedError"] >= 2  # the tiny chunks' message and the big one
-    assert deployment["peak_rss_mb"] < PEAK_RSS_BOUND_MB, deployment["peak_rss_mb"]
+    before = lines[1]["peak_rss_mb"]  # the server's own baseline: its peak until the flood began
+    assert 0 < before <= lines[-1]["peak_rss_mb"] <= deployment["peak_rss_mb"]  # a peak only grows
+    growth = deployment["peak_rss_mb"] - before
+    assert growth < GROWTH_BOUND_MB, (before, [line["peak_rss_mb"] for line in lines], deployment["peak_rss_mb"])
 
 
 FEDCACHE_RUN = dict(algo="fedcache", dataset="digits", clients=3, rounds=2, seed=4, threads=1, models="mlp")

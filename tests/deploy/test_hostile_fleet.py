@@ -6,18 +6,22 @@ The hostile device is client-0 (and, where a test needs a second, client-3), dri
 through edgefd's own transport (its frames reassembled and decoded as any device's are): it answers
 what the test says and keeps every message the server sent it, so a test counts what the server
 published. Honest devices, where a test has them, are `edgefd client` processes with logins of their
-own."""
+own. The ghost test drives client-2 the same way, then revokes it and restarts the broker (last in
+the module: the others are done with client-2)."""
 
 from __future__ import annotations
 
 import json
 import os
 import queue
+import subprocess
+import threading
 import time
 
 import numpy as np
+import paho.mqtt.client as mqtt
 import pytest
-from mqtt_helpers import client, edgefd, finish, flags, lines_of
+from mqtt_helpers import client, edgefd, finish, flags, lines_of, wait_for
 from shipped_broker import start_installed
 
 from edgefd.deploy import messages as wire
@@ -25,6 +29,7 @@ from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.deploy.server import LOST_ROUNDS_EXIT
 from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.records import HELLO_ROUND
 from edgefd.runtime.verbs import SCORES_KIND
 
 PASSWORDS = {
@@ -34,7 +39,7 @@ PASSWORDS = {
     "client-2": "two-secret",
     "client-3": "three-secret",
 }
-RUNS = ["flood", "lost", "held"]
+RUNS = ["flood", "lost", "held", "ghost"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -97,16 +102,20 @@ class Device:
         self.endpoint.publish(self.topics.status(self.cid), wire.status_message(self.cid, state, self.run), retain=True)
 
     def next(self, verb: str, timeout: float = 120.0) -> Message:
-        """The next message of ``verb`` from the server (those before it are kept, not answered)."""
+        """The next message of ``verb`` from the server (those before it are kept, not answered,
+        but a config: answered with "online", as `edgefd client` does; the server counts only the
+        statuses it receives live, not one the broker kept from before it subscribed)."""
         deadline = time.monotonic() + timeout
         while True:
             incoming = self.endpoint.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
             self.received.append(incoming.message)
             if incoming.verb == verb:
                 return incoming.message
+            if incoming.verb == wire.CONFIG:
+                self.say(wire.ONLINE)
 
-    def answer(self, request: Message, content: Payload | None = None) -> None:
-        self.endpoint.publish(self.topics.up(self.cid, request.verb), request.answer(content))
+    def answer(self, request: Message, content: Payload | None = None, retain: bool = False) -> None:
+        self.endpoint.publish(self.topics.up(self.cid, request.verb), request.answer(content), retain=retain)
 
     def scores(self, request: Message) -> None:
         self.answer(request, Payload(SCORES_KIND, self.cid, request.round, scalars={"accuracy": 0.5}))
@@ -273,3 +282,111 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
     # generous: the server moved on some 10 s after client-0's first step (4 taken, then 4 s of waiting);
     # before the cap and the hard deadline, its round lasted as long as the steps came
     assert stepping < 30, stepping
+
+
+# ---------------------------------------------------------------------- a ghost
+GHOST = "client-2"
+GHOST_RUN = dict(algo="fd", dataset="digits", clients=3, rounds=1, seed=5, threads=1)
+GHOST_FLAGS = ("--min-clients", 3, "--hello-timeout", 10, "--max-wait", 2, "--round-timeout", 15, "--eval-timeout", 10)
+"""Three clients (client-2 the ghost), all three wanted online: the honest two can never satisfy
+it alone, so the log says whether the ghost was counted."""
+
+
+def retained(broker, topics: list[str], seconds: float = 1.0) -> dict[str, bytes]:
+    """The retained messages the broker holds on ``topics``, as edgefd-server sees them when it
+    subscribes (while no server is connected: the login is one connection at a time)."""
+    found: dict[str, bytes] = {}
+    subscribed = threading.Event()
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    client.username_pw_set("edgefd-server", PASSWORDS["edgefd-server"])
+    client.tls_set(ca_certs=broker.ca)
+    client.on_connect = lambda c, u, flags, code, props: c.subscribe([(topic, 1) for topic in topics])
+    client.on_subscribe = lambda c, u, mid, codes, props: subscribed.set()
+    client.on_message = lambda c, u, message: found.update({message.topic: message.payload} if message.retain else {})
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        assert subscribed.wait(10)
+        time.sleep(seconds)  # the retained messages come right after the subscription's acknowledgement
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return found
+
+
+def refused(broker, user: str) -> bool:
+    """Whether the broker refuses ``user``'s login (its password as the test set it)."""
+    codes: list = []
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    client.username_pw_set(user, PASSWORDS[user])
+    client.tls_set(ca_certs=broker.ca)
+    client.on_connect = lambda c, u, flags, code, props: codes.append(code)
+    client.connect(broker.host, broker.port)
+    client.loop_start()
+    try:
+        wait_for(lambda: codes, 10, f"{user}'s CONNACK")
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return codes[0].is_failure
+
+
+def test_a_revoked_devices_retained_hello_and_online_are_ignored(broker, tmp_path):
+    """client-2 takes part in a run "ghost" far enough to leave a retained hello and a retained
+    "online" (as `edgefd client` retains its status), and goes. Its login is revoked
+    (`mosquitto_passwd -D`) and the broker restarted: both messages are still on the broker
+    (persistence). A new run of the same name, with client-0 and client-1 honest `edgefd client`
+    processes and --min-clients 3: the server takes neither of the ghost's messages (it never says
+    client-2 is online, so the honest two never make 3: the log says so), clears both from the
+    broker, and the run completes with the honest devices' uplinks and accuracies."""
+    topics = Topics("ghost")
+    ghost_topics = [topics.up(GHOST, "hello"), topics.status(GHOST)]
+    with Device(broker, "ghost", GHOST) as ghost:
+        ghost.say(wire.ONLINE)
+        ghost.answer(Message("hello", SERVER, GHOST, HELLO_ROUND, None, run="ghost"), retain=True)
+        assert ghost.endpoint.flush(10)
+    passwd = broker.workdir / "etc/mosquitto/edgefd/passwd"
+    subprocess.run(["mosquitto_passwd", "-D", str(passwd), GHOST], check=True, timeout=10)
+    broker.restart()
+    assert refused(broker, GHOST) and not refused(broker, "client-0")
+    assert set(retained(broker, ghost_topics)) == set(ghost_topics)  # the ghost's messages survived the restart
+
+    state = tmp_path / "state"
+    clients = []
+    for cid in ("client-0", "client-1"):
+        log = tmp_path / f"{cid}.log"
+        clients.append(
+            edgefd(
+                "client",
+                "--broker",
+                broker.url,
+                *login(broker, cid, tmp_path),
+                "--run",
+                "ghost",
+                "--client-id",
+                cid,
+                "--state-dir",
+                state,
+                log=log,
+            )
+        )
+    for cid in ("client-0", "client-1"):  # connected and waiting for their configs: they answer the hello at once
+        wait_for(lambda cid=cid: "connected to" in (tmp_path / f"{cid}.log").read_text(), 120, f"{cid}", clients)
+    server, out, log = start_server(broker, "ghost", tmp_path, *GHOST_FLAGS, config=GHOST_RUN)
+    finish([server, *clients])
+    text = log.read_text()
+    assert server.returncode == 0, text[-3000:]
+    assert all(client.returncode == 0 for client in clients)
+    deployment = json.loads((out / "summary.json").read_text())["deployment"]
+    # the ghost: never online, its hello not taken; the broker's copies were seen, ignored, cleared
+    assert deployment["clients"][GHOST]["connects"] == 0, deployment["clients"]
+    assert "hello 0: 2 of the 3 answers needed after 2 s more; going on" in text  # the honest two's
+    assert deployment["wire"]["stale_retained"] == {"up/hello": 1, "status": 1}
+    assert "only 2 client(s) online after 2 s; going on" in text  # round 1 did not count the ghost
+    assert retained(broker, ghost_topics) == {}
+    # the honest devices joined and the run completed with them
+    lines = lines_of(out)
+    assert [line["round"] for line in lines] == [0, 1]
+    assert lines[1]["late"] == [GHOST] and lines[1]["rejected"] == {}
+    assert all(set(line["client_accuracy"]) == {"client-0", "client-1"} for line in lines)
+    assert deployment["clients"]["client-0"]["on_time"] == deployment["clients"]["client-1"]["on_time"] == 1

@@ -229,10 +229,14 @@ def test_the_acl_is_run_scoped():
         ("write", f"{root}/status/%u"),
         ("read", f"{root}/down/%u/+"),
     }
-    assert rules[: rules.index(["user", "edgefd-server"]) + 4][-3:] == [
+    # The server: its run's uplinks and statuses (and their retained messages, which it clears),
+    # and its downlinks.
+    assert rules[: rules.index(["user", "edgefd-server"]) + 6][-5:] == [
         ["topic", "read", f"{root}/up/#"],
         ["topic", "read", f"{root}/status/#"],
         ["topic", "write", f"{root}/down/#"],
+        ["topic", "write", f"{root}/up/#"],
+        ["topic", "write", f"{root}/status/#"],
     ]
 
 
