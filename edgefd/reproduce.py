@@ -681,7 +681,7 @@ def run_recipe(
     """Runs every arm and seed (keeping a finished run of the same config unless ``rerun``), then
     writes and returns the table. ``threads`` overrides the recipe's CPU threads (not part of the
     setting: 1 lets two recipes share two cores)."""
-    from edgefd.simulate import run as run_simulation# torch: not for --help
+    from edgefd.simulate import run as run_simulation  # torch: not for --help
 
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
     by_seed: dict[str, dict[int, tuple[dict, list[dict]]]] = {}
