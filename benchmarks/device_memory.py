@@ -408,7 +408,7 @@ def predict_memory(case: Case, args: argparse.Namespace, data_root: str | None, 
 
 def floor_mb(python: str) -> float:
     """An interpreter with the client runtime imported (torch and all), before any data or model."""
-    probe = "import edgefd.deploy.client, sys; from edgefd.runtime.build import peak_rss_mb; print(peak_rss_mb())"
+    probe = "import edgefd.deploy.client, sys; from edgefd.runtime.process import peak_rss_mb; print(peak_rss_mb())"
     return float(subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()[-1])
 
 

@@ -46,7 +46,8 @@ def _run(
 ) -> dict[str, Any]:
     from edgefd.export.checkpoint import save_run_models
     from edgefd.metrics.results import RunWriter, run_summary
-    from edgefd.runtime.build import build, local_training_of, peak_gpu_mb, peak_rss_mb, round_seconds
+    from edgefd.runtime.build import build, local_training_of, peak_gpu_mb, round_seconds
+    from edgefd.runtime.process import peak_rss_mb
     from edgefd.runtime.records import HELLO_ROUND, RoundRecord
     from edgefd.training import device_choice
 

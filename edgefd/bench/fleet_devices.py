@@ -332,7 +332,7 @@ def key_of(selector: selectors.BaseSelector, device: Device):
 
 
 def _peak_rss_mb() -> float:
-    from edgefd.runtime.build import peak_rss_mb
+    from edgefd.runtime.process import peak_rss_mb
 
     return peak_rss_mb()
 

@@ -59,8 +59,9 @@ from edgefd.export.checkpoint import (
     save_checkpoint,
 )
 from edgefd.protocol.message import SERVER, Message
-from edgefd.runtime.build import build_client, peak_rss_mb, prepare
+from edgefd.runtime.build import build_client, prepare
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.verbs import VERBS, ClientApp, scores_of
 from edgefd.training import device_choice, resolve_device
 

@@ -59,9 +59,9 @@ from edgefd.deploy.mqtt_transport import (
     Topics,
 )
 from edgefd.protocol.message import SERVER, Message
-from edgefd.runtime.build import peak_rss_mb
 from edgefd.runtime.channel import Serve
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, RoundRecord
 from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
 from edgefd.settings import setting

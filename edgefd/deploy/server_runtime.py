@@ -24,9 +24,10 @@ from edgefd.deploy import checkpoint
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
 from edgefd.deploy.mqtt_transport import Topics
 from edgefd.metrics.results import RunWriter, run_summary
-from edgefd.runtime.build import build_server, local_training_of, peak_rss_mb, prepare, selection_rng
+from edgefd.runtime.build import build_server, local_training_of, prepare, selection_rng
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation
+from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.records import RoundRecord
 from edgefd.training import device_choice
 

@@ -292,26 +292,6 @@ def local_training_of(config: SimulationConfig) -> dict[str, Any]:
     }
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident memory so far, in MiB (its whole life: run a measured run in a
-    process of its own, as `edgefd reproduce` does for recipes that report memory).
-
-    Linux's VmHWM, the peak of this program's own memory: `ru_maxrss` would also count the parent's
-    memory at the fork before this program was started (a server started by a 2 GB test process
-    would report 2 GB). Elsewhere `ru_maxrss`."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)  # kB
-    except OSError:
-        pass
-    import resource  # Unix only
-
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return round(kib / 1024, 1)
-
-
 def peak_gpu_mb() -> float | None:
     """The most memory torch's CUDA allocator held for tensors in this process so far, in MiB, on
     the current GPU; None where this process never used CUDA (a CPU run)."""

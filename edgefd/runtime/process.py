@@ -1,5 +1,6 @@
 """How edgefd starts another edgefd process (deploy-local's server and clients, a recipe's isolated
-run): with this interpreter, importing the edgefd this process imported.
+run): with this interpreter, importing the edgefd this process imported; and a process's own peak
+memory (`peak_rss_mb`), which a run, a server and a device record.
 
 ``python -m edgefd.cli`` would put the working folder first on ``sys.path``: run from a checkout of
 edgefd while edgefd is installed, every child imported the checkout instead, which has no compiled
@@ -18,3 +19,23 @@ _MAIN = "import sys; sys.path[:] = [p for p in sys.path if p]; from {module} imp
 def edgefd_command(*args: str, module: str = "edgefd.cli") -> list[str]:
     """The command line that runs ``module``'s ``main()`` with ``args`` in a new process."""
     return [sys.executable, "-c", _MAIN.format(module=module), *args]
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MiB (its whole life: run a measured run in a
+    process of its own, as `edgefd reproduce` does for recipes that report memory).
+
+    Linux's VmHWM, the peak of this program's own memory: `ru_maxrss` would also count the parent's
+    memory at the fork before this program was started (a server started by a 2 GB test process
+    would report 2 GB). Elsewhere `ru_maxrss`."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # kB
+    except OSError:
+        pass
+    import resource  # Unix only
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return round(kib / 1024, 1)
