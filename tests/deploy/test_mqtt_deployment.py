@@ -134,48 +134,45 @@ def test_deploy_local_matches_simulate_despite_garbage(tmp_path, broker):
     assert "fd on digits over MQTT" in console and "2/2" in console and "acc " in console, console[-2000:]
 
 
-@pytest.mark.parametrize("seed, clients, knn", [(4, 3, "exact"), (2718, 4, "hnsw")])
-def test_fedcache_paper_exchange_over_mqtt_matches_simulate_run_after_run(tmp_path, broker, seed, clients, knn):
+def test_fedcache_paper_exchange_over_mqtt_matches_simulate(tmp_path, broker):
     """FedCache's default exchange (a request and an answer per mini-batch, through the broker, the
-    clients one after another) gives simulate's accuracies and codec bytes, round for round, in
-    every one of two deployments (hnswlib's relations too: its indexes are built one thread each),
-    with the simulation's kernels."""
+    clients one after another) gives simulate's accuracies and codec bytes, round for round
+    (hnswlib's relations too: its indexes are built one thread each, in the server's process here and
+    in the simulation's there), with the simulation's kernels. (test_every_method_over_mqtt.py
+    deploys the exact relation search with the round-batched exchange.)"""
+    clients = 4
     config = dict(
         algo="fedcache",
         dataset="digits",
         clients=clients,
         rounds=2,
-        seed=seed,
+        seed=2718,
         threads=1,
         models="mlp",
         samples_per_client=60,
     )
-    simulated = tmp_path / "sim"
-    run(SimulationConfig(**config, params={"knn": knn}, out=str(simulated)), progress=False)
-    for attempt in (1, 2):
-        deployed = tmp_path / f"deploy-{attempt}"
-        process = edgefd(
-            "deploy-local",
-            "--broker",
-            broker.url,
-            "--run",
-            f"steps-{seed}-{attempt}",
-            *flags(config),
-            "--param",
-            f"knn={knn}",
-            "--out",
-            deployed,
-            "--quiet",
-            "--round-timeout",
-            60,
-            log=tmp_path / f"deploy-{attempt}.log",
-        )
-        finish([process], timeout=240)
-        assert process.returncode == 0, (tmp_path / f"deploy-{attempt}.log").read_text()[-3000:]
-        sim_lines, dep_lines = lines_of(simulated), lines_of(deployed)
-        assert [comparable(line) for line in dep_lines] == [comparable(line) for line in sim_lines], attempt
-        summary = json.loads((deployed / "summary.json").read_text())
-        assert summary["kernels"] == json.loads((simulated / "summary.json").read_text())["kernels"]
-    assert summary["params"]["exchange"] == "batch"
+    simulated, deployed = tmp_path / "sim", tmp_path / "deploy"
+    run(SimulationConfig(**config, out=str(simulated)), progress=False)
+    process = edgefd(
+        "deploy-local",
+        "--broker",
+        broker.url,
+        "--run",
+        "steps",
+        *flags(config),
+        "--out",
+        deployed,
+        "--quiet",
+        "--round-timeout",
+        60,
+        log=tmp_path / "deploy.log",
+    )
+    finish([process], timeout=240)
+    assert process.returncode == 0, (tmp_path / "deploy.log").read_text()[-3000:]
+    sim_lines, dep_lines = lines_of(simulated), lines_of(deployed)
+    assert [comparable(line) for line in dep_lines] == [comparable(line) for line in sim_lines]
+    summary = json.loads((deployed / "summary.json").read_text())
+    assert summary["kernels"] == json.loads((simulated / "summary.json").read_text())["kernels"]
+    assert summary["params"]["exchange"] == "batch" and summary["params"]["knn"] == "hnsw"
     steps_up = summary["deployment"]["wire"]["received_messages"]["up/step"]
     assert steps_up >= 2 * clients * 2  # several mini-batches per client, every client, 2 rounds
