@@ -29,7 +29,7 @@ from edgefd import kernels
 from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
 from edgefd.algorithms.schema import MessageSchema
-from edgefd.algorithms.toolkit import RobustAggregation, robust_mean
+from edgefd.algorithms.toolkit import ROBUST_MINIMUM, RobustAggregation, robust_mean
 from edgefd.protocol import Payload
 from edgefd.settings import setting
 from edgefd.training import predict_logits
@@ -108,8 +108,10 @@ class FDServer(ServerRole):
         return (MessageSchema("knowledge", arrays),)
 
     def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
-        """The schema, and the label counts the client declared first (they weight its logits)."""
+        """The schema, and the label counts the client declared first (they weight its logits),
+        within what one client of the run can hold."""
         super().check_uplink(round, client_id, payload)
+        self.context.check_declared(counts=payload.arrays["counts"])
         self.declared.check(client_id, counts=payload.arrays["counts"])
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
@@ -129,20 +131,27 @@ class FDServer(ServerRole):
             counts += c
         with np.errstate(invalid="ignore", divide="ignore"):
             means = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], 0.0)
+        metrics = {}
         if self.params.aggregator != "mean":
-            means = self.robust_rows(uplinks)
+            means, quorum = self.robust_rows(uplinks)
+            metrics["below_quorum"] = float(((counts > 0) & ~quorum).sum())
+            counts = np.where(quorum, counts, 0)
         self.global_logits, self.global_counts = means.astype(np.float32), counts
-        return {"labels_covered": float((counts > 0).sum())}
+        return {"labels_covered": float((counts > 0).sum()), **metrics}
 
-    def robust_rows(self, uplinks: dict[str, Payload]) -> np.ndarray:
+    def robust_rows(self, uplinks: dict[str, Payload]) -> tuple[np.ndarray, np.ndarray]:
         """Each label's row: the robust statistic over the clients that hold samples of that label
-        (unweighted: a client cannot buy influence by declaring more samples)."""
+        (unweighted: a client cannot buy influence by declaring more samples), and whether at least
+        `ROBUST_MINIMUM` clients did. A label with fewer has no teacher this round (its count goes
+        down as 0): of one honest and one poisoned row, no statistic can tell which is which."""
         means = np.zeros((self.num_classes, self.num_classes), dtype=np.float64)
+        quorum = np.zeros(self.num_classes, dtype=bool)
         for label in range(self.num_classes):
             rows = [p.arrays["logits"][label] for _, p in sorted(uplinks.items()) if p.arrays["counts"][label] > 0]
-            if rows:
+            if len(rows) >= ROBUST_MINIMUM:
                 means[label] = robust_mean(np.stack(rows), self.params.aggregator, self.params.trim)
-        return means
+                quorum[label] = True
+        return means, quorum
 
 
 register(

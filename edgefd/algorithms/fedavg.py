@@ -6,6 +6,7 @@ that client's local test split (personalised test sets, global model).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,9 +14,11 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema, model_state, samples
-from edgefd.algorithms.toolkit import RobustAggregation, average_states, robust_states
+from edgefd.algorithms.toolkit import ROBUST_MINIMUM, RobustAggregation, average_states, robust_states
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,22 +56,37 @@ class FedAvgServer(ServerRole):
         return (self.uplink_schema,)
 
     def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
-        """The schema, and the sample count the client declared first (it weights its model)."""
+        """The schema, and the sample count the client declared first (it weights its model), within
+        what one client of the run can hold."""
         super().check_uplink(round, client_id, payload)
+        self.context.check_declared(samples=int(payload.scalars["samples"]))
         self.declared.check(client_id, samples=payload.scalars["samples"])
 
     def downlink(self, round: int, client_id: str) -> Payload:
         return Payload("weights", "server", round, self.global_state)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
-        if uplinks:
-            ordered = [uplinks[c] for c in sorted(uplinks)]
-            if self.params.aggregator == "mean":
-                weights = [float(p.scalars["samples"]) for p in ordered]
-                self.global_state = average_states([p.arrays for p in ordered], weights)
-            else:
-                self.global_state = robust_states([p.arrays for p in ordered], self.params.aggregator, self.params.trim)
-        return {}
+        """The (weighted) mean, or the robust statistic; a robust server that received fewer than
+        `ROBUST_MINIMUM` uplinks keeps the global model (``below_quorum`` 1 in the round's metrics): it could
+        not tell an honest model from a poisoned one."""
+        if not uplinks:
+            return {}
+        ordered = [uplinks[c] for c in sorted(uplinks)]
+        if self.params.aggregator == "mean":
+            weights = [float(p.scalars["samples"]) for p in ordered]
+            self.global_state = average_states([p.arrays for p in ordered], weights)
+        elif len(ordered) < ROBUST_MINIMUM:
+            log.warning(
+                "round %d: aggregator=%s needs %d uplinks, got %d: the global model is kept",
+                round,
+                self.params.aggregator,
+                ROBUST_MINIMUM,
+                len(ordered),
+            )
+            return {"below_quorum": 1.0}
+        else:
+            self.global_state = robust_states([p.arrays for p in ordered], self.params.aggregator, self.params.trim)
+        return {} if self.params.aggregator == "mean" else {"below_quorum": 0.0}
 
     def evaluation_state(self, client_id: str) -> Payload:
         return Payload("weights", "server", 0, self.global_state)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+import torch
 
 from edgefd.algorithms.base import check_choices
 from edgefd.settings import setting
@@ -99,6 +100,11 @@ AGGREGATORS = ("mean", "median", "trimmed")
 two robust statistics that one poisoning client cannot drag far: the coordinate-wise median, and
 the coordinate-wise mean after dropping the largest and smallest values (``trimmed``)."""
 
+ROBUST_MINIMUM = 3
+"""Fewest contributions a robust statistic combines. Of two, one honest and one poisoned, no
+statistic can tell which is which (the median of two is their mean): a method holds such a
+coordinate instead (keeps the last value, or gives no teacher) and says so in the round's metrics."""
+
 
 @dataclass
 class RobustAggregation:
@@ -115,25 +121,53 @@ class RobustAggregation:
 
     def __post_init__(self) -> None:
         check_choices(self)
-        if not 0.0 <= self.trim < 0.5:
-            raise ValueError(f"param trim: must be in [0, 0.5), got {self.trim}")
+        check_trim(self.trim)
+
+
+def check_trim(trim: float) -> None:
+    if not 0.0 <= trim < 0.5:
+        raise ValueError(f"param trim: must be in [0, 0.5), got {trim}")
 
 
 def robust_mean(values: np.ndarray, how: str, trim: float = 0.2) -> np.ndarray:
     """The coordinate-wise statistic ``how`` ("median" or "trimmed") over axis 0 of ``values`` (one
-    row per client), in float64. ``trimmed`` drops ``floor(trim * n)`` values at each end of every
-    coordinate, at least one when n >= 3 (below that it is the mean)."""
+    row per client, at least `ROBUST_MINIMUM`), in float64. ``trimmed`` drops
+    ``max(floor(trim * n), 1)`` values at each end of every coordinate."""
     values = np.asarray(values, dtype=np.float64)
-    if values.shape[0] == 0:
-        raise ValueError("robust_mean: no values")
+    n = values.shape[0]
+    if n < ROBUST_MINIMUM:
+        raise ValueError(f"robust_mean: {n} contribution(s); a robust statistic needs at least {ROBUST_MINIMUM}")
     if how == "median":
         return np.median(values, axis=0)
     if how == "trimmed":
-        n = values.shape[0]
-        cut = max(int(trim * n), 1) if n >= 3 else 0
+        cut = max(int(trim * n), 1)
         ordered = np.sort(values, axis=0)
         return ordered[cut : n - cut].mean(axis=0)
     raise ValueError(f"robust_mean: how must be 'median' or 'trimmed', got {how!r}")
+
+
+def gather_robust(values: torch.Tensor, neighbours: torch.Tensor, how: str, trim: float = 0.2) -> torch.Tensor:
+    """As the `gather_mean` kernel (the rows of ``values`` [M, C] named in each row of ``neighbours``
+    [n, R], -1 for none), but each row's `robust_mean` over the rows it names; a row that names
+    fewer than `ROBUST_MINIMUM` gives zeros, as a row that names none does in `gather_mean`.
+    Plain torch: a robust run trades the kernel's speed for what one client can put into a row."""
+    named = neighbours >= 0
+    gathered = values[neighbours.clamp(min=0)].to(torch.float64)  # [n, R, C]
+    gathered = torch.where(named[..., None], gathered, torch.full_like(gathered, float("nan")))
+    ordered = gathered.sort(dim=1).values  # NaN (the missing) last
+    count = named.sum(dim=1, keepdim=True)  # [n, 1]
+    position = torch.arange(neighbours.shape[1], device=neighbours.device)[None, :]  # [1, R]
+    if how == "median":  # the mean of the middle one or two of the `count` named values
+        keep = (position == (count - 1) // 2) | (position == count // 2)
+    elif how == "trimmed":
+        cut = torch.clamp((trim * count).floor().long(), min=1)
+        keep = (position >= cut) & (position < count - cut)
+    else:
+        raise ValueError(f"gather_robust: how must be 'median' or 'trimmed', got {how!r}")
+    kept = torch.where(keep[..., None], ordered, torch.zeros_like(ordered)).sum(dim=1)
+    combined = kept / keep.sum(dim=1, keepdim=True).clamp(min=1)
+    enough = count >= ROBUST_MINIMUM
+    return torch.where(enough, combined, torch.zeros_like(combined)).to(values.dtype)
 
 
 def robust_states(states: list[dict[str, np.ndarray]], how: str, trim: float = 0.2) -> dict[str, np.ndarray]:

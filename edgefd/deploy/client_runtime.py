@@ -380,7 +380,10 @@ class ClientRuntime:
             log.warning("%s: %s; starting afresh", self.cid, error)
             self.role = build_client(config, pieces, index, data)
             self.last_round, self.replies = 0, {}
-        self.app = ClientApp(self.role)
+        poisoning = config.poisoning(self.cid, list(pieces.client_ids), self.role.knowledge)
+        if poisoning is not None:
+            log.warning("%s: this device attacks (--attack %s): its uplinks are poisoned", self.cid, config.attack)
+        self.app = ClientApp(self.role, poisoning=poisoning)
         if data is None:  # a device's own data says nothing of its normalisation: no model file for it
             card = client_checkpoint(config, pieces.dataset, self.cid, pieces.model_names[index], pieces.splits[index])
             self.model_card = card

@@ -249,7 +249,11 @@ def build(config: SimulationConfig) -> Simulation:
         whole_test = (pieces.dataset.test_rows(everything), pieces.dataset.test_y)
         full_test = whole_test if config.score_full_test else None
         server_test = whole_test if scores_server_models else None
-    channel = InProcessChannel(clients, InProcessTransport(), full_test)
+    ids = list(pieces.client_ids)
+    poisonings = {
+        cid: poisoning for cid, role in clients.items() if (poisoning := config.poisoning(cid, ids, role.knowledge))
+    }
+    channel = InProcessChannel(clients, InProcessTransport(), full_test, poisonings)
     scorer = None if server_test is None else scorer_on(*server_test)
     federation = Federation(server, channel, config.loop_config(), selection_rng(config), scorer)
     return Simulation(

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     from edgefd.algorithms.base import ClientRole
+    from edgefd.runtime.attack import Poisoning
 
 Serve = Callable[[Message], Message]
 """The server's answer to a request a client makes during its work (a ``step``)."""
@@ -76,9 +77,12 @@ class InProcessChannel:
         clients: dict[str, ClientRole],
         transport: InProcessTransport | None = None,
         full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
+        poisonings: dict[str, Poisoning] | None = None,
     ) -> None:
-        """``full_test`` (x, y): also score every client on it (the whole test set), besides its own split."""
-        self.apps = {cid: ClientApp(role, full_test) for cid, role in clients.items()}
+        """``full_test`` (x, y): also score every client on it (the whole test set), besides its own split.
+        ``poisonings``: the attacking clients' (edgefd.runtime.attack), by client id."""
+        poisonings = poisonings or {}
+        self.apps = {cid: ClientApp(role, full_test, poisonings.get(cid)) for cid, role in clients.items()}
         self.client_ids = sorted(clients)
         self.run = ""
         self.transport = transport if transport is not None else InProcessTransport()

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgefd.runtime.attack import ATTACKS, Poisoning, attackers
 from edgefd.settings import setting
 
 # The methods below import what they use: `edgefd simulate --help` builds its flags from this class
@@ -117,6 +118,14 @@ class SimulationConfig:
         "also score every client on the whole test set (every class), beside its own local split: FedZKT's "
         "paper metric; adds accuracy_full to each round and the summary (true or false)",
     )
+    attack: str = setting(
+        "none",
+        "a poisoning experiment: the first --attackers clients train honestly, then send scaled (x100), flipped "
+        "(negated) or max-in-bounds values in every uplink, within what the schemas admit "
+        "(docs/ROBUSTNESS.md); none: every client honest",
+        choices=ATTACKS,
+    )
+    attackers: int = setting(1, "with --attack: how many clients attack (the first in client-id order)")
     params: dict[str, Any] = field(default_factory=dict)
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
 
@@ -165,6 +174,14 @@ class SimulationConfig:
         check_choice("batch_order", self.batch_order, BATCH_ORDERS)
         check_epochs(self.epochs)
         self.loop_config().validate()
+        if self.attack != "none" and not 0 < self.attackers <= self.clients:
+            raise ValueError(f"attackers: must be in [1, {self.clients}] (--clients), got {self.attackers}")
+
+    def poisoning(self, client_id: str, client_ids: list[str], knowledge: tuple[str, ...]) -> Poisoning | None:
+        """What ``client_id`` does to its training messages under --attack (None: it is honest)."""
+        if client_id not in attackers(client_ids, self.attack, self.attackers):
+            return None
+        return Poisoning(self.attack, knowledge)
 
 
 def config_to_toml(config: SimulationConfig) -> str:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from edgefd.algorithms.base import ClientRole, ServerRole
+    from edgefd.runtime.attack import Poisoning
 
 __all__ = [
     "SERVER",
@@ -121,10 +122,18 @@ class ClientApp:
     """One client's side of a run: every verb a server sends, routed to its handler. Used by every
     channel, so a client answers the same wherever it runs."""
 
-    def __init__(self, role: ClientRole, full_test: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
-        """``full_test`` (x, y): also score the client on it (the whole test set) when evaluated."""
+    def __init__(
+        self,
+        role: ClientRole,
+        full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
+        poisoning: Poisoning | None = None,
+    ) -> None:
+        """``full_test`` (x, y): also score the client on it (the whole test set) when evaluated.
+        ``poisoning``: an attacking client's (edgefd.runtime.attack), applied to its training
+        messages (uplinks and step requests)."""
         self.role = role
         self.full_test = full_test
+        self.poisoning = poisoning
 
     @property
     def client_id(self) -> str:
@@ -142,6 +151,11 @@ class ClientApp:
         """``content`` at the run's wire precision on the role's knowledge arrays."""
         return None if content is None else at_precision(content, self.role.context.precision, self.role.knowledge)
 
+    def training_message(self, content: Payload | None) -> Payload | None:
+        """An uplink or a step request, as the client sends it: poisoned if it attacks, then at the
+        run's wire precision."""
+        return self.at_precision(content if self.poisoning is None else self.poisoning.apply(content))
+
 
 def server_at_precision(role: ServerRole, content: Payload | None) -> Payload | None:
     """The server's ``content`` at the run's wire precision on its knowledge arrays."""
@@ -154,7 +168,7 @@ def _hello(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
 
 
 def _train(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
-    return app.at_precision(app.role.train_round(message.round, message.content))
+    return app.training_message(app.role.train_round(message.round, message.content))
 
 
 def _steps(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
@@ -170,9 +184,9 @@ def _steps(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
             # next() is send(None), the only value a generator can be started with.
             request = next(steps) if answer is None else steps.send(answer)
         except StopIteration as finished:
-            return app.at_precision(finished.value)
+            return app.training_message(finished.value)
         step += 1
-        content = app.at_precision(request)
+        content = app.training_message(request)
         answered = ask(Message("step", app.client_id, SERVER, message.round, content, step, message.run))
         if answered.content is None:
             raise ValueError(f"step {step} of round {message.round}: the server's answer has no content")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edgefd.algorithms.fd import FDParams, FDServer
+from edgefd.algorithms.fedavg import FedAvgParams, FedAvgServer
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload
@@ -140,6 +141,9 @@ def first_weight(payload):
         ("fedavg", lambda p: {"samples": None}, "missing-scalar"),
         ("fedavg", lambda p: {"samples": 0}, "out-of-range"),
         ("fedavg", lambda p: {"samples": 2.5}, "scalar-type"),
+        # more than one client of the run can hold: a declaration weights the client's contribution
+        ("fedavg", lambda p: {"samples": 2**31 - 1}, "too-many-samples"),
+        ("fd", lambda p: {"counts": p.arrays["counts"] + 10**5}, "too-many-samples"),
     ],
 )
 def test_servers_accept_honest_uplinks_and_refuse_tampered_ones(algo, change, reason):
@@ -159,3 +163,18 @@ def test_local_clients_send_nothing_and_the_server_accepts_nothing():
     with pytest.raises(UplinkRejected) as refused:
         sim.server.check_uplink(2, "client-0", Payload("weights", "client-0", 2))
     assert refused.value.reason == "wrong-kind"
+
+
+def test_a_robust_fedavg_server_keeps_its_model_when_fewer_than_three_uplinks_arrive(caplog):
+    """The median of two models is their mean: one poisoned of two would be half the global model."""
+    server, payload = honest_uplink("fedavg")
+    robust = FedAvgServer(server.context, FedAvgParams(aggregator="median"))
+    before = {name: array.copy() for name, array in robust.global_state.items()}
+    poisoned = tampered(payload, {first_weight(payload): np.full_like(payload.arrays[first_weight(payload)], 9e5)})
+    assert robust.aggregate(2, {"client-0": payload, "client-1": poisoned}) == {"below_quorum": 1.0}
+    assert all(np.array_equal(robust.global_state[name], before[name]) for name in before)
+    assert "aggregator=median needs 3 uplinks, got 2: the global model is kept" in caplog.text
+    assert robust.aggregate(2, {"client-0": payload, "client-1": poisoned, "client-2": payload}) == {
+        "below_quorum": 0.0
+    }
+    assert np.array_equal(robust.global_state[first_weight(payload)], payload.arrays[first_weight(payload)])

@@ -2,9 +2,10 @@
 
 import numpy as np
 import pytest
+import torch
 
 from edgefd.algorithms.fd import FDParams, FDServer
-from edgefd.algorithms.toolkit import robust_mean, robust_states
+from edgefd.algorithms.toolkit import gather_robust, robust_mean, robust_states
 from edgefd.protocol import Payload
 
 
@@ -14,7 +15,8 @@ def test_median_and_trimmed_mean_ignore_one_extreme_client():
     assert np.allclose(robust_mean(values, "median"), [1.1, 2.0])
     # 5 clients, trim 0.2: one dropped at each end of every coordinate
     assert np.allclose(robust_mean(values, "trimmed"), [(1.0 + 1.1 + 1.2) / 3, (1.8 + 2.0 + 2.1) / 3])
-    assert np.allclose(robust_mean(values[:2], "trimmed"), honest[:2].mean(axis=0))  # too few to trim
+    with pytest.raises(ValueError, match="needs at least 3"):  # of two, neither can outvote the other
+        robust_mean(values[:2], "median")
     with pytest.raises(ValueError, match="how must be"):
         robust_mean(values, "mode")
 
@@ -48,3 +50,36 @@ def test_fd_robust_rows_use_only_the_clients_that_hold_each_label(aggregator):
     assert server.global_counts.tolist() == [14, 6]
     with pytest.raises(ValueError, match="trim"):
         FDParams(trim=0.5)
+
+
+def test_fd_gives_no_teacher_for_a_label_fewer_than_three_clients_hold():
+    """Of one honest row and one poisoned, no statistic can tell which is which: such a label goes
+    down with count 0 (no teacher), and the round's metrics count it."""
+    server = FDServer.__new__(FDServer)
+    server.num_classes, server.params = 2, FDParams(aggregator="median")
+    rows = {"a": ([[1, 0], [0, 4]], [2, 3]), "b": ([[2, 0], [0, 0]], [2, 0]), "c": ([[3, 0], [0, 0]], [2, 0])}
+    rows["d"] = ([[9e3, 0], [0, -9e3]], [1, 1])  # label 1: only a and the poisoner
+    uplinks = {
+        cid: Payload("knowledge", cid, 1, {"logits": np.array(l, np.float32), "counts": np.array(c)})
+        for cid, (l, c) in rows.items()
+    }
+    metrics = server.aggregate(1, uplinks)
+    assert server.global_logits[0, 0] == pytest.approx(2.5)
+    assert server.global_counts.tolist() == [7, 0] and not server.global_logits[1].any()
+    assert metrics["below_quorum"] == 1.0 and metrics["labels_covered"] == 1.0
+
+
+def test_gather_robust_is_the_robust_mean_of_the_named_rows():
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randn(40, 5, generator=generator)
+    neighbours = torch.randint(-1, 40, (30, 7), generator=generator)
+    neighbours[0] = -1  # names none
+    neighbours[1, 2:] = -1  # names two: too few
+    for how in ("median", "trimmed"):
+        got = gather_robust(values, neighbours, how)
+        for row, named in enumerate(neighbours.tolist()):
+            rows = [i for i in named if i >= 0]
+            expected = robust_mean(values[rows].numpy(), how) if len(rows) >= 3 else np.zeros(5)
+            assert np.allclose(got[row].numpy(), expected, atol=1e-6), (how, row)
+    with pytest.raises(ValueError, match="how must be"):
+        gather_robust(values, neighbours, "mode")

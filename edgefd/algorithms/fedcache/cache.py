@@ -13,10 +13,12 @@ and a round's lookups copy nothing but the answer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ import numpy as np
 import torch
 
 from edgefd import kernels, progress
-from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.algorithms.toolkit import AGGREGATORS, SampleIndex, gather_robust
 
 KNN_METHODS = ("hnsw", "exact")
 
@@ -259,13 +261,29 @@ def _hnswlib_version() -> str:
 class KnowledgeCache:
     """Registered samples, their neighbour table and their latest logits."""
 
-    def __init__(self, num_classes: int, *, mask_unfilled: bool = False, max_ensemble: int = 0) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        mask_unfilled: bool = False,
+        max_ensemble: int = 0,
+        aggregator: str = "mean",
+        trim: float = 0.2,
+    ) -> None:
         """``mask_unfilled``: average only neighbours that have uploaded logits at least once
         (docs/methods/fedcache.md#cache-initialisation; the paper's Eq. 9 counts the zero rows too).
         ``max_ensemble``: average only the first this many neighbours (0: all R; the authors' code
-        at the paper's time used min(R, C), docs/methods/fedcache.md#effective-r)."""
+        at the paper's time used min(R, C), docs/methods/fedcache.md#effective-r).
+        ``aggregator``: how a teacher combines its neighbours' logits, "mean" (Eq. 17, the
+        `gather_mean` kernel) or a robust statistic (`gather_robust`:
+        docs/methods/fedcache.md#robust-teachers)."""
         if max_ensemble < 0:
             raise ValueError(f"max_ensemble: must be >= 0, got {max_ensemble}")
+        if aggregator not in AGGREGATORS:
+            raise ValueError(f"aggregator: must be one of {', '.join(AGGREGATORS)}, got {aggregator!r}")
+        self.combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = (
+            kernels.gather_mean if aggregator == "mean" else functools.partial(gather_robust, how=aggregator, trim=trim)
+        )
         self.num_classes = num_classes
         self.mask_unfilled = mask_unfilled
         self.max_ensemble = max_ensemble
@@ -347,11 +365,11 @@ class KnowledgeCache:
     def fetch(self, client_id: str) -> torch.Tensor:
         """Mean of the cached neighbours' logits for each of the client's samples, in
         registration order (Eq. 12, 16, 17)."""
-        return kernels.gather_mean(self.knowledge, self._table(self.neighbours[self.slices[client_id]]))
+        return self.combine(self.knowledge, self._table(self.neighbours[self.slices[client_id]]))
 
     def fetch_all(self) -> torch.Tensor:
         """The same for every registered sample (one kernel call: a whole round's lookups)."""
-        return kernels.gather_mean(self.knowledge, self._table(self.neighbours))
+        return self.combine(self.knowledge, self._table(self.neighbours))
 
     def _table(self, neighbours: np.ndarray) -> torch.Tensor:
         table = torch.from_numpy(neighbours)
@@ -388,7 +406,7 @@ class KnowledgeCache:
         if self.mask_unfilled:
             filled = torch.cat([self.filled[torch.from_numpy(named)], torch.ones(len(rows), dtype=torch.bool)])
             index = torch.where(filled[index.clamp(min=0)] & (index >= 0), index, -1)
-        teachers = kernels.gather_mean(values, index)
+        teachers = self.combine(values, index)
         self.update(rows, logits)
         return teachers
 

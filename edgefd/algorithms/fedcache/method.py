@@ -69,7 +69,7 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache
-from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.algorithms.toolkit import AGGREGATORS, SampleIndex, check_trim
 from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
@@ -105,6 +105,14 @@ class FedCacheParams:
         "average only the nearest this many of R (0: all, Eq. 17; paper-era code: 10; "
         "docs/methods/fedcache.md#effective-r)",
     )
+    aggregator: str = setting(
+        "mean",
+        "how a sample's teacher combines its R neighbours' cached logits: mean (Eq. 17), or the coordinate-wise "
+        "median or trimmed mean, which the logits of one poisoning client cannot drag far "
+        "(docs/methods/fedcache.md#robust-teachers)",
+        choices=AGGREGATORS,
+    )
+    trim: float = setting(0.2, "aggregator=trimmed: fraction of the neighbours dropped at each end of every logit")
     hash_cache: str = setting(
         "auto",
         "where hashes are kept by sample content so that no run hashes a sample twice: auto (for the mobilenet "
@@ -126,6 +134,7 @@ class FedCacheParams:
 
     def __post_init__(self) -> None:
         check_choices(self)
+        check_trim(self.trim)
 
 
 def fedcache_loss(
@@ -270,7 +279,11 @@ class FedCacheServer(ServerRole):
     def __init__(self, context: ServerContext, params: FedCacheParams) -> None:
         super().__init__(context, params)
         self.cache = KnowledgeCache(
-            context.num_classes, mask_unfilled=params.mask_unfilled, max_ensemble=params.max_ensemble
+            context.num_classes,
+            mask_unfilled=params.mask_unfilled,
+            max_ensemble=params.max_ensemble,
+            aggregator=params.aggregator,
+            trim=params.trim,
         )
         self.relations = RelationConfig(
             params.neighbours,
@@ -338,16 +351,8 @@ class FedCacheServer(ServerRole):
                 f"a hello of {declared} samples; one client of this run holds at most {most} ({where})",
             )
         super().check_hello(client_id, payload)
-        held = self.context.class_samples
-        if held:
-            counts = np.bincount(np.asarray(payload.arrays["labels"], np.int64), minlength=len(held))
-            over = np.flatnonzero(counts > np.asarray(held))
-            if len(over):
-                c = int(over[0])
-                raise schema.UplinkRejected(
-                    "too-many-samples",
-                    f"a hello of {counts[c]} samples of class {c}; the run's training set holds {held[c]}",
-                )
+        counts = np.bincount(np.asarray(payload.arrays["labels"], np.int64), minlength=self.context.num_classes)
+        self.context.check_declared(counts=counts)
 
     def max_steps(self, client_id: str) -> int:
         """Its samples' mini-batches times the local epochs (0 for a client left out at the start)."""

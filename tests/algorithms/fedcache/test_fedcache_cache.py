@@ -322,3 +322,30 @@ def test_fedcache_keeps_hnsw_tables_by_default_and_never_exact_ones(tmp_path, mo
     assert relation_store(FedCacheParams(knn="exact")) is None
     assert relation_store(FedCacheParams(relation_cache="off")) is None
     assert relation_store(FedCacheParams(knn="exact", relation_cache=str(tmp_path / "x"))).folder == tmp_path / "x"
+
+
+@pytest.mark.parametrize("aggregator", ["median", "trimmed"])
+def test_a_robust_teacher_is_not_dragged_by_one_clients_extreme_logits(aggregator):
+    """Five clients' samples of one class; client-4 writes logits of 9,999 on a wrong class for its
+    own samples. The mean teacher (Eq. 17) follows them; the median and trimmed mean do not, in the
+    fetch and in the sequential exchange alike. (Up to 3 of a sample's 8 neighbours are client-4's:
+    the trimmed mean drops 3 at each end with trim 0.4, the default 0.2 drops 1.)"""
+    hashes, labels = clustered(20, 1, seed=3)
+    caches = {}
+    for name in ("mean", aggregator):
+        cache = KnowledgeCache(2, aggregator=name, trim=0.4)
+        for k in range(5):
+            part = slice(20 * k // 5, 20 * (k + 1) // 5)
+            cache.register(f"client-{k}", np.arange(4), labels[part], hashes[part])
+        cache.build(RelationConfig(neighbours=8, method="exact"))
+        honest = np.tile([[4.0, -4.0]], (16, 1)).astype(np.float32)
+        cache.update(np.arange(16), honest)
+        cache.update(np.arange(16, 20), np.tile([[0.0, 9999.0]], (4, 1)).astype(np.float32))
+        caches[name] = cache
+    assert (caches["mean"].fetch_all()[:, 1] > 100).any()  # a poisoned neighbour moves a mean teacher
+    robust = caches[aggregator].fetch_all()
+    assert torch.allclose(robust, torch.tensor([4.0, -4.0]).expand_as(robust))  # at most 4 of 8 neighbours
+    teachers = caches[aggregator].exchange(np.array([0, 1]), np.array([[4.0, -4.0]] * 2, np.float32))
+    assert torch.allclose(teachers, torch.tensor([4.0, -4.0]).expand_as(teachers))
+    with pytest.raises(ValueError, match="aggregator"):
+        KnowledgeCache(2, aggregator="mode")

@@ -1,0 +1,75 @@
+"""Poisoning clients, for robustness experiments: a client that trains honestly, then replaces what it
+sends with values chosen to hurt, all within what the server's schemas admit (so the server has to
+withstand them, not refuse them).
+
+The attack touches every floating-point array of a client's training messages (its uplinks and its
+step requests), and nothing else: not its hello (what it declares about its data), not its sample
+ids or counts, not its evaluation scores. It knows nothing of a method's maths: the arrays a role
+names as knowledge (logits, soft targets, features) are bounded by ``KNOWLEDGE_BOUND``, any other
+float array (a model's weights) by ``WEIGHT_BOUND``, as the schemas bound them.
+
+    scaled          every value times `SCALE`, clipped into the bound
+    flipped         every value negated (logits: the likeliest class becomes the least likely)
+    max-in-bounds   every value at the bound, with the sign opposite to the honest value's
+
+The first ``--attackers`` clients (in client-id order) attack; the others are honest. A simulation
+and a deployment (`edgefd deploy-local`, or a device's `edgefd client`) poison alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgefd.algorithms.schema import KNOWLEDGE_BOUND, WEIGHT_BOUND
+from edgefd.protocol import Payload
+
+ATTACKS = ("none", "scaled", "flipped", "max-in-bounds")
+"""The choices of ``--attack`` ("none": every client honest)."""
+
+SCALE = 100.0
+"""The ``scaled`` attack's factor."""
+
+INSIDE = 0.999
+"""Fraction of a bound that the attacks reach: inside it after any rounding on the wire."""
+
+
+@dataclass(frozen=True)
+class Poisoning:
+    """What one attacking client does to its training messages."""
+
+    attack: str
+    knowledge: tuple[str, ...]
+    """The arrays its role names as knowledge (bounded by ``KNOWLEDGE_BOUND``)."""
+
+    def __post_init__(self) -> None:
+        if self.attack not in ATTACKS or self.attack == "none":
+            raise ValueError(f"attack: must be one of {', '.join(ATTACKS[1:])}, got {self.attack!r}")
+
+    def apply(self, content: Payload | None) -> Payload | None:
+        if content is None:
+            return None
+        arrays = dict(content.arrays)
+        for name, array in arrays.items():
+            if array.dtype.kind == "f" and array.size:
+                bound = INSIDE * (KNOWLEDGE_BOUND if name in self.knowledge else WEIGHT_BOUND)
+                arrays[name] = self._poison(array.astype(np.float64), bound).astype(array.dtype)
+        return Payload(content.kind, content.sender, content.round, arrays, content.scalars, content.precision)
+
+    def _poison(self, values: np.ndarray, bound: float) -> np.ndarray:
+        if self.attack == "scaled":
+            return np.clip(values * SCALE, -bound, bound)
+        if self.attack == "flipped":
+            return -values
+        return np.where(values >= 0, -bound, bound)  # max-in-bounds
+
+
+def attackers(client_ids: Sequence[str], attack: str, count: int) -> list[str]:
+    """The clients that attack: the first ``count`` in id order (none when ``attack`` is "none")."""
+    if attack == "none":
+        return []
+    if not 0 < count <= len(client_ids):
+        raise ValueError(f"attackers: must be in [1, {len(client_ids)}] (the run's clients), got {count}")
+    return sorted(client_ids)[:count]
