@@ -40,7 +40,7 @@ def test_the_deployment_flags_are_made_from_their_settings():
     import argparse
 
     from edgefd.deploy.mqtt_channel import DeploymentSettings
-    from edgefd.deploy.server import DEPLOYMENT_FLAGS, add_deployment_arguments
+    from edgefd.deploy.server import DEPLOYMENT_FLAGS, add_deployment_arguments, deployment_flags
     from edgefd.settings import settings_from_args
 
     parser = argparse.ArgumentParser()
@@ -51,11 +51,14 @@ def test_the_deployment_flags_are_made_from_their_settings():
     for name, action in actions.items():
         assert action.help.startswith(fields[name].metadata["help"])
         assert action.default == fields[name].default
-    args = parser.parse_args(["--round-timeout", "7.5", "--min-clients", "3"])
+    args = parser.parse_args(["--round-timeout", "7.5", "--min-clients", "3", "--ask-again", "2.5"])
     values = settings_from_args(DeploymentSettings, args, DEPLOYMENT_FLAGS)
     assert values["round_timeout"] == 7.5 and values["min_clients"] == 3 and values["eval_timeout"] == 30.0
     with pytest.raises(ValueError, match="no setting"):
         settings_from_args(DeploymentSettings, args, ("round_timeout", "nonsense"))
+    # `edgefd deploy-local` passes them all on to its server
+    child = parser.parse_args(deployment_flags(args))
+    assert settings_from_args(DeploymentSettings, child, DEPLOYMENT_FLAGS) == values
 
 
 def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_process():
