@@ -10,11 +10,11 @@ table (hello, train, steps, reply, evaluate, ...) goes to its handler, and the a
 - during ``steps`` each step request goes up on `up/<id>/step` and the training waits for the
   server's answer to that step (sent again now and then; a stop, or the server moving on,
   abandons the round);
-- answers are cached: a request that comes twice (a reconnection, a restarted server) or an
-  "again" from the server is answered from the cache, never recomputed, so a round is never
+- answers are stored: a request that comes twice (a reconnection, a restarted server) or an
+  "again" from the server is answered with the stored answer, never recomputed, so a round is never
   trained twice; a training request for a round already past is ignored, and a verb sent after
   aggregation (``reply``) is taken only for the round this client trained last;
-- after every answer but an evaluation the role, its RNGs and its cached answers are checkpointed
+- after every answer but an evaluation the role, its RNGs and its stored answers are checkpointed
   atomically in `state_dir`: a client killed at any point restarts where it was;
 - ``stop``: announce "offline" and exit 0.
 
@@ -155,10 +155,10 @@ class ClientRuntime:
         self.role: ClientRole | None = None
         self.app: ClientApp | None = None
         self.last_round = 0
-        self.replies: dict[tuple[str, int], Message] = {}
+        self.stored_answers: dict[tuple[str, int], Message] = {}
         """This client's answers, by (verb, round): a repeated request is answered from here."""
         self.answered_at: dict[tuple[str, int], float] = {}
-        """When each cached reply last went out (monotonic): see `_send_again`."""
+        """When each stored answer last went out (monotonic): see `_send_again`."""
         self.stopping = threading.Event()
         self._backlog: list[Incoming] = []
         self.model_card: ClientCheckpoint | None = None
@@ -239,8 +239,8 @@ class ClientRuntime:
                 "%s: an answer to step %d of round %d that nobody waits for", self.cid, message.step, message.round
             )
             return
-        cached = (msg.verb, message.round) in self.replies
-        if not cached and spec.trains and message.round <= self.last_round:
+        stored = (msg.verb, message.round) in self.stored_answers
+        if not stored and spec.trains and message.round <= self.last_round:
             log.warning(
                 "%s: %s request for round %d, already past round %d; ignored",
                 self.cid,
@@ -249,7 +249,7 @@ class ClientRuntime:
                 self.last_round,
             )
             return
-        if not cached and spec.after_aggregation is not None and message.round != self.last_round:
+        if not stored and spec.after_aggregation is not None and message.round != self.last_round:
             log.warning(
                 "%s: the server's %s of round %d, but this client last trained round %d; ignored",
                 self.cid,
@@ -268,44 +268,44 @@ class ClientRuntime:
             self.endpoint.reject(f"bad-{msg.verb}", topic, str(error))
 
     def _answer(self, request: Message) -> None:
-        """Send the cached answer to a repeated request, or compute, checkpoint and send a new one."""
+        """Send the stored answer to a repeated request, or compute, checkpoint and send a new one."""
         assert self.app is not None  # built before any request is handled
         key = (request.verb, request.round)
-        answer = self.replies.get(key)
+        answer = self.stored_answers.get(key)
         if answer is None:
             log.info("%s: %s %d requested", self.cid, request.verb, request.round)
             answer = self.app.handle(request, self._ask)
             if VERBS[request.verb].trains:
-                self.replies = {k: v for k, v in self.replies.items() if k[0] == "hello"}
+                self.stored_answers = {k: v for k, v in self.stored_answers.items() if k[0] == "hello"}
                 self.last_round = request.round
-            self.replies[key] = answer
+            self.stored_answers[key] = answer
             if VERBS[request.verb].counted:
                 self._save()
             log.info("%s: %s %d answered (%d bytes)", self.cid, request.verb, request.round, answer.content_bytes)
         else:
-            log.info("%s: %s %d answered again from cache", self.cid, request.verb, request.round)
+            log.info("%s: %s %d answered again with its stored answer", self.cid, request.verb, request.round)
         self.endpoint.publish(self.topics.up(self.cid, request.verb), answer)
         if request.verb == "hello":
             release_shared()  # what simulated clients share (FedCache's hash encoder): this device is done with it
-        self.answered_at = {k: v for k, v in self.answered_at.items() if k in self.replies}
+        self.answered_at = {k: v for k, v in self.answered_at.items() if k in self.stored_answers}
         self.answered_at[key] = time.monotonic()
 
     def _send_again(self, verb: str, round: int, asked_at: float) -> None:
-        """The server has not received this answer: send it again from the cache. Nothing is
+        """The server has not received this answer: send the stored answer again. Nothing is
         computed here: a request still being worked on when it was asked is answered once done, and
         an answer sent after it was asked is on its way already."""
         key = (verb, round)
-        answer = self.replies.get(key)
+        answer = self.stored_answers.get(key)
         if answer is None or self.answered_at.get(key, -math.inf) >= asked_at:
             log.debug("%s: asked again for %s %d, which was answered since or is not answered yet", self.cid, *key)
             return
-        log.info("%s: %s %d sent again from cache (the server has not received it)", self.cid, *key)
+        log.info("%s: %s %d: its stored answer sent again (the server has not received it)", self.cid, *key)
         self.endpoint.publish(self.topics.up(self.cid, verb), answer)
         self.answered_at[key] = time.monotonic()
 
     def _ask(self, request: Message) -> Message:
         """Send a step request and wait for its answer, sending it again now and then (the server
-        answers a repeat from its cache). Other messages wait: the server asks nothing else of
+        sends a repeat the same answer again). Other messages wait: the server asks nothing else of
         this client until its steps are done; a stop interrupts."""
         round, step = request.round, request.step
         topic = self.topics.up(self.cid, "step")
@@ -379,7 +379,7 @@ class ClientRuntime:
         except checkpoint.CheckpointError as error:  # unreadable, or not this run's: never half-restored
             log.warning("%s: %s; starting afresh", self.cid, error)
             self.role = build_client(config, pieces, index, data)
-            self.last_round, self.replies = 0, {}
+            self.last_round, self.stored_answers = 0, {}
         self.app = ClientApp(self.role)
         if data is None:  # a device's own data says nothing of its normalisation: no model file for it
             card = client_checkpoint(config, pieces.dataset, self.cid, pieces.model_names[index], pieces.splits[index])
@@ -410,7 +410,7 @@ class ClientRuntime:
             log.info("%s: trained on its own data (--data-dir): no model file for edgefd export", self.cid)
             return
         evaluation = self.last_evaluation
-        answer = self.replies.get(("evaluate", evaluation.round)) if evaluation is not None else None
+        answer = self.stored_answers.get(("evaluate", evaluation.round)) if evaluation is not None else None
         accuracy = scores_of(answer.content)["accuracy"] if answer is not None else None
         model = deliverable_model(self.role, evaluation.content if evaluation is not None else None)
         card = replace(self.model_card, accuracy=accuracy, state=model.state_dict())
@@ -443,7 +443,7 @@ class ClientRuntime:
             "config": asdict(self.config),
             "role": self.role,
             "last_round": self.last_round,
-            "replies": self.replies,
+            "stored_answers": self.stored_answers,
         }
         checkpoint.save(self.checkpoint_path, state, {"data": self.role.context.data})
 
@@ -458,7 +458,7 @@ class ClientRuntime:
             return
         saved.restore("role", self.role)  # into the role this process built from the config
         self.last_round = saved.value("last_round")
-        self.replies = saved.value("replies")
+        self.stored_answers = saved.value("stored_answers")
         log.info("%s: resumed from its checkpoint after round %d", self.cid, self.last_round)
 
 

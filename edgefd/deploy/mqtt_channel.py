@@ -21,7 +21,7 @@ their deadlines: `edgefd.runtime.verbs`):
   have its copy once more;
 - an online client without an answer after `ask_again` seconds is asked, in a few bytes, to send
   its answer again (a broker under load may have dropped it), at most `MAX_ASKS_AGAIN` times a
-  phase; the client answers from its cache;
+  phase; the client sends its stored answer;
 - a client's own requests during its work (`step`, numbered) are answered in order, each once: a
   repeat gets the same answer again, at most `MAX_STEP_RESENDS` times a step; its steps phase waits
   `round_timeout` after each request the server took, and ends at the latest at its hard deadline,
@@ -137,7 +137,7 @@ class DeploymentSettings:
     ask_again: float = setting(
         10.0,
         "seconds without an answer from an online client before the server asks it, a few bytes, to send its "
-        "answer again from its cache (a broker under load may drop an uplink), then again as often, at most "
+        "stored answer again (a broker under load may drop an uplink), then again as often, at most "
         f"{MAX_ASKS_AGAIN} times a phase (capped at a third of the phase's timeout, so that every phase asks "
         "at least twice)",
     )
@@ -651,7 +651,7 @@ class MqttChannel:
 
     def _ask_again(self, phase: _Phase, now: float, interval: float) -> None:
         """Ask online clients silent for `interval` seconds to send their answer again. One still
-        working ignores it (it answers once done); one whose answer was lost sends it from its cache;
+        working ignores it (it answers once done); one whose answer was lost sends its stored answer;
         a repeat of an answer already taken is ignored here."""
         if now - self._last_received < QUIET_BEFORE_ASKING_AGAIN:
             return

@@ -269,11 +269,11 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
     assert channel.stats["client-1"].on_time == 1
 
 
-def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before_the_asking(monkeypatch):
+def test_a_client_asked_again_sends_its_stored_answer_only_if_it_went_out_before_the_asking(monkeypatch):
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
     monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, message)))
-    device.app = ClientApp(object())  # built (nothing of it is used to answer from the cache)
+    device.app = ClientApp(object())  # built (nothing of it is used to send a stored answer)
     uplink = down("train", 3).answer(None)
 
     def asked_again(at: float) -> None:
@@ -282,7 +282,7 @@ def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before
 
     asked_again(10.0)
     assert sent == []  # nothing answered yet: still working, or the request never came
-    device.replies[("train", 3)], device.answered_at[("train", 3)] = uplink, 20.0
+    device.stored_answers[("train", 3)], device.answered_at[("train", 3)] = uplink, 20.0
     asked_again(15.0)
     assert sent == []  # asked while it was working: the answer went out after the asking
     asked_again(25.0)
@@ -292,7 +292,7 @@ def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before
 
 def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeypatch):
     """The server's post-aggregation reply (FedD2S's phase B) is learnt from once: a repeat is
-    acknowledged from the cache, and a reply to a round this client did not train last is ignored."""
+    acknowledged with the stored answer, and a reply to a round this client did not train last is ignored."""
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
     monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, message)))

@@ -169,11 +169,11 @@ def test_per_batch_teachers_come_from_the_live_cache(tmp_path):
     first = next(steps)
     rows = cache.rows("client-0", first.arrays["ids"])
     before = cache.knowledge.clone()
-    reply = sim.server.answer(1, "client-0", first)
+    answer = sim.server.answer(1, "client-0", first)
     named = cache.neighbours[rows[0]]
-    np.testing.assert_allclose(reply.arrays["knowledge"][0], before[named].mean(0).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(answer.arrays["knowledge"][0], before[named].mean(0).numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(cache.knowledge[rows].numpy(), first.arrays["logits"])
-    second = steps.send(reply)
+    second = steps.send(answer)
     assert not np.intersect1d(second.arrays["ids"], first.arrays["ids"]).size
     client = sim.clients["client-0"]
     order = client.batch_order.numpy()  # the fixed random order (docs/methods/fedcache.md#batch-order)
@@ -207,13 +207,13 @@ def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypat
     assert stored == sorted(stored) and len(set(stored)) == 10
 
     def first_batches(round: int) -> list[np.ndarray]:
-        steps, ids, reply = client.train_steps(round), [], None
+        steps, ids, answer = client.train_steps(round), [], None
         try:
             while len(ids) < 3:
-                request = steps.send(reply)
+                request = steps.send(answer)
                 ids.append(request.arrays["ids"].copy())
                 n = len(request.arrays["ids"])
-                reply = type(request)("fedcache.knowledge", "server", round, {
+                answer = type(request)("fedcache.knowledge", "server", round, {
                     "ids": request.arrays["ids"], "knowledge": np.zeros((n, 10), np.float32)
                 })  # fmt: skip
         finally:
