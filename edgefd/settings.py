@@ -1,7 +1,8 @@
 """`setting()`: the one way edgefd declares a setting. A setting is a dataclass field with its help
 (what it does, what values it takes); the command-line flags, the TOML keys of `--config` and the
 lines of `edgefd methods` are all made from these fields. A run's `SimulationConfig`, each method's
-params and the deployment settings are declared with it."""
+params, the deployment settings and the broker flags (`edgefd.deploy.flags.BrokerFlags`) are
+declared with it."""
 
 from __future__ import annotations
 
@@ -37,26 +38,66 @@ METAVAR_OF_TYPE = {"int": "N", "float": "X", "str": "TEXT"}
 
 
 def add_setting_arguments(
-    group: Any, owner: type, names: tuple[str, ...], metavars: dict[str, str] | None = None
+    group: Any,
+    owner: type,
+    names: tuple[str, ...],
+    metavars: dict[str, str] | None = None,
+    *,
+    required: tuple[str, ...] = (),
+    helps: dict[str, str] | None = None,
 ) -> None:
     """One flag per setting ``names`` of the dataclass ``owner`` (`round_timeout` gives
     --round-timeout); its help and default come from the field (`setting()`), so the flag cannot say
-    another thing than the dataclass. ``group``: an argparse parser or argument group."""
+    another thing than the dataclass. ``group``: an argparse parser or argument group.
+
+    The help ends with the default, except where there is none to show: a required flag
+    (``required``), a default of None, a true/false setting (a flag without a value, off by
+    default) and a help that says its default itself ("(default: ..."). A setting with choices
+    takes one of them. ``helps``: another help for some flags, for a command where they mean more."""
     fields = {f.name: f for f in dataclasses.fields(owner)}
     defaults = {name: _default_of(fields[name]) for name in names}
     kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float}
     for name in names:
         kind = str(fields[name].type).split(" ")[0]
         default = defaults[name]
+        flag = "--" + name.replace("_", "-")
+        help = (helps or {}).get(name) or fields[name].metadata["help"]
+        if kind == "bool":
+            if default is not False:
+                raise ValueError(f"setting {name}: a true/false flag is off by default")
+            group.add_argument(flag, dest=name, action="store_true", help=help)
+            continue
         shown = f"{default:g}" if isinstance(default, float) else str(default)
+        if name not in required and default is not None and "(default:" not in help:
+            help = f"{help} (default: {shown})"
+        choices = fields[name].metadata.get("choices")
+        metavar = (metavars or {}).get(name) or (None if choices else METAVAR_OF_TYPE.get(kind, name.upper()))
         group.add_argument(
-            "--" + name.replace("_", "-"),
+            flag,
             dest=name,
             type=kinds.get(kind, str),
             default=default,
-            metavar=(metavars or {}).get(name) or METAVAR_OF_TYPE.get(kind, name.upper()),
-            help=f"{fields[name].metadata['help']} (default: {shown})",
+            required=name in required,
+            choices=choices,
+            metavar=metavar,
+            help=help,
         )
+
+
+def setting_flags(owner: type, values: Any, names: tuple[str, ...]) -> list[str]:
+    """The flags `add_setting_arguments` made, with the values ``values`` has (an argparse namespace
+    or an ``owner``), for a child process: a true/false setting as its flag when on, a setting at
+    None left out."""
+    fields = {f.name: f for f in dataclasses.fields(owner)}
+    flags: list[str] = []
+    for name in names:
+        value = getattr(values, name)
+        flag = "--" + name.replace("_", "-")
+        if str(fields[name].type).split(" ")[0] == "bool":
+            flags += [flag] if value else []
+        elif value is not None:
+            flags += [flag, str(value)]
+    return flags
 
 
 def settings_from_args(owner: type, args: Any, names: tuple[str, ...]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def test_the_deployment_flags_are_made_from_their_settings():
     import argparse
 
     from edgefd.deploy.mqtt_channel import DeploymentSettings
-    from edgefd.deploy.server import DEPLOYMENT_FLAGS, add_deployment_arguments
+    from edgefd.deploy.server import DEPLOYMENT_FLAGS, add_deployment_arguments, deployment_flags
     from edgefd.settings import settings_from_args
 
     parser = argparse.ArgumentParser()
@@ -51,8 +51,40 @@ def test_the_deployment_flags_are_made_from_their_settings():
     for name, action in actions.items():
         assert action.help.startswith(fields[name].metadata["help"])
         assert action.default == fields[name].default
-    args = parser.parse_args(["--round-timeout", "7.5", "--min-clients", "3"])
+    args = parser.parse_args(["--round-timeout", "7.5", "--min-clients", "3", "--ask-again", "2.5"])
     values = settings_from_args(DeploymentSettings, args, DEPLOYMENT_FLAGS)
     assert values["round_timeout"] == 7.5 and values["min_clients"] == 3 and values["eval_timeout"] == 30.0
     with pytest.raises(ValueError, match="no setting"):
         settings_from_args(DeploymentSettings, args, ("round_timeout", "nonsense"))
+    # `edgefd deploy-local` passes them all on to its server
+    child = parser.parse_args(deployment_flags(args))
+    assert settings_from_args(DeploymentSettings, child, DEPLOYMENT_FLAGS) == values
+
+
+def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_process():
+    import argparse
+
+    from edgefd.deploy.flags import BrokerFlags, add_broker_arguments, broker_flags
+
+    parser = argparse.ArgumentParser()
+    add_broker_arguments(parser)
+    fields = {f.name: f for f in dataclasses.fields(BrokerFlags)}
+    actions = {action.dest: action for action in parser._actions if action.dest in fields}
+    assert set(actions) == set(fields)  # every setting has its flag
+    for name, action in actions.items():
+        assert action.option_strings == ["--" + name.replace("_", "-")]
+        assert action.help.startswith(fields[name].metadata["help"])
+        assert action.default == fields[name].default
+    assert actions["broker"].required and actions["log_level"].choices == ("DEBUG", "INFO", "WARNING", "ERROR")
+
+    # a value other than the default for every setting: the child process parses what this one had
+    others = {"tls_insecure": True, "log_level": "DEBUG", "keepalive": 7, "chunk_size": 1000, "max_message_bytes": 9}
+    args = parser.parse_args(["--broker", "mqtt://here:1883"])
+    for name in fields:
+        setattr(args, name, others.get(name, f"{name}.value"))
+    child = parser.parse_args(broker_flags(args, "mqtt://there:1883"))
+    assert vars(child) == {**vars(args), "broker": "mqtt://there:1883"}
+
+    # and at the defaults, a child process gets them all back
+    args = parser.parse_args(["--broker", "mqtt://here:1883"])
+    assert vars(parser.parse_args(broker_flags(args, "mqtt://here:1883"))) == vars(args)

@@ -327,7 +327,7 @@ class ServerRole(ABC):
         return None
 
     def answer(self, round: int, client_id: str, request: Payload) -> Payload:
-        """The reply to one request a client made during training (``step_exchange`` only)."""
+        """The answer to one request a client made during training (``step_exchange`` only)."""
         raise NotImplementedError(f"{type(self).__name__} does not exchange during training")
 
     @abstractmethod

@@ -88,16 +88,16 @@ def _measure(config: CacheBenchConfig) -> CacheBenchResult:
     table = build_relations(hashes, labels, relations)
     build = time.perf_counter() - start
 
-    knowledge = torch.randn(config.samples, config.classes)
+    logits = torch.randn(config.samples, config.classes)  # the cache's rows (`KnowledgeCache.logits`)
     neighbours = torch.from_numpy(table)
-    kernels.gather_mean(knowledge, neighbours)  # warm-up
+    kernels.gather_mean(logits, neighbours)  # warm-up
     start = time.perf_counter()
-    kernels.gather_mean(knowledge, neighbours)
+    kernels.gather_mean(logits, neighbours)
     lookup = time.perf_counter() - start
     new_logits = torch.randn(config.samples, config.classes)
     rows = torch.from_numpy(np.random.default_rng(1).permutation(config.samples))
     start = time.perf_counter()
-    knowledge[rows] = new_logits
+    logits[rows] = new_logits
     update = time.perf_counter() - start
 
     queries = np.random.default_rng(2).choice(config.samples, size=config.recall_queries, replace=False)

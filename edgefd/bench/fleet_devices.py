@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import paho.mqtt.client as mqtt
 
-from edgefd.deploy import messages as wire
+from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, QOS, BrokerSettings, Topics, encode_frames
 from edgefd.protocol import Message, Payload, ProtocolError, Reassembler, decode_message
 from edgefd.runtime.verbs import SCORES_KIND
@@ -161,7 +161,9 @@ class Device:
         )
         if fleet.broker.username is not None:
             self.client.username_pw_set(fleet.broker.username, fleet.broker.password)
-        offline = encode_frames(wire.status_message(cid, wire.OFFLINE, fleet.topics.run), fleet.chunk_size)[0]
+        offline = encode_frames(
+            deploy_messages.status_message(cid, deploy_messages.OFFLINE, fleet.topics.run), fleet.chunk_size
+        )[0]
         self.client.will_set(topics.status(cid), offline, qos=QOS, retain=True)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
@@ -181,12 +183,12 @@ class Device:
             return
         topics = self.fleet.topics
         client.subscribe(f"{topics.root}/down/{self.cid}/+", qos=QOS)
-        self._say(wire.ONLINE)
+        self._say(deploy_messages.ONLINE)
         self.connected = True
         self.fleet.report.connected += 1
 
     def _say(self, state: str) -> None:
-        status = wire.status_message(self.cid, state, self.fleet.topics.run)
+        status = deploy_messages.status_message(self.cid, state, self.fleet.topics.run)
         self._publish(self.fleet.topics.status(self.cid), status, retain=True)
 
     def _publish(self, topic: str, message: Message, retain: bool = False) -> None:
@@ -213,7 +215,7 @@ class Device:
 
     def _answer(self, verb: str, request: Message) -> None:
         round, cid, script = request.round, self.cid, self.script
-        again = wire.is_again(request)
+        again = deploy_messages.is_again(request)
         if again:  # answered at once, so its answer went out before the asking
             self.fleet.report.asked_again += 1
         if verb == "hello":
@@ -226,12 +228,12 @@ class Device:
             if not self.stopped:
                 self.stopped = True
                 self.fleet.report.stopped += 1
-                self._say(wire.OFFLINE)
+                self._say(deploy_messages.OFFLINE)
             return
-        elif verb == wire.CONFIG:
+        elif verb == deploy_messages.CONFIG:
             # as `edgefd client` does: a config sent again means the server has not seen this device
             # online (a broker that hands retained statuses to exact-topic subscriptions only)
-            self._say(wire.ONLINE)
+            self._say(deploy_messages.ONLINE)
             return
         else:  # steps: not a round-batched method
             log.error("%s: a %s request; the load test replays round-batched methods only", cid, verb)

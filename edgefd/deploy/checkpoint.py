@@ -33,7 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
-FORMAT = "edgefd-checkpoint/2"
+FORMAT = "edgefd-checkpoint/3"
+"""Its number goes up when a checkpointed name changes: an older checkpoint is then refused,
+never restored into the wrong attributes (3: a device's `stored_answers`, FedCache's
+`KnowledgeCache.logits`)."""
 _MISSING = object()
 _BIT_GENERATORS = {"PCG64", "PCG64DXSM", "Philox", "SFC64", "MT19937"}
 _CALLABLES = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial, type)

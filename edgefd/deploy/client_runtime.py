@@ -10,11 +10,11 @@ table (hello, train, steps, reply, evaluate, ...) goes to its handler, and the a
 - during ``steps`` each step request goes up on `up/<id>/step` and the training waits for the
   server's answer to that step (sent again now and then; a stop, or the server moving on,
   abandons the round);
-- answers are cached: a request that comes twice (a reconnection, a restarted server) or an
-  "again" from the server is answered from the cache, never recomputed, so a round is never
+- answers are stored: a request that comes twice (a reconnection, a restarted server) or an
+  "again" from the server is answered with the stored answer, never recomputed, so a round is never
   trained twice; a training request for a round already past is ignored, and a verb sent after
   aggregation (``reply``) is taken only for the round this client trained last;
-- after every answer but an evaluation the role, its RNGs and its cached answers are checkpointed
+- after every answer but an evaluation the role, its RNGs and its stored answers are checkpointed
   atomically in `state_dir`: a client killed at any point restarts where it was;
 - ``stop``: announce "offline" and exit 0.
 
@@ -40,7 +40,7 @@ from edgefd.algorithms.base import ClientData, ClientRole
 from edgefd.algorithms.toolkit import release_shared
 from edgefd.data import clear_cache as clear_dataset_cache
 from edgefd.deploy import checkpoint
-from edgefd.deploy import messages as wire
+from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -140,7 +140,9 @@ class ClientRuntime:
         self.settings = settings
         self.cid = settings.client_id
         self.topics = Topics(settings.run)
-        will = encode_frames(wire.status_message(self.cid, wire.OFFLINE, settings.run), settings.chunk_size)[0]
+        will = encode_frames(
+            deploy_messages.status_message(self.cid, deploy_messages.OFFLINE, settings.run), settings.chunk_size
+        )[0]
         self.endpoint = MqttEndpoint(
             settings.broker,
             self.topics,
@@ -155,10 +157,10 @@ class ClientRuntime:
         self.role: ClientRole | None = None
         self.app: ClientApp | None = None
         self.last_round = 0
-        self.replies: dict[tuple[str, int], Message] = {}
+        self.stored_answers: dict[tuple[str, int], Message] = {}
         """This client's answers, by (verb, round): a repeated request is answered from here."""
         self.answered_at: dict[tuple[str, int], float] = {}
-        """When each cached reply last went out (monotonic): see `_send_again`."""
+        """When each stored answer last went out (monotonic): see `_send_again`."""
         self.stopping = threading.Event()
         self._backlog: list[Incoming] = []
         self.model_card: ClientCheckpoint | None = None
@@ -193,7 +195,7 @@ class ClientRuntime:
                     continue
                 self._handle(msg)
         finally:
-            self._say(wire.OFFLINE)
+            self._say(deploy_messages.OFFLINE)
             self.endpoint.stop()
         # the device's own figure, for sizing a device (2 GB on a Raspberry Pi 4): its whole life's peak
         log.info("%s: stopped; peak_rss_mb=%.1f", self.cid, peak_rss_mb())
@@ -213,7 +215,7 @@ class ClientRuntime:
                 f"a {message.verb!r} message from {message.sender!r} of run {message.run!r} on the server's topic",
             )
             return
-        if msg.verb == wire.CONFIG:
+        if msg.verb == deploy_messages.CONFIG:
             self._configure(message)
             for pending in self._backlog:
                 self._handle(pending)
@@ -230,7 +232,7 @@ class ClientRuntime:
         if self.app is None:
             self._backlog.append(msg)
             return
-        if wire.is_again(message):
+        if deploy_messages.is_again(message):
             self._send_again(msg.verb, message.round, msg.received_at)
             return
         spec = VERBS[msg.verb]  # a topic's verb is one of the table's (mqtt_transport.Topics.parse)
@@ -239,8 +241,8 @@ class ClientRuntime:
                 "%s: an answer to step %d of round %d that nobody waits for", self.cid, message.step, message.round
             )
             return
-        cached = (msg.verb, message.round) in self.replies
-        if not cached and spec.trains and message.round <= self.last_round:
+        stored = (msg.verb, message.round) in self.stored_answers
+        if not stored and spec.trains and message.round <= self.last_round:
             log.warning(
                 "%s: %s request for round %d, already past round %d; ignored",
                 self.cid,
@@ -249,7 +251,7 @@ class ClientRuntime:
                 self.last_round,
             )
             return
-        if not cached and spec.after_aggregation is not None and message.round != self.last_round:
+        if not stored and spec.after_aggregation is not None and message.round != self.last_round:
             log.warning(
                 "%s: the server's %s of round %d, but this client last trained round %d; ignored",
                 self.cid,
@@ -268,44 +270,44 @@ class ClientRuntime:
             self.endpoint.reject(f"bad-{msg.verb}", topic, str(error))
 
     def _answer(self, request: Message) -> None:
-        """Send the cached answer to a repeated request, or compute, checkpoint and send a new one."""
+        """Send the stored answer to a repeated request, or compute, checkpoint and send a new one."""
         assert self.app is not None  # built before any request is handled
         key = (request.verb, request.round)
-        answer = self.replies.get(key)
+        answer = self.stored_answers.get(key)
         if answer is None:
             log.info("%s: %s %d requested", self.cid, request.verb, request.round)
             answer = self.app.handle(request, self._ask)
             if VERBS[request.verb].trains:
-                self.replies = {k: v for k, v in self.replies.items() if k[0] == "hello"}
+                self.stored_answers = {k: v for k, v in self.stored_answers.items() if k[0] == "hello"}
                 self.last_round = request.round
-            self.replies[key] = answer
+            self.stored_answers[key] = answer
             if VERBS[request.verb].counted:
                 self._save()
             log.info("%s: %s %d answered (%d bytes)", self.cid, request.verb, request.round, answer.content_bytes)
         else:
-            log.info("%s: %s %d answered again from cache", self.cid, request.verb, request.round)
+            log.info("%s: %s %d answered again with its stored answer", self.cid, request.verb, request.round)
         self.endpoint.publish(self.topics.up(self.cid, request.verb), answer)
         if request.verb == "hello":
             release_shared()  # what simulated clients share (FedCache's hash encoder): this device is done with it
-        self.answered_at = {k: v for k, v in self.answered_at.items() if k in self.replies}
+        self.answered_at = {k: v for k, v in self.answered_at.items() if k in self.stored_answers}
         self.answered_at[key] = time.monotonic()
 
     def _send_again(self, verb: str, round: int, asked_at: float) -> None:
-        """The server has not received this answer: send it again from the cache. Nothing is
+        """The server has not received this answer: send the stored answer again. Nothing is
         computed here: a request still being worked on when it was asked is answered once done, and
         an answer sent after it was asked is on its way already."""
         key = (verb, round)
-        answer = self.replies.get(key)
+        answer = self.stored_answers.get(key)
         if answer is None or self.answered_at.get(key, -math.inf) >= asked_at:
             log.debug("%s: asked again for %s %d, which was answered since or is not answered yet", self.cid, *key)
             return
-        log.info("%s: %s %d sent again from cache (the server has not received it)", self.cid, *key)
+        log.info("%s: %s %d: its stored answer sent again (the server has not received it)", self.cid, *key)
         self.endpoint.publish(self.topics.up(self.cid, verb), answer)
         self.answered_at[key] = time.monotonic()
 
     def _ask(self, request: Message) -> Message:
         """Send a step request and wait for its answer, sending it again now and then (the server
-        answers a repeat from its cache). Other messages wait: the server asks nothing else of
+        sends a repeat the same answer again). Other messages wait: the server asks nothing else of
         this client until its steps are done; a stop interrupts."""
         round, step = request.round, request.step
         topic = self.topics.up(self.cid, "step")
@@ -352,7 +354,7 @@ class ClientRuntime:
         raise _Interrupted
 
     def _configure(self, message: Message) -> None:
-        values = wire.config_from(message)
+        values = deploy_messages.config_from(message)
         config = replace(SimulationConfig(**values), device=self.settings.device)  # the device's own choice
         if self.config is not None:
             if asdict(config) != asdict(self.config):
@@ -360,7 +362,7 @@ class ClientRuntime:
             # The server sends a config again only to clients it does not see online: its broker did
             # not hand it this client's retained status (RabbitMQ's MQTT plugin hands retained
             # messages to exact-topic subscriptions only, and the server's is status/+). Say it again.
-            self._say(wire.ONLINE)
+            self._say(deploy_messages.ONLINE)
             return
         if self.cid not in _client_ids(config):
             raise ValueError(
@@ -379,7 +381,7 @@ class ClientRuntime:
         except checkpoint.CheckpointError as error:  # unreadable, or not this run's: never half-restored
             log.warning("%s: %s; starting afresh", self.cid, error)
             self.role = build_client(config, pieces, index, data)
-            self.last_round, self.replies = 0, {}
+            self.last_round, self.stored_answers = 0, {}
         poisoning = config.poisoning(self.cid, list(pieces.client_ids), self.role.knowledge)
         if poisoning is not None:
             log.warning("%s: this device attacks (--attack %s): its uplinks are poisoned", self.cid, config.attack)
@@ -390,7 +392,7 @@ class ClientRuntime:
         if note := device_choice(config.device):
             log.info("%s: %s", self.cid, note)
         clear_dataset_cache()  # the role holds its share; the rest of the dataset is not needed again
-        self._say(wire.ONLINE)
+        self._say(deploy_messages.ONLINE)
         source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"
         log.info(
             "%s: %s, model %s, %d training samples (%s), from round %d; peak_rss_mb=%.1f so far",
@@ -413,7 +415,7 @@ class ClientRuntime:
             log.info("%s: trained on its own data (--data-dir): no model file for edgefd export", self.cid)
             return
         evaluation = self.last_evaluation
-        answer = self.replies.get(("evaluate", evaluation.round)) if evaluation is not None else None
+        answer = self.stored_answers.get(("evaluate", evaluation.round)) if evaluation is not None else None
         accuracy = scores_of(answer.content)["accuracy"] if answer is not None else None
         model = deliverable_model(self.role, evaluation.content if evaluation is not None else None)
         card = replace(self.model_card, accuracy=accuracy, state=model.state_dict())
@@ -429,12 +431,12 @@ class ClientRuntime:
         """On every connection: "online" once the role is built (a client still loading its data
         and torch is not yet available; the server does not count it)."""
         if self.role is not None:
-            self._say(wire.ONLINE)
+            self._say(deploy_messages.ONLINE)
 
     def _say(self, state: str) -> None:
         self.endpoint.publish(
             self.topics.status(self.cid),
-            wire.status_message(self.cid, state, self.settings.run, self.last_round),
+            deploy_messages.status_message(self.cid, state, self.settings.run, self.last_round),
             retain=True,
         )
 
@@ -446,7 +448,7 @@ class ClientRuntime:
             "config": asdict(self.config),
             "role": self.role,
             "last_round": self.last_round,
-            "replies": self.replies,
+            "stored_answers": self.stored_answers,
         }
         checkpoint.save(self.checkpoint_path, state, {"data": self.role.context.data})
 
@@ -461,7 +463,7 @@ class ClientRuntime:
             return
         saved.restore("role", self.role)  # into the role this process built from the config
         self.last_round = saved.value("last_round")
-        self.replies = saved.value("replies")
+        self.stored_answers = saved.value("stored_answers")
         log.info("%s: resumed from its checkpoint after round %d", self.cid, self.last_round)
 
 

@@ -4,11 +4,13 @@ how to reach the broker, and logging."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 from pathlib import Path
 
 from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_MESSAGE_BYTES, BrokerSettings
+from edgefd.settings import add_setting_arguments, setting, setting_flags, settings_from_args
 
 PASSWORD_ENV = "EDGEFD_MQTT_PASSWORD"
 
@@ -18,74 +20,85 @@ BROKER_HELP = (
     "e.g. mqtts://server.lan:8883"
 )
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclasses.dataclass
+class BrokerFlags:
+    """How a process reaches the broker, and what it logs: the flags `edgefd server`, `edgefd client`
+    and `edgefd deploy-local` share (`add_broker_arguments` makes them, `broker_flags` passes them
+    on to a child process)."""
+
+    broker: str | None = setting(None, BROKER_HELP)
+    username: str | None = setting(
+        None,
+        "MQTT username; with the broker set up as in server/README.md: edgefd-server for the server, the "
+        "client id (e.g. client-0) for a device (default: none, connect without a login)",
+    )
+    password_file: str | None = setting(
+        None, f"file whose first line is the MQTT password (default: ${PASSWORD_ENV} if set, else no password)"
+    )
+    ca_cert: str | None = setting(
+        None, "with mqtts://: the CA certificate that signed the broker's, e.g. ca.crt (default: the system's CAs)"
+    )
+    client_cert: str | None = setting(
+        None, "with mqtts://: this side's certificate, for brokers that require TLS client auth (with --client-key)"
+    )
+    client_key: str | None = setting(
+        None, "with mqtts://: this side's private key, for brokers that require TLS client auth (with --client-cert)"
+    )
+    tls_insecure: bool = setting(False, "do not check that the broker's certificate names its host (test CAs only)")
+    keepalive: int = setting(
+        10,
+        "seconds between MQTT pings; the broker declares a silent peer dead (and publishes its last will) "
+        "after about 1.5x this",
+    )
+    chunk_size: int = setting(
+        DEFAULT_CHUNK_SIZE,
+        "largest MQTT message this side sends, in bytes, chunk header included; larger payloads are split into "
+        f"chunks (default: {DEFAULT_CHUNK_SIZE} = {DEFAULT_CHUNK_SIZE / 1024:g} KiB)",
+    )
+    max_message_bytes: int = setting(
+        DEFAULT_MAX_MESSAGE_BYTES,
+        "refuse (and count) reassembled payloads larger than this many bytes "
+        f"(default: {DEFAULT_MAX_MESSAGE_BYTES} = {DEFAULT_MAX_MESSAGE_BYTES / 2**20:g} MiB)",
+    )
+    log_level: str = setting(
+        "INFO", f"least severe log messages printed (to stderr): {', '.join(LOG_LEVELS)}", choices=LOG_LEVELS
+    )
+
+
+BROKER_FLAGS = tuple(f.name for f in dataclasses.fields(BrokerFlags) if f.name != "log_level")
+"""The `BrokerFlags` in the help's "broker" group (--log-level is with the command's own options)."""
+
+BROKER_METAVARS = {
+    "broker": "URL",
+    "username": "NAME",
+    "password_file": "FILE",
+    "ca_cert": "FILE",
+    "client_cert": "FILE",
+    "client_key": "FILE",
+    "keepalive": "SECONDS",
+    "chunk_size": "BYTES",
+    "max_message_bytes": "BYTES",
+}
+
 
 def add_broker_arguments(
     parser: argparse.ArgumentParser, required: bool = True, broker_help: str = BROKER_HELP
 ) -> None:
-    """``broker_help``: the help of ``--broker``, for a command where it means more (or is optional)."""
+    """The `BrokerFlags` as flags. ``broker_help``: the help of ``--broker``, for a command where it
+    means more (or is optional)."""
     group = parser.add_argument_group("broker")
-    group.add_argument("--broker", required=required, metavar="URL", help=broker_help)
-    group.add_argument(
-        "--username",
-        metavar="NAME",
-        help="MQTT username; with the broker set up as in server/README.md: edgefd-server for the server, the "
-        "client id (e.g. client-0) for a device (default: none, connect without a login)",
+    add_setting_arguments(
+        group,
+        BrokerFlags,
+        BROKER_FLAGS,
+        BROKER_METAVARS,
+        required=("broker",) if required else (),
+        helps={"broker": broker_help},
     )
-    group.add_argument(
-        "--password-file",
-        metavar="FILE",
-        help=f"file whose first line is the MQTT password (default: ${PASSWORD_ENV} if set, else no password)",
-    )
-    group.add_argument(
-        "--ca-cert",
-        metavar="FILE",
-        help="with mqtts://: the CA certificate that signed the broker's, e.g. ca.crt (default: the system's CAs)",
-    )
-    group.add_argument(
-        "--client-cert",
-        metavar="FILE",
-        help="with mqtts://: this side's certificate, for brokers that require TLS client auth (with --client-key)",
-    )
-    group.add_argument(
-        "--client-key",
-        metavar="FILE",
-        help="with mqtts://: this side's private key, for brokers that require TLS client auth (with --client-cert)",
-    )
-    group.add_argument(
-        "--tls-insecure",
-        action="store_true",
-        help="do not check that the broker's certificate names its host (test CAs only)",
-    )
-    group.add_argument(
-        "--keepalive",
-        type=int,
-        metavar="SECONDS",
-        default=10,
-        help="seconds between MQTT pings; the broker declares a silent peer dead (and publishes its last will) "
-        "after about 1.5x this (default: %(default)s)",
-    )
-    group.add_argument(
-        "--chunk-size",
-        type=int,
-        metavar="BYTES",
-        default=DEFAULT_CHUNK_SIZE,
-        help="largest MQTT message this side sends, in bytes, chunk header included; larger payloads are "
-        f"split into chunks (default: %(default)s = {DEFAULT_CHUNK_SIZE / 1024:g} KiB)",
-    )
-    group.add_argument(
-        "--max-message-bytes",
-        type=int,
-        metavar="BYTES",
-        default=DEFAULT_MAX_MESSAGE_BYTES,
-        help="refuse (and count) reassembled payloads larger than this many bytes "
-        f"(default: %(default)s = {DEFAULT_MAX_MESSAGE_BYTES / 2**20:g} MiB)",
-    )
-    parser.add_argument(
-        "--log-level",
-        default="INFO",
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="least severe log messages printed (to stderr): %(choices)s (default: %(default)s)",
-    )
+    add_setting_arguments(parser, BrokerFlags, ("log_level",))
 
 
 def read_password(path: str | None) -> str | None:
@@ -104,38 +117,23 @@ def read_password(path: str | None) -> str | None:
 
 
 def broker_settings(args: argparse.Namespace) -> BrokerSettings:
+    flags = BrokerFlags(**settings_from_args(BrokerFlags, args, BROKER_FLAGS))
     return BrokerSettings(
-        args.broker,
-        username=args.username,
-        password=read_password(args.password_file),
-        ca_cert=args.ca_cert,
-        client_cert=args.client_cert,
-        client_key=args.client_key,
-        tls_insecure=args.tls_insecure,
-        keepalive=args.keepalive,
+        flags.broker or "",
+        username=flags.username,
+        password=read_password(flags.password_file),
+        ca_cert=flags.ca_cert,
+        client_cert=flags.client_cert,
+        client_key=flags.client_key,
+        tls_insecure=flags.tls_insecure,
+        keepalive=flags.keepalive,
     )
 
 
 def broker_flags(args: argparse.Namespace, url: str) -> list[str]:
-    """The same broker flags, for a child process."""
-    flags = [
-        "--broker",
-        url,
-        "--keepalive",
-        str(args.keepalive),
-        "--chunk-size",
-        str(args.chunk_size),
-        "--max-message-bytes",
-        str(args.max_message_bytes),
-        "--log-level",
-        args.log_level,
-    ]
-    for name in ("username", "password_file", "ca_cert", "client_cert", "client_key"):
-        if getattr(args, name):
-            flags += ["--" + name.replace("_", "-"), getattr(args, name)]
-    if args.tls_insecure:
-        flags.append("--tls-insecure")
-    return flags
+    """The same `BrokerFlags`, for a child process, with ``url`` as its --broker."""
+    names = tuple(f.name for f in dataclasses.fields(BrokerFlags) if f.name != "broker")
+    return ["--broker", url, *setting_flags(BrokerFlags, args, names)]
 
 
 def setup_logging(level: str) -> None:

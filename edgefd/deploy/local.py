@@ -26,7 +26,7 @@ from edgefd import progress
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
 from edgefd.deploy.mqtt_transport import BrokerSettings
-from edgefd.deploy.server import LOST_ROUNDS_EXIT, add_deployment_arguments
+from edgefd.deploy.server import LOST_ROUNDS_EXIT, add_deployment_arguments, deployment_flags
 from edgefd.metrics.results import METRICS_FILE
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
@@ -114,20 +114,7 @@ def run(args: argparse.Namespace) -> int:
         broker = start_broker(kind=args.broker_kind, workdir=out / "broker")
         url = broker.url
     shared = broker_flags(args, url) + ["--run", run_name]
-    timing = [
-        "--round-timeout",
-        str(args.round_timeout),
-        "--eval-timeout",
-        str(args.eval_timeout),
-        "--hello-timeout",
-        str(args.hello_timeout),
-        "--min-clients",
-        str(args.min_clients),
-        "--max-wait",
-        str(args.max_wait),
-        "--step-seconds",
-        str(args.step_seconds),
-    ]
+    timing = deployment_flags(args)
     env = {**os.environ, "OMP_NUM_THREADS": str(config.threads)}
     processes: dict[str, subprocess.Popen] = {}
     started = time.perf_counter()

@@ -10,7 +10,7 @@ round and which step. Around them a deployment needs three messages of its own:
 - ``status`` (client -> server, retained on `status/<client>`): online or offline, the latter
   also the connection's last will;
 - ``again`` (server -> client, on the topic of the request that is missing its answer): a few
-  bytes asking the client to send its cached answer again; nothing is recomputed.
+  bytes asking the client to send its stored answer again; nothing is recomputed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ STATUS = "status"
 ONLINE = "online"
 OFFLINE = "offline"
 AGAIN = "again"
-"""The kind of the content that asks for an answer again from the client's cache."""
+"""The kind of the content that asks a client to send its stored answer again."""
 
 
 def config_message(config: Any, client_id: str, run: str) -> Message:
@@ -61,7 +61,7 @@ def state_of(message: Message) -> str | None:
 
 def again(request: Message) -> Message:
     """The server's "send your answer to this request again": a few bytes where the request itself
-    may carry a whole model. A client answers it only from its cache."""
+    may carry a whole model. A client answers it only with its stored answer."""
     return Message(
         request.verb, SERVER, request.receiver, request.round, Payload(AGAIN, SERVER, request.round), run=request.run
     )

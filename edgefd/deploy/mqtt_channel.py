@@ -21,7 +21,7 @@ their deadlines: `edgefd.runtime.verbs`):
   have its copy once more;
 - an online client without an answer after `ask_again` seconds is asked, in a few bytes, to send
   its answer again (a broker under load may have dropped it), at most `MAX_ASKS_AGAIN` times a
-  phase; the client answers from its cache;
+  phase; the client sends its stored answer;
 - a client's own requests during its work (`step`, numbered) are answered in order, each once: a
   repeat gets the same answer again, at most `MAX_STEP_RESENDS` times a step; its steps phase waits
   `round_timeout` after each request the server took, and ends at the latest at its hard deadline,
@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from edgefd.deploy import messages as wire
+from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -137,7 +137,7 @@ class DeploymentSettings:
     ask_again: float = setting(
         10.0,
         "seconds without an answer from an online client before the server asks it, a few bytes, to send its "
-        "answer again from its cache (a broker under load may drop an uplink), then again as often, at most "
+        "stored answer again (a broker under load may drop an uplink), then again as often, at most "
         f"{MAX_ASKS_AGAIN} times a phase (capped at a third of the phase's timeout, so that every phase asks "
         "at least twice)",
     )
@@ -375,8 +375,8 @@ class MqttChannel:
         still gets it."""
         client_ids = self.client_ids if client_ids is None else client_ids
         for cid in client_ids:
-            message = wire.config_message(self.config, cid, self.settings.run)
-            self.endpoint.publish(self.topics.down(cid, wire.CONFIG), message, retain=True)
+            message = deploy_messages.config_message(self.config, cid, self.settings.run)
+            self.endpoint.publish(self.topics.down(cid, deploy_messages.CONFIG), message, retain=True)
         self._configs_due = time.monotonic() + max(CONFIG_RESEND_SECONDS, len(client_ids) / CONFIG_RESEND_RATE)
 
     def _resend_configs(self) -> None:
@@ -402,7 +402,7 @@ class MqttChannel:
     def clear_configs(self) -> None:
         """The run is over: its retained configs go (a client started later finds no run)."""
         for cid in self.client_ids:
-            self.endpoint.clear_retained(self.topics.down(cid, wire.CONFIG))
+            self.endpoint.clear_retained(self.topics.down(cid, deploy_messages.CONFIG))
         self.endpoint.flush(timeout=STOP_FLUSH_SECONDS)
 
     # ------------------------------------------------------------------ waiting for messages
@@ -538,7 +538,7 @@ class MqttChannel:
                 "sender-mismatch", topic, f"message from {message.sender!r} to {message.receiver!r} on {cid!r}'s topic"
             )
             return
-        expected_verb = wire.STATUS if msg.direction == "status" else msg.verb
+        expected_verb = deploy_messages.STATUS if msg.direction == "status" else msg.verb
         if message.verb != expected_verb or message.run != self.settings.run:
             self.endpoint.reject(
                 "wrong-topic", topic, f"a {message.verb!r} message of run {message.run!r} on {expected_verb!r}"
@@ -614,7 +614,7 @@ class MqttChannel:
         self.endpoint.publish(self.topics.down(cid, "step"), answer)
 
     def _on_status(self, cid: str, message: Message, topic: str, received_at: float) -> None:
-        state = wire.state_of(message)
+        state = deploy_messages.state_of(message)
         if state is None:
             content = message.content
             shown = None if content is None else (content.kind, str(content.scalars)[:200])
@@ -623,7 +623,7 @@ class MqttChannel:
         stats = self.stats[cid]
         unsure = cid in self._unsure
         self._unsure.discard(cid)
-        if state == wire.ONLINE:
+        if state == deploy_messages.ONLINE:
             came_online = not stats.online
             if came_online:  # an "online" repeated while online (a config sent again) is no new connection
                 stats.connects += 1
@@ -651,7 +651,7 @@ class MqttChannel:
 
     def _ask_again(self, phase: _Phase, now: float, interval: float) -> None:
         """Ask online clients silent for `interval` seconds to send their answer again. One still
-        working ignores it (it answers once done); one whose answer was lost sends it from its cache;
+        working ignores it (it answers once done); one whose answer was lost sends its stored answer;
         a repeat of an answer already taken is ignored here."""
         if now - self._last_received < QUIET_BEFORE_ASKING_AGAIN:
             return
@@ -666,7 +666,7 @@ class MqttChannel:
         for cid in again:
             phase.last_asked_again[cid] = now
             phase.asks_again[cid] = phase.asks_again.get(cid, 0) + 1
-            self.endpoint.publish(self.topics.down(cid, phase.verb), wire.again(phase.requests[cid]))
+            self.endpoint.publish(self.topics.down(cid, phase.verb), deploy_messages.again(phase.requests[cid]))
         if again:
             log.info(
                 "%s %d: asked %d silent client(s) to answer again: %s",

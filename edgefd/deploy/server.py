@@ -23,7 +23,7 @@ import sys
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
 from edgefd.deploy.mqtt_channel import DeploymentSettings
 from edgefd.runtime.flags import add_config_arguments, config_from_args
-from edgefd.settings import add_setting_arguments, settings_from_args
+from edgefd.settings import add_setting_arguments, setting_flags, settings_from_args
 
 LOST_ROUNDS_EXIT = 3
 """The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
@@ -46,6 +46,11 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("deployment")
     metavars = {name: "SECONDS" for name in DEPLOYMENT_FLAGS if name != "min_clients"}
     add_setting_arguments(group, DeploymentSettings, DEPLOYMENT_FLAGS, metavars)
+
+
+def deployment_flags(args: argparse.Namespace) -> list[str]:
+    """The same deployment flags, for a child process (`edgefd deploy-local`'s server)."""
+    return setting_flags(DeploymentSettings, args, DEPLOYMENT_FLAGS)
 
 
 def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:

@@ -158,9 +158,9 @@ import numpy as np
 from edgefd.deploy import checkpoint
 answer = np.ones((2048, 16384), np.float32)  # 128 MiB
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-checkpoint.save({str(tmp_path / "c.ckpt")!r}, {{"replies": {{"train": answer}}}}, {{}})
+checkpoint.save({str(tmp_path / "c.ckpt")!r}, {{"stored_answers": {{"train": answer}}}}, {{}})
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
-back = checkpoint.load({str(tmp_path / "c.ckpt")!r}, {{}}).value("replies")["train"]
+back = checkpoint.load({str(tmp_path / "c.ckpt")!r}, {{}}).value("stored_answers")["train"]
 assert np.array_equal(back, answer)
 """
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgefd.deploy import client as deploy_client
-from edgefd.deploy import messages as wire
+from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
 from edgefd.deploy.server_runtime import DeploymentSettings, same_run_config
@@ -45,9 +45,12 @@ def down(verb: str, round: int, content: Payload | None = None, client: str = "c
 
 def test_config_travels_whole():
     config = SimulationConfig(algo="fedavg", clients=4, precision="int8", params={"beta": 2.0})
-    assert SimulationConfig(**wire.config_from(wire.config_message(config, "client-0", "u"))) == config
+    assert (
+        SimulationConfig(**deploy_messages.config_from(deploy_messages.config_message(config, "client-0", "u")))
+        == config
+    )
     with pytest.raises(ValueError, match="expected a config"):
-        wire.config_from(down("config", 1))
+        deploy_messages.config_from(down("config", 1))
 
 
 def test_deploy_local_writes_a_config_that_simulate_reads(tmp_path):
@@ -123,11 +126,16 @@ def test_a_client_sent_its_config_again_says_again_that_it_is_online(monkeypatch
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
     monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append(message))
-    config = wire.config_message(SimulationConfig(dataset="digits", clients=2, rounds=1, threads=1), "client-1", "u")
+    config = deploy_messages.config_message(
+        SimulationConfig(dataset="digits", clients=2, rounds=1, threads=1), "client-1", "u"
+    )
     device._handle(Incoming("down", "client-1", "config", config, nbytes=0))
-    assert [wire.state_of(m) for m in sent] == [wire.ONLINE]  # built, and said so
+    assert [deploy_messages.state_of(m) for m in sent] == [deploy_messages.ONLINE]  # built, and said so
     device._handle(Incoming("down", "client-1", "config", config, nbytes=0))
-    assert [wire.state_of(m) for m in sent] == [wire.ONLINE, wire.ONLINE]  # not rebuilt; said so again
+    assert [deploy_messages.state_of(m) for m in sent] == [
+        deploy_messages.ONLINE,
+        deploy_messages.ONLINE,
+    ]  # not rebuilt; said so again
 
 
 def test_a_password_file_others_can_read_is_refused(tmp_path):
@@ -207,7 +215,7 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     sent.clear()
     channel._pump(0.01)
     assert sent == []  # not yet: the interval has not passed
-    status = wire.status_message("client-1", wire.ONLINE, "r")
+    status = deploy_messages.status_message("client-1", deploy_messages.ONLINE, "r")
     channel._handle(Incoming("status", "client-1", "", status, nbytes=100))
     assert channel.stats["client-1"].online
     waited_long_enough()
@@ -217,7 +225,9 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     channel._pump(0.01)
     assert sent == []  # once per interval
     for cid in ("client-0", "client-2"):
-        channel._handle(Incoming("status", cid, "", wire.status_message(cid, wire.ONLINE, "r"), nbytes=100))
+        channel._handle(
+            Incoming("status", cid, "", deploy_messages.status_message(cid, deploy_messages.ONLINE, "r"), nbytes=100)
+        )
     waited_long_enough()
     channel._pump(0.01)
     assert sent == []  # everyone online: nothing more
@@ -243,7 +253,9 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
     clients = ["client-0", "client-1", "client-2"]
     channel = MqttChannel(SimulationConfig(clients=3), DeploymentSettings(run="r", ask_again=0.6), clients, Topics("r"))
     for cid in clients[:2]:
-        channel._handle(Incoming("status", cid, "", wire.status_message(cid, wire.ONLINE, "r"), nbytes=10))
+        channel._handle(
+            Incoming("status", cid, "", deploy_messages.status_message(cid, deploy_messages.ONLINE, "r"), nbytes=10)
+        )
     asked_again = []
     requests = {cid: down("train", 4, client=cid, run="r") for cid in clients}
 
@@ -252,7 +264,7 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
 
     def publish(topic, message, retain=False):
         cid = Topics("r").parse(topic)[1]
-        if wire.is_again(message):
+        if deploy_messages.is_again(message):
             assert message.round == 4 and len(encode_message(message)) < 100  # not the request again
             asked_again.append(cid)
             answer(cid)  # client-1's first answer was lost; this one arrives
@@ -269,20 +281,22 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
     assert channel.stats["client-1"].on_time == 1
 
 
-def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before_the_asking(monkeypatch):
+def test_a_client_asked_again_sends_its_stored_answer_only_if_it_went_out_before_the_asking(monkeypatch):
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
     monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, message)))
-    device.app = ClientApp(object())  # built (nothing of it is used to answer from the cache)
+    device.app = ClientApp(object())  # built (nothing of it is used to send a stored answer)
     uplink = down("train", 3).answer(None)
 
     def asked_again(at: float) -> None:
-        message = Incoming("down", "client-1", "train", wire.again(down("train", 3)), nbytes=0, received_at=at)
+        message = Incoming(
+            "down", "client-1", "train", deploy_messages.again(down("train", 3)), nbytes=0, received_at=at
+        )
         device._handle(message)
 
     asked_again(10.0)
     assert sent == []  # nothing answered yet: still working, or the request never came
-    device.replies[("train", 3)], device.answered_at[("train", 3)] = uplink, 20.0
+    device.stored_answers[("train", 3)], device.answered_at[("train", 3)] = uplink, 20.0
     asked_again(15.0)
     assert sent == []  # asked while it was working: the answer went out after the asking
     asked_again(25.0)
@@ -292,7 +306,7 @@ def test_a_client_asked_again_sends_its_cached_answer_only_if_it_went_out_before
 
 def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeypatch):
     """The server's post-aggregation reply (FedD2S's phase B) is learnt from once: a repeat is
-    acknowledged from the cache, and a reply to a round this client did not train last is ignored."""
+    acknowledged with the stored answer, and a reply to a round this client did not train last is ignored."""
     device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
     sent = []
     monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, message)))
@@ -335,8 +349,10 @@ def open_phase(monkeypatch, verb: str = "train", serve=None):
 
     def publish(topic, message, retain=False):
         _, cid, verb = Topics("r").parse(topic)
-        if verb != wire.CONFIG:
-            sent.append((cid, "again" if wire.is_again(message) else "answer" if message.is_answer else "request"))
+        if verb != deploy_messages.CONFIG:
+            sent.append(
+                (cid, "again" if deploy_messages.is_again(message) else "answer" if message.is_answer else "request")
+            )
 
     monkeypatch.setattr(channel.endpoint, "publish", publish)
     requests = {cid: down(verb, 4, Payload("weights", "server", 4), client=cid, run="r") for cid in clients}
@@ -348,7 +364,7 @@ def open_phase(monkeypatch, verb: str = "train", serve=None):
 
 
 def status(channel, cid: str, state: str) -> None:
-    channel._handle(Incoming("status", cid, "", wire.status_message(cid, state, "r"), nbytes=10))
+    channel._handle(Incoming("status", cid, "", deploy_messages.status_message(cid, state, "r"), nbytes=10))
 
 
 def test_a_request_goes_out_again_once_a_phase_when_its_client_comes_online(monkeypatch):
@@ -357,18 +373,18 @@ def test_a_request_goes_out_again_once_a_phase_when_its_client_comes_online(monk
     after the server's own reconnection (a broker restart loses no will) each client may have its
     copy once more."""
     channel, sent = open_phase(monkeypatch)
-    status(channel, "client-0", wire.ONLINE)  # came online after the request went out
+    status(channel, "client-0", deploy_messages.ONLINE)  # came online after the request went out
     assert sent == [("client-0", "request")]
     for _ in range(50):
-        status(channel, "client-0", wire.ONLINE)
-        status(channel, "client-0", wire.OFFLINE)
-        status(channel, "client-0", wire.ONLINE)
+        status(channel, "client-0", deploy_messages.ONLINE)
+        status(channel, "client-0", deploy_messages.OFFLINE)
+        status(channel, "client-0", deploy_messages.ONLINE)
     assert sent == [("client-0", "request")] and channel.stats["client-0"].connects == 51
     channel._reconnected = True
     channel._pump(0.0)  # the server's reconnection: the outstanding requests go out again
     assert sent[1:] == [("client-0", "request"), ("client-1", "request")]
-    status(channel, "client-0", wire.ONLINE)  # its session may be new: once more
-    status(channel, "client-0", wire.ONLINE)
+    status(channel, "client-0", deploy_messages.ONLINE)  # its session may be new: once more
+    status(channel, "client-0", deploy_messages.ONLINE)
     assert sent[3:] == [("client-0", "request")]
 
 
@@ -376,7 +392,7 @@ def test_a_silent_client_is_asked_again_a_bounded_number_of_times(monkeypatch):
     from edgefd.deploy.mqtt_channel import MAX_ASKS_AGAIN
 
     channel, sent = open_phase(monkeypatch)
-    status(channel, "client-0", wire.ONLINE)
+    status(channel, "client-0", deploy_messages.ONLINE)
     sent.clear()
     now = time.monotonic()
     for i in range(1, 3 * MAX_ASKS_AGAIN):
@@ -420,7 +436,7 @@ def test_the_server_takes_live_uplinks_and_statuses_only(monkeypatch):
 
     monkeypatch.setattr(server._client, "publish", publish)
     hello = down("hello", 0, client="client-2").answer(None)
-    online = wire.status_message("client-2", wire.ONLINE, "u")
+    online = deploy_messages.status_message("client-2", deploy_messages.ONLINE, "u")
     for retain in (True, False):
         server._on_message(None, None, frame(topics.up("client-2", "hello"), hello, retain))
         server._on_message(None, None, frame(topics.status("client-2"), online, retain))
@@ -435,6 +451,6 @@ def test_the_server_takes_live_uplinks_and_statuses_only(monkeypatch):
     assert not server.stats.rejected
 
     device = MqttEndpoint(BrokerSettings(), topics, "edgefd-u-client-2")
-    config = wire.config_message(SimulationConfig(algo="fd"), "client-2", "u")
+    config = deploy_messages.config_message(SimulationConfig(algo="fd"), "client-2", "u")
     device._on_message(None, None, frame(topics.down("client-2", "config"), config, True))
     assert device.inbox.get_nowait().verb == "config" and not device.stats.stale_retained

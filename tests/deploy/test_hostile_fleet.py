@@ -24,7 +24,7 @@ import pytest
 from mqtt_helpers import client, edgefd, finish, flags, lines_of, wait_for
 from shipped_broker import start_installed
 
-from edgefd.deploy import messages as wire
+from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.deploy.server import LOST_ROUNDS_EXIT
 from edgefd.protocol import Payload
@@ -99,7 +99,9 @@ class Device:
         self.endpoint.stop()
 
     def say(self, state: str) -> None:
-        self.endpoint.publish(self.topics.status(self.cid), wire.status_message(self.cid, state, self.run), retain=True)
+        self.endpoint.publish(
+            self.topics.status(self.cid), deploy_messages.status_message(self.cid, state, self.run), retain=True
+        )
 
     def next(self, verb: str, timeout: float = 120.0) -> Message:
         """The next message of ``verb`` from the server (those before it are kept, not answered,
@@ -111,8 +113,8 @@ class Device:
             self.received.append(incoming.message)
             if incoming.verb == verb:
                 return incoming.message
-            if incoming.verb == wire.CONFIG:
-                self.say(wire.ONLINE)
+            if incoming.verb == deploy_messages.CONFIG:
+                self.say(deploy_messages.ONLINE)
 
     def answer(self, request: Message, content: Payload | None = None, retain: bool = False) -> None:
         self.endpoint.publish(self.topics.up(self.cid, request.verb), request.answer(content), retain=retain)
@@ -133,25 +135,25 @@ def test_a_device_flooding_its_status_gets_its_request_again_at_most_once(broker
     server, out, log = start_server(broker, "flood", tmp_path, "--round-timeout", 60, "--eval-timeout", 60)
     try:
         with Device(broker, "flood") as device:
-            device.say(wire.ONLINE)
+            device.say(deploy_messages.ONLINE)
             device.answer(device.next("hello"))
             device.scores(device.next("evaluate"))
             request = device.next("train")
             # The pauses only give the server time to take each status before the next: the bound
             # asserted below does not depend on them.
             for _ in range(40):
-                device.say(wire.ONLINE)
+                device.say(deploy_messages.ONLINE)
                 time.sleep(0.02)
             for _ in range(30):
-                device.say(wire.OFFLINE)
-                device.say(wire.ONLINE)
+                device.say(deploy_messages.OFFLINE)
+                device.say(deploy_messages.ONLINE)
                 time.sleep(0.02)
             device.answer(request)  # taken after every status above: one session, in order
             device.scores(device.next("evaluate"))
             device.next("stop")
     finally:
         finish([server])
-    copies = [m for m in device.received if m.verb == "train" and m.round == 1 and not wire.is_again(m)]
+    copies = [m for m in device.received if m.verb == "train" and m.round == 1 and not deploy_messages.is_again(m)]
     assert request.content is not None and len(copies) in (1, 2), len(copies)
     assert server.returncode == 0, log.read_text()[-3000:]
     deployment = json.loads((out / "summary.json").read_text())["deployment"]
@@ -166,7 +168,7 @@ def test_a_round_that_no_device_answers_is_reported_lost(broker, tmp_path):
     server, out, log = start_server(broker, "lost", tmp_path, "--round-timeout", 2, "--eval-timeout", 2)
     try:
         with Device(broker, "lost") as device:
-            device.say(wire.ONLINE)
+            device.say(deploy_messages.ONLINE)
             device.answer(device.next("hello"))
             device.scores(device.next("evaluate"))
             device.next("train")  # never answered, nor round 1's evaluation
@@ -233,10 +235,10 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
     answered, stepping = [], 0.0
     try:
         with Device(broker, "held") as device, Device(broker, "held", "client-3") as oversized:
-            oversized.say(wire.ONLINE)
+            oversized.say(deploy_messages.ONLINE)
             oversized.answer(oversized.next("hello"), fedcache_hello("client-3", 65))
-            oversized.say(wire.OFFLINE)  # not waited for in evaluations; its steps phase ends at once
-            device.say(wire.ONLINE)
+            oversized.say(deploy_messages.OFFLINE)  # not waited for in evaluations; its steps phase ends at once
+            device.say(deploy_messages.ONLINE)
             device.answer(device.next("hello"), fedcache_hello("client-0", 64))
             device.scores(device.next("evaluate"))
             request = device.next("steps")
@@ -343,7 +345,7 @@ def test_a_revoked_devices_retained_hello_and_online_are_ignored(broker, tmp_pat
     topics = Topics("ghost")
     ghost_topics = [topics.up(GHOST, "hello"), topics.status(GHOST)]
     with Device(broker, "ghost", GHOST) as ghost:
-        ghost.say(wire.ONLINE)
+        ghost.say(deploy_messages.ONLINE)
         ghost.answer(Message("hello", SERVER, GHOST, HELLO_ROUND, None, run="ghost"), retain=True)
         assert ghost.endpoint.flush(10)
     passwd = broker.workdir / "etc/mosquitto/edgefd/passwd"

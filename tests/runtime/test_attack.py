@@ -99,6 +99,6 @@ def test_a_fedcache_attacker_poisons_its_step_requests(tmp_path):
     server's cache point away from the same rows of a clean run; client-1's do not."""
     clean, flipped = fedcache_cache_after_round_1(tmp_path, "none"), fedcache_cache_after_round_1(tmp_path, "flipped")
     for cid in ("client-0", "client-1"):
-        a, b = clean.knowledge[clean.slices[cid]], flipped.knowledge[flipped.slices[cid]]
+        a, b = clean.logits[clean.slices[cid]], flipped.logits[flipped.slices[cid]]
         cosine = float(torch.nn.functional.cosine_similarity(a, b, dim=1).mean())
         assert cosine < -0.5 if cid == "client-0" else cosine > 0.5, (cid, cosine)

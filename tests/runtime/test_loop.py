@@ -100,8 +100,8 @@ class AskingClient(ClientRole):
 
     def train_steps(self, round):
         for step in range(3):
-            reply = yield Payload("ask", self.client_id, round, {"v": np.array([step], np.int64)})
-            self.answers.append(int(reply.arrays["log"][-1]))
+            answer = yield Payload("ask", self.client_id, round, {"v": np.array([step], np.int64)})
+            self.answers.append(int(answer.arrays["log"][-1]))
         return None
 
     def evaluate(self, state=None):

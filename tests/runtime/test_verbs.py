@@ -39,10 +39,10 @@ class Talker(ClientRole):
         return self.message()
 
     def train_steps(self, round):
-        reply = yield self.message()
-        self.replies = [reply]
-        reply = yield self.message()
-        self.replies.append(reply)
+        answer = yield self.message()
+        self.answers = [answer]
+        answer = yield self.message()
+        self.answers.append(answer)
         return self.message()
 
 
@@ -117,7 +117,7 @@ def test_a_step_exchange_is_sealed_both_ways_numbered_and_the_answers_pass_uncha
     ]
     for message in (*asked, final):
         assert message.content.precision == {"logits": "int8"}
-    assert client.replies == [answer, answer]
+    assert client.answers == [answer, answer]
 
 
 def test_a_verb_the_table_does_not_hold_or_that_only_clients_send_is_refused():

@@ -295,7 +295,8 @@ class KnowledgeCache:
         self.labels = np.zeros(0, np.int64)
         self.neighbours = np.zeros((0, 0), np.int64)
         self.owners = np.zeros(0, np.int64)
-        self.knowledge = torch.zeros((0, num_classes))
+        self.logits = torch.zeros((0, num_classes))
+        """The latest logits of every sample, a row each (zeros until its client first uploads them)."""
         self.filled = torch.zeros(0, dtype=torch.bool)
         self.size = 0
 
@@ -339,7 +340,7 @@ class KnowledgeCache:
             self.neighbours = store.relations(hashes, self.labels, config, owners)
         if self.max_ensemble:
             self.neighbours = np.ascontiguousarray(self.neighbours[:, : self.max_ensemble])
-        self.knowledge = torch.zeros((self.size, self.num_classes))
+        self.logits = torch.zeros((self.size, self.num_classes))
         self.filled = torch.zeros(self.size, dtype=torch.bool)
         self._hashes = []
         self._labels = []
@@ -365,11 +366,11 @@ class KnowledgeCache:
     def fetch(self, client_id: str) -> torch.Tensor:
         """Mean of the cached neighbours' logits for each of the client's samples, in
         registration order (Eq. 12, 16, 17)."""
-        return self.combine(self.knowledge, self._table(self.neighbours[self.slices[client_id]]))
+        return self.combine(self.logits, self._table(self.neighbours[self.slices[client_id]]))
 
     def fetch_all(self) -> torch.Tensor:
         """The same for every registered sample (one kernel call: a whole round's lookups)."""
-        return self.combine(self.knowledge, self._table(self.neighbours))
+        return self.combine(self.logits, self._table(self.neighbours))
 
     def _table(self, neighbours: np.ndarray) -> torch.Tensor:
         table = torch.from_numpy(neighbours)
@@ -401,7 +402,7 @@ class KnowledgeCache:
         table = np.full(neighbours.shape, -1, np.int64)
         table[neighbours >= 0] = local
         table = np.where(earlier, len(named) + position, table)
-        values = torch.cat([self.knowledge[torch.from_numpy(named)], torch.from_numpy(logits)])
+        values = torch.cat([self.logits[torch.from_numpy(named)], torch.from_numpy(logits)])
         index = torch.from_numpy(table)
         if self.mask_unfilled:
             filled = torch.cat([self.filled[torch.from_numpy(named)], torch.ones(len(rows), dtype=torch.bool)])
@@ -415,5 +416,5 @@ class KnowledgeCache:
         logits = np.asarray(logits, dtype=np.float32)
         assert logits.shape == (len(rows), self.num_classes), "a row of logits per row (the schemas')"
         index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
-        self.knowledge[index] = torch.from_numpy(logits)
+        self.logits[index] = torch.from_numpy(logits)
         self.filled[index] = True

@@ -263,10 +263,10 @@ class FedCacheClient(ClientRole):
                     round,
                     {"ids": ids.astype(np.int32), "logits": logits.detach().numpy()},
                 )
-                reply = yield request
-                if not np.array_equal(reply.arrays["ids"], ids):
+                answer = yield request
+                if not np.array_equal(answer.arrays["ids"], ids):
                     raise ValueError(f"{self.client_id}: the server's teachers are not for the samples it was sent")
-                teachers = torch.from_numpy(np.asarray(reply.arrays["knowledge"], np.float32))
+                teachers = torch.from_numpy(np.asarray(answer.arrays["knowledge"], np.float32))
                 optimizer.zero_grad(set_to_none=True)
                 fedcache_loss(logits, y[idx], teachers, self.params).backward()
                 optimizer.step()

@@ -205,15 +205,15 @@ def test_missing_hnswlib_names_the_extra_and_the_exact_alternative(monkeypatch):
 
 def sequential_reference(cache, rows, logits):
     """Alg. 2 l.10-14 sample by sample: fetch the mean of the neighbours, then overwrite the row."""
-    knowledge, filled = cache.knowledge.clone(), cache.filled.clone()
+    cache_logits, filled = cache.logits.clone(), cache.filled.clone()
     out = np.zeros((len(rows), cache.num_classes), np.float32)
     for t, row in enumerate(rows):
         named = [j for j in cache.neighbours[row] if j >= 0 and (filled[j] or not cache.mask_unfilled)]
         if named:
-            out[t] = knowledge[named].mean(dim=0).numpy()
-        knowledge[row] = torch.from_numpy(logits[t])
+            out[t] = cache_logits[named].mean(dim=0).numpy()
+        cache_logits[row] = torch.from_numpy(logits[t])
         filled[row] = True
-    return out, knowledge
+    return out, cache_logits
 
 
 @pytest.mark.parametrize("mask_unfilled", [False, True])
@@ -228,14 +228,14 @@ def test_exchange_fetches_then_updates_sample_by_sample(mask_unfilled):
     for _ in range(6):
         rows = rng.choice(len(labels), size=8, replace=False)
         logits = rng.normal(size=(8, 4)).astype(np.float32)
-        expected, knowledge = sequential_reference(cache, rows, logits)
+        expected, cache_logits = sequential_reference(cache, rows, logits)
         position = {row: t for t, row in enumerate(rows)}
         checked_within_message += sum(
             position.get(j, 99) < t for t, row in enumerate(rows) for j in cache.neighbours[row]
         )
         got = cache.exchange(rows, logits)
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(cache.knowledge, knowledge)
+        torch.testing.assert_close(cache.logits, cache_logits)
     assert checked_within_message > 0  # some teachers did read a row written earlier in their message
 
 

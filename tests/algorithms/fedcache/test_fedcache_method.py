@@ -75,7 +75,7 @@ def test_teachers_are_aligned_by_sample_id_not_by_position(tmp_path):
     sim.federation.hello()
     server, client = sim.server, sim.clients["client-1"]
     rows = server.cache.slices["client-1"]
-    server.cache.knowledge[rows] = torch.randn(rows.stop - rows.start, 10)
+    server.cache.logits[rows] = torch.randn(rows.stop - rows.start, 10)
     down = server.downlink(1, "client-1")
     order = np.random.default_rng(0).permutation(len(down.arrays["ids"]))
     shuffled = type(down)(
@@ -94,7 +94,7 @@ def test_uplink_logits_land_in_the_right_rows(tmp_path):
     shuffled = type(up)(up.kind, up.sender, up.round, {k: v[order] for k, v in up.arrays.items()})
     sim.server.aggregate(1, {"client-2": shuffled})
     rows = sim.server.cache.slices["client-2"]
-    np.testing.assert_allclose(sim.server.cache.knowledge[rows].numpy(), up.arrays["logits"])
+    np.testing.assert_allclose(sim.server.cache.logits[rows].numpy(), up.arrays["logits"])
 
 
 def test_fedcache_end_to_end_learns_with_hnsw(tmp_path):
@@ -168,12 +168,12 @@ def test_per_batch_teachers_come_from_the_live_cache(tmp_path):
     steps = sim.clients["client-0"].train_steps(1)
     first = next(steps)
     rows = cache.rows("client-0", first.arrays["ids"])
-    before = cache.knowledge.clone()
-    reply = sim.server.answer(1, "client-0", first)
+    before = cache.logits.clone()
+    answer = sim.server.answer(1, "client-0", first)
     named = cache.neighbours[rows[0]]
-    np.testing.assert_allclose(reply.arrays["knowledge"][0], before[named].mean(0).numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(cache.knowledge[rows].numpy(), first.arrays["logits"])
-    second = steps.send(reply)
+    np.testing.assert_allclose(answer.arrays["knowledge"][0], before[named].mean(0).numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(cache.logits[rows].numpy(), first.arrays["logits"])
+    second = steps.send(answer)
     assert not np.intersect1d(second.arrays["ids"], first.arrays["ids"]).size
     client = sim.clients["client-0"]
     order = client.batch_order.numpy()  # the fixed random order (docs/methods/fedcache.md#batch-order)
@@ -207,13 +207,13 @@ def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypat
     assert stored == sorted(stored) and len(set(stored)) == 10
 
     def first_batches(round: int) -> list[np.ndarray]:
-        steps, ids, reply = client.train_steps(round), [], None
+        steps, ids, answer = client.train_steps(round), [], None
         try:
             while len(ids) < 3:
-                request = steps.send(reply)
+                request = steps.send(answer)
                 ids.append(request.arrays["ids"].copy())
                 n = len(request.arrays["ids"])
-                reply = type(request)("fedcache.knowledge", "server", round, {
+                answer = type(request)("fedcache.knowledge", "server", round, {
                     "ids": request.arrays["ids"], "knowledge": np.zeros((n, 10), np.float32)
                 })  # fmt: skip
         finally:
