@@ -176,3 +176,45 @@ def test_fedcache_paper_exchange_over_mqtt_matches_simulate(tmp_path, broker):
     assert summary["params"]["exchange"] == "batch" and summary["params"]["knn"] == "hnsw"
     steps_up = summary["deployment"]["wire"]["received_messages"]["up/step"]
     assert steps_up >= 2 * clients * 2  # several mini-batches per client, every client, 2 rounds
+
+
+def test_a_deployed_attacker_poisons_as_a_simulated_one(tmp_path, broker):
+    """`--attack` in a deployment: client-0's device poisons its step requests over MQTT, the
+    server's robust teachers take them, and every round equals the simulation's with the same
+    attack (so a poisoning experiment in-process stands for the deployed one)."""
+    config = dict(
+        algo="fedcache",
+        dataset="digits",
+        clients=3,
+        rounds=1,
+        seed=7,
+        threads=1,
+        models="mlp",
+        samples_per_client=60,
+        attack="max-in-bounds",
+    )
+    params = {"aggregator": "median", "knn": "exact"}
+    simulated, deployed = tmp_path / "sim", tmp_path / "deploy"
+    run(SimulationConfig(**config, params=params, out=str(simulated)), progress=False)
+    process = edgefd(
+        "deploy-local",
+        "--broker",
+        broker.url,
+        "--run",
+        "attacked",
+        *flags(config),
+        *[item for name, value in params.items() for item in ("--param", f"{name}={value}")],
+        "--out",
+        deployed,
+        "--quiet",
+        "--round-timeout",
+        60,
+        log=tmp_path / "deploy.log",
+    )
+    finish([process], timeout=240)
+    assert process.returncode == 0, (tmp_path / "deploy.log").read_text()[-3000:]
+    assert [comparable(line) for line in lines_of(deployed)] == [comparable(line) for line in lines_of(simulated)]
+    assert all(line["rejected"] == {} for line in lines_of(deployed))  # poisoned, yet inside every schema
+    logs = "".join(path.read_text() for path in (deployed / "logs").glob("*.log"))
+    assert "client-0: this device attacks (--attack max-in-bounds)" in logs
+    assert "client-1: this device attacks" not in logs
