@@ -11,9 +11,11 @@ deployment's sends the same messages over MQTT (`edgefd.deploy.mqtt_channel.Mqtt
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import Message
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger, InProcessTransport
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 
     from edgefd.algorithms.base import ClientRole
     from edgefd.runtime.attack import Poisoning
+
+log = logging.getLogger(__name__)
 
 Serve = Callable[[Message], Message]
 """The server's answer to a request a client makes during its work (a ``step``)."""
@@ -102,10 +106,19 @@ class InProcessChannel:
     ) -> dict[str, Message]:
         carry = self.transport.carry
         ask = None if serve is None else (lambda request: carry(serve(carry(request))))
-        return {
-            message.receiver: carry(self.apps[message.receiver].handle(carry(message), ask))
-            for message in sorted(messages, key=lambda m: m.receiver)
-        }
+        answers = {}
+        for message in sorted(messages, key=lambda m: m.receiver):
+            try:
+                answers[message.receiver] = carry(self.apps[message.receiver].handle(carry(message), ask))
+            except ProtocolError as error:  # its answer or request does not encode (a diverged model's NaN)
+                log.warning(
+                    "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",
+                    message.round,
+                    message.receiver,
+                    message.verb,
+                    error,
+                )
+        return answers
 
     def send(self, messages: Sequence[Message]) -> None:
         for message in sorted(messages, key=lambda m: m.receiver):

@@ -265,3 +265,26 @@ def test_a_method_without_replies_sends_nothing_after_aggregating():
     federation.run()
     sent = {verb for (r, d, _, verb) in federation.channel.ledger.messages if d == "down" and r}
     assert sent == {"train", "evaluate", "stop"}  # no reply
+
+
+def test_a_simulated_client_whose_uplink_does_not_encode_misses_the_round(tmp_path, caplog):
+    """A diverged model's NaN weights cannot be encoded: a device would send nothing (its error is
+    logged) and miss the round; a simulated client does the same instead of ending the run."""
+    from edgefd.runtime.build import build
+    from edgefd.runtime.config import SimulationConfig
+
+    sim = build(SimulationConfig(algo="fd", clients=3, rounds=1, samples_per_client=40, threads=1, out=str(tmp_path)))
+    role = sim.clients["client-1"]
+    honest = role.train_round
+
+    def diverged(round, downlink):
+        payload = honest(round, downlink)
+        return Payload(
+            payload.kind, payload.sender, round, {**payload.arrays, "logits": payload.arrays["logits"] * np.nan}
+        )
+
+    role.train_round = diverged
+    sim.federation.start()
+    record = sim.federation.run_round(1)
+    assert record.late == ["client-1"] and record.rejected == {}
+    assert "client-1's train cannot be sent" in caplog.text and "it misses the round" in caplog.text
