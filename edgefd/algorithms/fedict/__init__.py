@@ -9,7 +9,7 @@ client uploads its class-distribution vector d^k (Eq. 7), its labels and their s
 Every round it trains one epoch with CE + the FPKD-weighted KL towards the server's per-sample
 logits, then uploads per-sample features H^k, logits Z^k and sample ids. The server trains one
 shared predictor-only model on every client's features, client by client, with CE + the LKA-weighted
-KL towards Z^k, and replies with its per-sample logits Z^S and their ids. Knowledge is keyed by
+KL towards Z^k, and sends back its per-sample logits Z^S and their ids (the next downlink). Knowledge is keyed by
 stable sample id on both sides (:class:`SampleIndex`, built once): a client gathers ``Z^S[id]`` for
 each shuffled minibatch, the server scatters its logits into the canonical order of the client's
 hello. Nothing is keyed by batch position (the official demo's bug,
@@ -60,7 +60,7 @@ Choices where the paper is silent:
 - LKA is sample-weighted (the server's minibatch mean over each client's samples,
   docs/methods/fedict.md#lka-averaging).
 - The Z^S of the last round is not sent (docs/methods/fedict.md#last-round-server-logits): the
-  runtime sends downlinks at the start of a round, so round R's replies stay on the server (they are
+  runtime sends downlinks at the start of a round, so round R's server logits stay on the server (they are
   still computed: an eval pass).
 - UA is each client's own model on its whole local test split
   (docs/methods/fedict.md#user-model-accuracy): the default ``ClientRole.evaluate``.
@@ -69,7 +69,7 @@ Choices where the paper is silent:
   [N,C] + ids [N] int64``; once, up ``distribution [C] float32 + labels [N] int64 + ids [N] int64 +
   samples + feature shape``. Round 1's downlink is the full zero tensor of the paper (only when
   round-1 KD is on). The ids are edgefd's addition to the paper's formula (N * 8 bytes each way per
-  round): they make the replies order-independent. Labels go up once (Alg. 1 l.8,
+  round): they make the downlinks order-independent. Labels go up once (Alg. 1 l.8,
   docs/methods/fedict.md#labels-sent-once), not every round as in the demo (``resend_labels=true``
   restores that).
 - Model choice (Table III, docs/methods/fedict.md#client-and-server-models): clients use whatever
