@@ -82,6 +82,7 @@ or int8 (model weights are always sent losslessly).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -93,7 +94,14 @@ from edgefd import kernels
 from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
-from edgefd.algorithms.toolkit import average_states
+from edgefd.algorithms.toolkit import (
+    AGGREGATORS,
+    ROBUST_MINIMUM,
+    average_states,
+    check_trim,
+    robust_mean,
+    robust_states,
+)
 from edgefd.protocol import Payload
 from edgefd.settings import setting
 from edgefd.training import (
@@ -102,6 +110,8 @@ from edgefd.training import (
     predict_logits,
     state_arrays,
 )
+
+log = logging.getLogger(__name__)
 
 SOFT_TARGETS = "dfl/soft_targets"
 CLASS_COUNTS = "dfl/class_counts"
@@ -166,9 +176,18 @@ class DFLParams:
         "docs/methods/dfl.md#soft-target-dtype)",
         choices=tuple(SOFT_TARGET_DTYPES),
     )
+    aggregator: str = setting(
+        "mean",
+        "how the server combines the clients' weights and soft-target rows: mean (Eq. 1 and 2, weighted), or the "
+        "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far "
+        "(docs/methods/dfl.md#robust-aggregation)",
+        choices=AGGREGATORS,
+    )
+    trim: float = setting(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
 
     def __post_init__(self) -> None:
         check_choices(self)
+        check_trim(self.trim)
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"param threshold: must be in [0, 1], got {self.threshold}")
         if not (self.temperature > 0 and np.isfinite(self.temperature)):
@@ -336,8 +355,11 @@ class DFLServer(ServerRole):
         return (self.uplink_schema,)
 
     def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
-        """The schema, and the sample and class counts the client declared first (they weight it)."""
+        """The schema, and the sample and class counts the client declared first (they weight it),
+        within what one client of the run can hold."""
         super().check_uplink(round, client_id, payload)
+        self.context.check_declared(counts=payload.arrays[CLASS_COUNTS])
+        self.context.check_declared(samples=int(payload.scalars["samples"]))
         self.declared.check(client_id, samples=payload.scalars["samples"], classes=payload.arrays[CLASS_COUNTS])
 
     def _wire(self, table: np.ndarray) -> np.ndarray:
@@ -354,14 +376,46 @@ class DFLServer(ServerRole):
         ordered = [uplinks[c] for c in sorted(uplinks)]
         samples = [float(p.scalars["samples"]) for p in ordered]
         models = [{k: v for k, v in p.arrays.items() if k not in _RESERVED} for p in ordered]
-        self.global_state = average_states(models, samples)  # Eq. 1, FedAvg's arithmetic
         counts = [p.arrays[CLASS_COUNTS] for p in ordered]
+        tables = [p.arrays[SOFT_TARGETS] for p in ordered]
+        metrics["labels_covered"] = float((np.sum(counts, axis=0) > 0).sum())
+        if self.params.aggregator != "mean":
+            return {**metrics, **self._aggregate_robustly(round, models, tables, counts)}
+        self.global_state = average_states(models, samples)  # Eq. 1, FedAvg's arithmetic
         table = aggregate_soft_targets(
-            [p.arrays[SOFT_TARGETS] for p in ordered], counts, samples, self.soft_targets, self.params.aggregation
+            tables, counts, samples, self.soft_targets, self.params.aggregation
         )  # Eq. 2, masked rows
         self.soft_targets = self._wire(table)
-        metrics["labels_covered"] = float((np.sum(counts, axis=0) > 0).sum())
         return metrics
+
+    def _aggregate_robustly(
+        self, round: int, models: list[dict[str, np.ndarray]], tables: list[np.ndarray], counts: list[np.ndarray]
+    ) -> dict[str, float]:
+        """The robust statistic, unweighted: over the models (fewer than `ROBUST_MINIMUM`: the global
+        model is kept), and per class over the soft-target rows of the clients that hold it (fewer:
+        the row keeps its last value). ``below_quorum``: the model kept (1) plus the rows kept."""
+        how, trim = self.params.aggregator, self.params.trim
+        kept_model = len(models) < ROBUST_MINIMUM
+        if kept_model:
+            log.warning(
+                "round %d: aggregator=%s needs %d uplinks, got %d: the global model is kept",
+                round,
+                how,
+                ROBUST_MINIMUM,
+                len(models),
+            )
+        else:
+            self.global_state = robust_states(models, how, trim)
+        table = np.asarray(self.soft_targets, dtype=np.float64).copy()
+        kept_rows = 0
+        for label in range(table.shape[0]):
+            rows = [t[label] for t, c in zip(tables, counts) if c[label] > 0]
+            if len(rows) >= ROBUST_MINIMUM:
+                table[label] = robust_mean(np.stack(rows), how, trim)
+            elif rows:
+                kept_rows += 1
+        self.soft_targets = self._wire(table)
+        return {"below_quorum": float(kept_model) + kept_rows}
 
     def evaluation_state(self, client_id: str) -> Payload:
         return Payload("weights", "server", 0, self.global_state)

@@ -149,6 +149,37 @@ def test_server_aggregates_models_like_fedavg_and_tables_per_row():
     assert metrics == {"rho": 0.995, "labels_covered": 2.0}  # R = horizon 200: rho_1 = 1 - 1/200
 
 
+def test_a_robust_server_takes_the_median_of_three_and_keeps_what_two_cannot_decide(caplog):
+    sim = simulation("dfl", {"aggregator": "median"}, clients=4, rounds=1)
+    server: DFLServer = sim.server
+    state = server.global_state
+
+    def uplink(cid, weight, row0, holds_3):
+        table, counts = np.zeros((10, 10), np.float32), np.zeros(10, np.int32)
+        table[0], counts[0] = row0, 10
+        if holds_3:
+            table[3], counts[3] = 9e3, 5  # class 3: only the poisoner and one other
+        arrays = {**{k: np.full_like(v, weight) for k, v in state.items()}, SOFT_TARGETS: table, CLASS_COUNTS: counts}
+        return Payload("dfl", cid, 1, arrays, {"samples": 10**4 if weight > 100 else 10})
+
+    uplinks = {
+        "client-0": uplink("client-0", 1.0, 2.0, False),
+        "client-1": uplink("client-1", 2.0, 3.0, True),
+        "client-2": uplink("client-2", 3.0, 4.0, False),
+        "client-3": uplink("client-3", 9e5, 9e3, True),  # the poisoner, declaring many samples
+    }
+    metrics = server.aggregate(1, uplinks)
+    for name in state:
+        np.testing.assert_array_equal(server.global_state[name], np.full_like(state[name], 2.5))  # median of 1,2,3,9e5
+    np.testing.assert_allclose(server.soft_targets[0], 3.5)  # median of 2, 3, 4, 9e3
+    np.testing.assert_array_equal(server.soft_targets[3], 0.0)  # two holders: the row keeps its last value
+    assert metrics["below_quorum"] == 1.0
+    before = {k: v.copy() for k, v in server.global_state.items()}
+    assert server.aggregate(2, {c: uplinks[c] for c in ("client-0", "client-3")})["below_quorum"] >= 1.0
+    assert all(np.array_equal(server.global_state[k], before[k]) for k in before)  # two models: kept
+    assert "aggregator=median needs 3 uplinks, got 2: the global model is kept" in caplog.text
+
+
 # ----------------------------------------------------------------------------------------------
 # the local loss (Eq. 3) against closed-form values
 
@@ -433,6 +464,8 @@ def tampered(payload, changes):
         ((), "fp32", lambda p: {name: a[..., :1] for name, a in list(p.arrays.items())[:1]}, "shape"),
         ((), "fp32", lambda p: {"samples": 0}, "out-of-range"),
         ((), "fp32", lambda p: {"samples": "many"}, "scalar-type"),
+        ((), "fp32", lambda p: {"samples": 2**31 - 1}, "too-many-samples"),  # it weights the client's model
+        ((), "fp32", lambda p: {CLASS_COUNTS: p.arrays[CLASS_COUNTS] + 10**5}, "too-many-samples"),
     ],
 )
 def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(params, precision, change, reason):
