@@ -1,7 +1,8 @@
 """One poisoning client among honest ones: what each attack costs a method, with the mean its paper
 uses and with the robust aggregators (coordinate-wise median, trimmed mean), beside a clean run.
 
-    python3 benchmarks/poisoning.py --methods fd fedavg fedcache --seeds 0 1 2
+    python3 benchmarks/poisoning.py --methods fd fedavg fedcache dfl fedict --seeds 0 1 2
+    python3 benchmarks/poisoning.py --methods fd --seeds 0 1 2 --deployed
 
 The attacker is the run's first client (`--attack`, `--attackers 1` of `edgefd simulate`): it trains
 honestly, then sends scaled, flipped or max-in-bounds values in every uplink and step request, all
@@ -16,7 +17,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from edgefd.algorithms.base import get_method
@@ -27,9 +31,25 @@ from edgefd.simulate import run
 AGGREGATORS = {"mean": "mean", "median": "median", "trimmed": "trimmed mean (20%)"}
 
 
-def honest_accuracy(config: SimulationConfig) -> tuple[float, dict[str, int]]:
+def deploy(config: SimulationConfig) -> None:
+    """The same run deployed: `edgefd deploy-local` (a server and a process per device over a local
+    Mosquitto), the attacking devices poisoning as the simulated ones do."""
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in asdict(config).items() if name != "params"]
+    flags = [flag for flag in flags if not flag.endswith("=None")]
+    params = [item for name, value in config.params.items() for item in ("--param", f"{name}={value}")]
+    subprocess.run(
+        [sys.executable, "-m", "edgefd.cli", "deploy-local", *flags, *params, "--quiet"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def honest_accuracy(config: SimulationConfig, deployed: bool = False) -> tuple[float, dict[str, int]]:
     """The honest clients' mean final accuracy, and the messages the server refused (by reason)."""
-    run(config, progress=False)
+    if deployed:
+        deploy(config)
+    else:
+        run(config, progress=False)
     lines = [json.loads(line) for line in (Path(str(config.out)) / "metrics.jsonl").read_text().splitlines()]
     bad = set(attackers([f"client-{i}" for i in range(config.clients)], config.attack, config.attackers))
     scores = [accuracy for cid, accuracy in lines[-1]["client_accuracy"].items() if cid not in bad]
@@ -56,6 +76,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--partition", default="dirichlet:1.0")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument(
+        "--deployed", action="store_true", help="run each arm with `edgefd deploy-local` (needs Mosquitto)"
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as folder:
@@ -77,14 +100,15 @@ def main() -> None:
                         params=params,
                         out=str(Path(folder) / f"{method}-{attack}-{aggregator}-{seed}"),
                     )
-                    accuracy, refused = honest_accuracy(config)
+                    accuracy, refused = honest_accuracy(config, args.deployed)
                     results.setdefault((attack, aggregator), []).append(accuracy)
                     for reason, count in refused.items():
                         refusals.setdefault((attack, aggregator), {}).setdefault(reason, 0)
                         refusals[(attack, aggregator)][reason] += count
                     print(f"{method} seed {seed} {attack} / {aggregator}: {100 * accuracy:.2f}%", flush=True)
+            where = "deployed (edgefd deploy-local)" if args.deployed else "in-process (edgefd simulate)"
             print(
-                f"\n{method}: {args.dataset}, {args.clients} clients (client-0 attacks), {args.partition}, "
+                f"\n{method}, {where}: {args.dataset}, {args.clients} clients (client-0 attacks), {args.partition}, "
                 f"{args.rounds} rounds, default models and training, seeds {' '.join(map(str, args.seeds))}; "
                 "the honest clients' mean final accuracy, mean ± std over seeds.\n"
             )

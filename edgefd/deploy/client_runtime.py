@@ -382,7 +382,7 @@ class ClientRuntime:
             log.warning("%s: %s; starting afresh", self.cid, error)
             self.role = build_client(config, pieces, index, data)
             self.last_round, self.stored_answers = 0, {}
-        poisoning = config.poisoning(self.cid, list(pieces.client_ids), self.role.knowledge)
+        poisoning = config.poisoning(self.cid, list(pieces.client_ids), self.role.model.state_dict())
         if poisoning is not None:
             log.warning("%s: this device attacks (--attack %s): its uplinks are poisoned", self.cid, config.attack)
         self.app = ClientApp(self.role, poisoning=poisoning)

@@ -4,9 +4,9 @@ withstand them, not refuse them).
 
 The attack touches every floating-point array of a client's training messages (its uplinks and its
 step requests), and nothing else: not its hello (what it declares about its data), not its sample
-ids or counts, not its evaluation scores. It knows nothing of a method's maths: the arrays a role
-names as knowledge (logits, soft targets, features) are bounded by ``KNOWLEDGE_BOUND``, any other
-float array (a model's weights) by ``WEIGHT_BOUND``, as the schemas bound them.
+ids or counts, not its evaluation scores. It knows nothing of a method's maths: an array named as
+an entry of the client's model state (weights) is bounded by ``WEIGHT_BOUND``, any other float
+array (logits, soft targets, features) by ``KNOWLEDGE_BOUND``, as the schemas bound them.
 
     scaled          every value times `SCALE`, clipped into the bound
     flipped         every value negated (logits: the likeliest class becomes the least likely)
@@ -41,8 +41,8 @@ class Poisoning:
     """What one attacking client does to its training messages."""
 
     attack: str
-    knowledge: tuple[str, ...]
-    """The arrays its role names as knowledge (bounded by ``KNOWLEDGE_BOUND``)."""
+    weights: frozenset[str]
+    """The names of its model's state entries (bounded by ``WEIGHT_BOUND``)."""
 
     def __post_init__(self) -> None:
         if self.attack not in ATTACKS or self.attack == "none":
@@ -54,7 +54,7 @@ class Poisoning:
         arrays = dict(content.arrays)
         for name, array in arrays.items():
             if array.dtype.kind == "f" and array.size:
-                bound = INSIDE * (KNOWLEDGE_BOUND if name in self.knowledge else WEIGHT_BOUND)
+                bound = INSIDE * (WEIGHT_BOUND if name in self.weights else KNOWLEDGE_BOUND)
                 arrays[name] = self._poison(array.astype(np.float64), bound).astype(array.dtype)
         return Payload(content.kind, content.sender, content.round, arrays, content.scalars, content.precision)
 

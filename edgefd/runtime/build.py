@@ -250,10 +250,9 @@ def build(config: SimulationConfig) -> Simulation:
         full_test = whole_test if config.score_full_test else None
         server_test = whole_test if scores_server_models else None
     ids = list(pieces.client_ids)
-    poisonings = {
-        cid: poisoning for cid, role in clients.items() if (poisoning := config.poisoning(cid, ids, role.knowledge))
-    }
-    channel = InProcessChannel(clients, InProcessTransport(), full_test, poisonings)
+    poisonings = {cid: config.poisoning(cid, ids, role.model.state_dict()) for cid, role in clients.items()}
+    attacking = {cid: poisoning for cid, poisoning in poisonings.items() if poisoning is not None}
+    channel = InProcessChannel(clients, InProcessTransport(), full_test, attacking)
     scorer = None if server_test is None else scorer_on(*server_test)
     federation = Federation(server, channel, config.loop_config(), selection_rng(config), scorer)
     return Simulation(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,11 +178,12 @@ class SimulationConfig:
         if self.attack != "none" and not 0 < self.attackers <= self.clients:
             raise ValueError(f"attackers: must be in [1, {self.clients}] (--clients), got {self.attackers}")
 
-    def poisoning(self, client_id: str, client_ids: list[str], knowledge: tuple[str, ...]) -> Poisoning | None:
-        """What ``client_id`` does to its training messages under --attack (None: it is honest)."""
+    def poisoning(self, client_id: str, client_ids: list[str], weights: Iterable[str]) -> Poisoning | None:
+        """What ``client_id`` does to its training messages under --attack (None: it is honest);
+        ``weights``: the names of its model's state entries."""
         if client_id not in attackers(client_ids, self.attack, self.attackers):
             return None
-        return Poisoning(self.attack, knowledge)
+        return Poisoning(self.attack, frozenset(weights))
 
 
 def config_to_toml(config: SimulationConfig) -> str:

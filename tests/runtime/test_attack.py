@@ -33,7 +33,7 @@ UPLINK = Payload(
     ],
 )
 def test_an_attack_changes_the_float_arrays_within_their_bounds_and_nothing_else(attack, logits, weights):
-    poisoned = Poisoning(attack, knowledge=("logits",)).apply(UPLINK)
+    poisoned = Poisoning(attack, weights=frozenset({"weights"})).apply(UPLINK)
     assert poisoned is not None and poisoned.sender == "client-0" and poisoned.scalars == {"samples": 5}
     np.testing.assert_allclose(poisoned.arrays["logits"], logits, rtol=1e-6)
     if weights is None:  # the weights' bound is not the knowledge's
@@ -46,7 +46,7 @@ def test_an_attack_changes_the_float_arrays_within_their_bounds_and_nothing_else
 
 def test_scaling_stays_inside_the_bound():
     big = Payload("knowledge", "c", 1, {"logits": np.array([5e3, -5e3], np.float32)})
-    poisoned = Poisoning("scaled", ("logits",)).apply(big)
+    poisoned = Poisoning("scaled", frozenset()).apply(big)
     assert poisoned is not None and np.abs(poisoned.arrays["logits"]).max() < KNOWLEDGE_BOUND
     assert SCALE == 100.0
 
@@ -58,7 +58,7 @@ def test_the_first_clients_in_id_order_attack():
     with pytest.raises(ValueError, match="attackers: must be in"):
         attackers(ids, "flipped", 13)
     with pytest.raises(ValueError, match="attack: must be one of"):
-        Poisoning("none", ())
+        Poisoning("none", frozenset())
     with pytest.raises(ValueError, match=r"attackers: must be in \[1, 3\]"):
         SimulationConfig(clients=3, attack="scaled", attackers=4).validate()
 
