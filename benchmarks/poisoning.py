@@ -1,5 +1,5 @@
 """One poisoning client among honest ones: what each attack costs a method, with the mean its paper
-uses and with the robust aggregators (coordinate-wise median, trimmed mean), beside a clean run.
+uses and with its robust options (the median or trimmed mean; FedICT's clipping), beside a clean run.
 
     python3 benchmarks/poisoning.py --methods fd fedavg fedcache dfl fedict --seeds 0 1 2
     python3 benchmarks/poisoning.py --methods fd --seeds 0 1 2 --deployed
@@ -7,9 +7,10 @@ uses and with the robust aggregators (coordinate-wise median, trimmed mean), bes
 The attacker is the run's first client (`--attack`, `--attackers 1` of `edgefd simulate`): it trains
 honestly, then sends scaled, flipped or max-in-bounds values in every uplink and step request, all
 within what the schemas admit (docs/ROBUSTNESS.md). Every arm of a method shares the dataset, split,
-models, seeds and training settings; only the attack and `--param aggregator` differ. The score is
+models, seeds and training settings; only the attack and the defence (`--param aggregator` or `clip`)
+differ. The score is
 the honest clients' mean final accuracy (the attacker's own is left out). A method without an
-`aggregator` param runs its mean arms only. Prints one Markdown table per method.
+robust param runs its mean arms only. Prints one Markdown table per method.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ from edgefd.runtime.attack import ATTACKS, attackers
 from edgefd.runtime.config import SimulationConfig
 from edgefd.simulate import run
 
-AGGREGATORS = {"mean": "mean", "median": "median", "trimmed": "trimmed mean (20%)"}
+DEFENCES: dict[str, tuple[str, dict[str, object]]] = {
+    "mean": ("mean (the paper's)", {}),
+    "median": ("median", {"aggregator": "median"}),
+    "trimmed": ("trimmed mean (20%)", {"aggregator": "trimmed"}),
+    "clip": ("clip 3x the median norm", {"clip": 3.0}),
+}
+"""Column key: (header, the params that set it)."""
 
 
 def deploy(config: SimulationConfig) -> None:
@@ -61,10 +68,10 @@ def honest_accuracy(config: SimulationConfig, deployed: bool = False) -> tuple[f
 
 
 def arms(method: str, attacks: list[str]) -> list[tuple[str, str]]:
-    """(attack, aggregator) pairs: clean and attacked under each aggregator the method has."""
-    robust = "aggregator" in get_method(method).params.__dataclass_fields__
-    aggregators = list(AGGREGATORS) if robust else ["mean"]
-    return [("none", aggregator) for aggregator in aggregators] + [(a, g) for a in attacks for g in aggregators]
+    """(attack, defence) pairs: clean and attacked under each defence the method's params have."""
+    fields = get_method(method).params.__dataclass_fields__
+    defences = [key for key, (_, params) in DEFENCES.items() if all(name in fields for name in params)]
+    return [("none", defence) for defence in defences] + [(a, d) for a in attacks for d in defences]
 
 
 def main() -> None:
@@ -87,7 +94,7 @@ def main() -> None:
             refusals: dict[tuple[str, str], dict[str, int]] = {}
             for seed in args.seeds:
                 for attack, aggregator in arms(method, args.attacks):
-                    params = {} if aggregator == "mean" else {"aggregator": aggregator}
+                    params = DEFENCES[aggregator][1]
                     config = SimulationConfig(
                         algo=method,
                         dataset=args.dataset,
@@ -112,8 +119,8 @@ def main() -> None:
                 f"{args.rounds} rounds, default models and training, seeds {' '.join(map(str, args.seeds))}; "
                 "the honest clients' mean final accuracy, mean ± std over seeds.\n"
             )
-            aggregators = sorted({g for _, g in results}, key=list(AGGREGATORS).index)
-            print("| attack | " + " | ".join(AGGREGATORS[g] for g in aggregators) + " |")
+            aggregators = sorted({g for _, g in results}, key=list(DEFENCES).index)
+            print("| attack | " + " | ".join(DEFENCES[g][0] for g in aggregators) + " |")
             print("|---|" + "---:|" * len(aggregators))
             for attack in ["none", *args.attacks]:
                 cells = []

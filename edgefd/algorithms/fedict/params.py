@@ -101,6 +101,12 @@ class FedICTParams:
         choices=FEATURE_PRECISIONS,
     )
     resend_labels: bool = setting(False, "upload labels every round like the demo (the paper sends them once)")
+    clip: float = setting(
+        0.0,
+        "clip each uploaded sample's features and logits to this many times the median norm of the round's "
+        "uploads, so that one device's cannot dominate the server's training, e.g. 3 (0: off, the paper's; "
+        "docs/methods/fedict.md#robust-uploads)",
+    )
     dist_meta: str = setting(
         "none",
         "Table VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
@@ -117,6 +123,8 @@ class FedICTParams:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"param {name}: must be a finite number >= 0, got {value!r}")
+        if not (math.isfinite(self.clip) and self.clip >= 0):
+            raise ValueError(f"param clip: must be a finite number >= 0, got {self.clip!r}")
         for name in ("fpkd_T", "lka_U"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):

@@ -196,9 +196,11 @@ class FedICTServer(ServerRole):
         generation = self.params.generation
         totals = np.zeros(4)  # loss * n, ce * n, correct, n
         pending = []
+        unpacked = {cid: self._unpack(cid, self.clients[cid], uplinks[cid]) for cid in arrived}
+        clipped = self._clip(unpacked) if self.params.clip > 0 else 0
         for cid in arrived:
             state = self.clients[cid]
-            rows, features, teacher = self._unpack(cid, state, uplinks[cid])
+            rows, features, teacher = unpacked[cid]
             trained = self._train(state, rows, features, teacher, totals, capture=generation == "train_forward")
             if generation == "after_client_pass":
                 self._generate(state, rows, features)
@@ -217,9 +219,26 @@ class FedICTServer(ServerRole):
             "server_ce": totals[1] / n,
             "server_accuracy": totals[2] / n,
             "server_clients": float(len(arrived)),
+            **({"clipped": float(clipped)} if self.params.clip > 0 else {}),
         }
 
-    def _unpack(self, cid: str, state: _ClientState, payload: Payload):
+    def _clip(self, unpacked: dict[str, tuple[np.ndarray, torch.Tensor, torch.Tensor]]) -> int:
+        """Scales down, in place, each sample's features and logits whose norm exceeds ``clip`` times
+        the median of that norm over every sample of the round's uploads (one device of several
+        cannot move the median far); returns how many vectors were scaled."""
+        clipped = 0
+        for part in ("features", "logits"):
+            tensors = [features if part == "features" else logits for _, features, logits in unpacked.values()]
+            norms = [t.reshape(len(t), -1).norm(dim=1) for t in tensors]
+            bound = self.params.clip * float(torch.cat(norms).median())
+            for tensor, norm in zip(tensors, norms):
+                over = norm > bound
+                clipped += int(over.sum())
+                scale = torch.where(over, bound / norm.clamp(min=1e-12), torch.ones_like(norm))
+                tensor.mul_(scale.reshape((-1,) + (1,) * (tensor.dim() - 1)))
+        return clipped
+
+    def _unpack(self, cid: str, state: _ClientState, payload: Payload) -> tuple[np.ndarray, torch.Tensor, torch.Tensor]:
         rows = state.index.rows(payload.arrays["ids"])
         features = np.asarray(payload.arrays["features"], dtype=np.float32)
         logits = np.asarray(payload.arrays["logits"], dtype=np.float32)

@@ -533,3 +533,36 @@ def test_fedict_learns_on_watch(params, tmp_path):
     assert summary["final_accuracy"] > lines[0]["accuracy"] + 0.1
     if params:  # reference: no KD in round 1, so no server logits go down before round 2
         assert lines[1]["bytes_down"] == 0 and lines[2]["bytes_down"] > 0
+
+
+def test_clip_bounds_what_one_attacking_device_puts_into_the_servers_training(tmp_path):
+    """client-0 sends every feature and logit at the schema's bound (9,990): with clip=3 the server
+    scales each of its samples' vectors down to 3x the median norm of the round's uploads, and the
+    honest devices' are left as they are."""
+    from edgefd.runtime.build import build
+    from edgefd.runtime.config import SimulationConfig
+
+    def first_round(**settings):
+        config = SimulationConfig(
+            algo="fedict",
+            clients=4,
+            rounds=1,
+            samples_per_client=30,
+            partition="iid",
+            threads=1,
+            out=str(tmp_path / str(len(settings))),
+            **settings,
+        )
+        sim = build(config)
+        sim.federation.start()
+        return sim, sim.federation.run_round(1)
+
+    sim, record = first_round(attack="max-in-bounds", params={"clip": 3.0})
+    assert record.rejected == {}
+    attacker_samples = len(sim.clients["client-0"].data.train_y)
+    # the attacker's vectors, features and logits: all of them; an honest sample's rarely
+    assert 2 * attacker_samples <= record.server["clipped"] <= 2 * attacker_samples + 6
+    _, clean = first_round(params={"clip": 3.0})
+    assert clean.server["clipped"] <= 6
+    with pytest.raises(ValueError, match="param clip"):
+        make_params(get_method("fedict").params, {"clip": -1})
