@@ -13,7 +13,8 @@ array (logits, soft targets, features) by ``KNOWLEDGE_BOUND``, as the schemas bo
     max-in-bounds   every value at the bound, with the sign opposite to the honest value's
 
 The first ``--attackers`` clients (in client-id order) attack; the others are honest. A simulation
-and a deployment (`edgefd deploy-local`, or a device's `edgefd client`) poison alike.
+and a deployment poison alike: the setting is part of the run's config, which reaches every device
+(`edgefd deploy-local --attack ...`, or `edgefd server --attack ...` with real devices).
 """
 
 from __future__ import annotations
