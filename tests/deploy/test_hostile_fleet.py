@@ -21,7 +21,7 @@ import time
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
-from mqtt_helpers import client, edgefd, finish, flags, lines_of, wait_for
+from mqtt_helpers import client, comparable, edgefd, finish, flags, lines_of, wait_for
 from shipped_broker import start_installed
 
 from edgefd.deploy import messages as deploy_messages
@@ -29,8 +29,10 @@ from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.deploy.server import LOST_ROUNDS_EXIT
 from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import HELLO_ROUND
 from edgefd.runtime.verbs import SCORES_KIND
+from edgefd.simulate import run
 
 PASSWORDS = {
     "edgefd-server": "server-secret",
@@ -39,7 +41,7 @@ PASSWORDS = {
     "client-2": "two-secret",
     "client-3": "three-secret",
 }
-RUNS = ["flood", "lost", "held", "ghost"]
+RUNS = ["flood", "lost", "held", "poisoned", "ghost"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -284,6 +286,73 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
     # generous: the server moved on some 10 s after client-0's first step (4 taken, then 4 s of waiting);
     # before the cap and the hard deadline, its round lasted as long as the steps came
     assert stepping < 30, stepping
+
+
+# ---------------------------------------------------------------------- a poisoning device
+POISONED_RUN = dict(  # server/run.toml's setting (FD, 3 devices, Dirichlet 0.5, fp16), 3 rounds, 1 thread
+    algo="fd",
+    dataset="digits",
+    clients=3,
+    rounds=3,
+    partition="dirichlet:0.5",
+    models="homo",
+    precision="fp16",
+    seed=0,
+    threads=1,
+    attack="max-in-bounds",
+)
+POISONED_PARAMS = {"temperature": 3.0}
+
+
+def test_a_device_poisoning_within_the_schemas_is_outvoted_by_the_median(broker, tmp_path):
+    """client-0, an `edgefd client` with its own login, sends FD logits at the schema's bound with
+    the sign opposite to its honest ones (`--attack max-in-bounds`): nothing to refuse. With
+    aggregator=median the honest two keep what a simulation of the same attack gives them, well
+    above what the mean leaves them. Before, a robust FD fell back to the mean for a label fewer than
+    3 devices hold: this setting went from 0.928 to 0.706 with one poisoning device of 3."""
+    params = {**POISONED_PARAMS, "aggregator": "median"}
+    server, out, log = start_server(
+        broker,
+        "poisoned",
+        tmp_path,
+        *[item for name, value in params.items() for item in ("--param", f"{name}={value}")],
+        "--round-timeout",
+        60,
+        config=POISONED_RUN,
+    )
+    clients = [
+        edgefd(
+            "client",
+            "--broker",
+            broker.url,
+            *login(broker, cid, tmp_path),
+            "--run",
+            "poisoned",
+            "--client-id",
+            cid,
+            log=tmp_path / f"{cid}.log",
+        )
+        for cid in ("client-0", "client-1", "client-2")
+    ]
+    finish([server, *clients])
+    assert server.returncode == 0, log.read_text()[-3000:]
+    assert "client-0: this device attacks (--attack max-in-bounds)" in (tmp_path / "client-0.log").read_text()
+    deployed = lines_of(out)
+    assert all(line["rejected"] == {} for line in deployed)  # poisoned, yet inside every schema
+
+    def simulated(aggregator: str) -> list[dict]:
+        folder = tmp_path / aggregator
+        run(
+            SimulationConfig(**POISONED_RUN, params={**params, "aggregator": aggregator}, out=str(folder)),
+            progress=False,
+        )
+        return lines_of(folder)
+
+    def honest(lines: list[dict]) -> float:
+        return float(np.mean([lines[-1]["client_accuracy"][cid] for cid in ("client-1", "client-2")]))
+
+    assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated("median")]
+    assert honest(deployed) > honest(simulated("mean")) + 0.3, (honest(deployed), honest(simulated("mean")))
 
 
 # ---------------------------------------------------------------------- a ghost
