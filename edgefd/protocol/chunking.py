@@ -423,9 +423,10 @@ class Reassembler:
             )
         while self.budget is not None and not self.budget.take(cost):
             if len(self._partial) <= 1:
+                full = _full(self.budget, cost)  # before this message's frames are given back
                 self._abandon(mid)
                 raise BudgetExhaustedError(
-                    f"message {mid.hex()}: {_full(self.budget, cost)} is exhausted; message abandoned", field="count"
+                    f"message {mid.hex()}: {full} is exhausted; message abandoned", field="count"
                 )
             self._evict_oldest(exclude=mid)
         p.chunks[c.index] = c.data
