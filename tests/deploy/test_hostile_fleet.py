@@ -286,8 +286,8 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
 
 # ---------------------------------------------------------------------- starving the others' reassembly
 STARVE_RUN = dict(algo="fedavg", dataset="digits", clients=3, rounds=1, seed=3, threads=1)
-STARVE_FLAGS = ("--round-timeout", 8, "--eval-timeout", 5, "--max-message-bytes", 1_000_000)
-"""One round, waited for 8 s: client-0 is gone, so the round lasts that long, and an honest device's
+STARVE_FLAGS = ("--round-timeout", 6, "--eval-timeout", 5, "--max-message-bytes", 1_000_000)
+"""One round, waited for 6 s: client-0 is gone, so the round lasts that long, and an honest device's
 first training may take a few seconds on a busy machine."""
 HONEST_CHUNKS = 4096
 """The honest devices' --chunk-size: FedAvg's uplink (the model, ~31 kB) is 8 frames, reassembled."""
@@ -301,8 +301,8 @@ def unfinished(total: int, chunk_size: int, count: int) -> list[bytes]:
 def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, tmp_path):
     """client-0 (FedAvg, which has no schema for a hello or a step) fills its uplink topics with
     messages it never finishes: on train, evaluate and reply, as large as each topic takes, until
-    its share of the server's reassembly budget is spent; then 12 MB on hello and step, which used to
-    take up to --max-message-bytes each. It answers its hello and goes. The honest client-1 and
+    its share of the server's reassembly budget is spent; then 6 MB on hello and 1 MB in small frames
+    on step, topics that used to take up to --max-message-bytes each. It answers its hello and goes. The honest client-1 and
     client-2 send their uplinks in 8 frames each: both are reassembled, the round completes and
     learns, and round 0's record names client-0 with what was refused, by reason. (Before each
     device had a share, client-0's frames held the one shared budget, and every honest uplink of
@@ -331,7 +331,7 @@ def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, t
                 ("evaluate", unfinished(60_000, 4096, 2)),  # under the cap of a small answer (64 KiB)
                 ("reply", unfinished(60_000, 4096, 2)),
                 ("hello", unfinished(900_000, 256 * 1024, 8)),  # under --max-message-bytes
-                ("step", unfinished(900_000, 256 * 1024, 8)),
+                ("step", unfinished(40_000, 4096, 30)),  # small ones: they fill what room is left, to a frame
             ]
             for verb, frames in floods:
                 for frame in frames:
