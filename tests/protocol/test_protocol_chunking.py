@@ -11,8 +11,8 @@ from protocol_helpers import reseal_chunk
 
 from edgefd.protocol import (
     CHUNK_HEADER_SIZE,
-    BudgetExhaustedError,
     FRAME_OVERHEAD,
+    BudgetExhaustedError,
     ChecksumError,
     InconsistentChunkError,
     MagicError,
