@@ -304,9 +304,9 @@ def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, t
     its share of the server's reassembly budget is spent; then 6 MB on hello and 1 MB in small
     frames on step, topics that used to take up to --max-message-bytes each. It answers its hello
     and goes. The honest client-1 and client-2 send their uplinks in 8 frames each: both are
-    reassembled, the round completes and learns, and round 0's record names client-0 with what was refused, by reason. (Before each
-    device had a share, client-0's frames held the one shared budget, and every honest uplink of
-    the run was refused.)"""
+    reassembled, the round completes and learns, and round 0's record names client-0 with what
+    was refused, by reason. (Before each device had a share, client-0's frames held the one shared
+    budget, and every honest uplink of the run was refused.)"""
     server, out, log = start_server(broker, "starve", tmp_path, *STARVE_FLAGS, config=STARVE_RUN)
     honest = [
         client(
