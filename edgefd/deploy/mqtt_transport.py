@@ -11,9 +11,10 @@ frames (:func:`edgefd.protocol.split`; a small message is one frame). Topics, pe
 The verbs are those of `edgefd.runtime.verbs.VERBS`. The broker's ACL (server/mosquitto/acl,
 generated from that table by `edgefd.deploy.acl`) lets a client write only `up/<its id>/<verb>` and
 `status/<its id>` and read only `down/<its id>/+`. A receiver here never trusts a frame: it is
-reassembled per topic (duplicates and any order are fine), decoded with size limits, and anything
-that fails is rejected, logged and counted in :attr:`WireStats.rejected`; nothing a stranger sends
-can raise into the caller. The method code never sees any of this.
+reassembled per topic (duplicates and any order are fine) in its sender's share of the memory for
+partial messages, decoded with size limits, and anything that fails is rejected, logged and counted
+in :attr:`WireStats.rejected` (and against its sender: :meth:`MqttEndpoint.take_refused`); nothing a
+stranger sends can raise into the caller. The method code never sees any of this.
 """
 
 from __future__ import annotations
