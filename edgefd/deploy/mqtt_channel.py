@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -94,7 +95,11 @@ STATUS_MAX_BYTES = 4 * 1024
 SMALL_ANSWER_MAX_BYTES = 64 * 1024
 """Largest answer the server takes on a verb whose answer is small (scores; an acknowledgement)."""
 WRAPPING_BYTES = 1024
-"""What a message adds to a method's content (its metadata)."""
+"""What a message adds to a method's content (its metadata): also the largest message taken on a
+verb whose content the method bounds at 0 (it has no schema for it: FD's and FedAvg's hello and
+step), an answer without content; anything larger is refused before it is buffered."""
+VERB_NOT_EXPECTED = "verb-not-expected"
+"""The reason a message on such a verb is counted under in a round's ``rejected``."""
 
 
 @dataclass
@@ -291,14 +296,21 @@ class MqttChannel:
             return self.settings.max_message_bytes
         return min(bound + WRAPPING_BYTES, self.settings.max_message_bytes)
 
+    def _budget_share(self, cid: str) -> int:
+        """A client's share of the reassembly budget: twice the largest message it may send on any
+        of its topics (the frames' overhead, and a resend beside an unfinished first copy). Each
+        client gets its own, and the whole budget is their sum: a device that starts messages and
+        never finishes them exhausts only its share, and every other device's messages still fit.
+        The cost: the server may hold every client's share at once, so where a method's messages
+        have no bound, --max-message-bytes bounds the server's memory (twice it per client)."""
+        verbs = [("status", "")] + [("up", verb) for verb in VERBS if VERBS[verb].answers]
+        return 2 * max(self._largest_message(direction, cid, verb) or 0 for direction, verb in verbs)
+
     # ------------------------------------------------------------------ the Channel protocol
     def begin(self, round: int) -> None:
         if self.bounds is not None:  # replaced whole: paho's thread reads it
             self._largest = {cid: self.bounds(cid) for cid in self.client_ids}
-            # room for every client's largest known message at once (twice: frames' overhead), on top
-            # of the default room for the messages whose size is open
-            known = sum(max([b for b in verbs.values() if b is not None] or [0]) for verbs in self._largest.values())
-            self.endpoint.budget.max_bytes = 2 * (self.settings.max_message_bytes + known)
+        self.endpoint.size_budget({cid: self._budget_share(cid) for cid in self.client_ids})
         self._wire_at_begin = self._wire_totals()
         if round != HELLO_ROUND:
             self._wait_online(self.settings.min_clients)
@@ -365,9 +377,33 @@ class MqttChannel:
         for cid, how in self._held.pop(record.round, {}).items():
             held[cid] = f"{held[cid]}; {how}" if cid in held else how
         values["held"] = dict(sorted(held.items()))
+        values["rejected"] = self._with_refusals(record.round, dict(record.rejected))
         deployed = DeployedRoundRecord(**values, wire=self._wire_delta(self._wire_at_begin), peak_rss_mb=peak_rss_mb())
         self._log_round(deployed)
         return deployed
+
+    def _with_refusals(self, round: int, rejected: dict[str, str]) -> dict[str, str]:
+        """``rejected`` plus the frames and messages the transport refused from each client since
+        the last round's record (before they were ever a message the loop could see), by reason,
+        with the verbs they came on; each such client named in one warning per round, however many
+        frames it sent. An oversized frame on a verb the method takes no content on (FD's hello,
+        FedAvg's step) is counted as VERB_NOT_EXPECTED."""
+        per_client: dict[str, Counter] = {}
+        verbs: dict[tuple[str, str], set[str]] = {}
+        for (cid, verb, reason), n in self.endpoint.take_refused().items():
+            if cid not in self.stats:
+                continue
+            if reason == "OversizedError" and self._largest.get(cid, {}).get(verb) == 0:
+                reason = VERB_NOT_EXPECTED
+            per_client.setdefault(cid, Counter())[reason] += n
+            verbs.setdefault((cid, reason), set()).add(verb)
+        for cid, reasons in sorted(per_client.items()):
+            said = "; ".join(
+                f"{reason} ({n} on {', '.join(sorted(verbs[cid, reason]))})" for reason, n in sorted(reasons.items())
+            )
+            log.warning("round %d: refused from %s on the wire: %s", round, cid, said)
+            rejected[cid] = f"{rejected[cid]}; {said}" if cid in rejected else said
+        return dict(sorted(rejected.items()))
 
     # ------------------------------------------------------------------ the run's start and end
     def publish_configs(self, client_ids: list[str] | None = None) -> None:
@@ -520,6 +556,7 @@ class MqttChannel:
                     if cid not in self.phase.got:
                         self._send_request(cid)
         self._resend_configs()
+        self.endpoint.evict_stale()  # also while no frame comes: a device that stopped sends none
         try:
             msg = self.endpoint.inbox.get(timeout=timeout)
         except queue.Empty:

@@ -11,9 +11,10 @@ frames (:func:`edgefd.protocol.split`; a small message is one frame). Topics, pe
 The verbs are those of `edgefd.runtime.verbs.VERBS`. The broker's ACL (server/mosquitto/acl,
 generated from that table by `edgefd.deploy.acl`) lets a client write only `up/<its id>/<verb>` and
 `status/<its id>` and read only `down/<its id>/+`. A receiver here never trusts a frame: it is
-reassembled per topic (duplicates and any order are fine), decoded with size limits, and anything
-that fails is rejected, logged and counted in :attr:`WireStats.rejected`; nothing a stranger sends
-can raise into the caller. The method code never sees any of this.
+reassembled per topic (duplicates and any order are fine) in its sender's share of the memory for
+partial messages, decoded with size limits, and anything that fails is rejected, logged and counted
+in :attr:`WireStats.rejected` (and against its sender: :meth:`MqttEndpoint.take_refused`); nothing a
+stranger sends can raise into the caller. The method code never sees any of this.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import ssl
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 import paho.mqtt.client as mqtt
 
 from edgefd.protocol import (
+    BudgetExhaustedError,
     Message,
     ProtocolError,
     Reassembler,
@@ -65,6 +67,15 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 REJECTION_LOG_SECONDS = 10.0
 """At most one log line per topic and reason this often: a flood of bad frames is counted in full
 (`WireStats.rejected`) but writing a line for each would stall the process that reads them."""
+
+
+SWEEP_SECONDS = 1.0
+"""How often, at most, every topic's partial messages are checked for staleness (and more often
+with a reassembly timeout under 4 s): a message left unfinished is let go within the timeout plus
+this, whether or not another frame comes on its topic."""
+BUDGET_REASON = "reassembly-budget"
+"""The reason a frame refused for want of room in its sender's share (or the whole reassembly
+budget) is counted under: told apart from a message too large for its topic (``OversizedError``)."""
 
 
 TopicLimit = Callable[[str, str, str], "int | None"]
@@ -209,7 +220,8 @@ class WireStats:
     received_frames: Counter = field(default_factory=Counter)
     received_messages: Counter = field(default_factory=Counter)
     rejected: Counter = field(default_factory=Counter)
-    """Per reason (the ProtocolError class name, or the runtime's reason), frames or messages refused."""
+    """Per reason (the ProtocolError class name, BUDGET_REASON, or the runtime's reason), frames or
+    messages refused."""
     rejected_bytes: int = 0
     duplicates: int = 0
     """Frames ignored as repeats of frames already taken (QoS 1 redelivery)."""
@@ -270,12 +282,17 @@ class MqttEndpoint:
         reassembly_budget_bytes: int | None = None,
         inbox_max_bytes: int | None = None,
         stale_retained: Collection[str] = (),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``limit``: what each topic may carry (default: ``max_message_bytes`` on every topic of
         the run). Memory held for received bytes is bounded twice: partial messages of every topic
         share ``reassembly_budget_bytes`` (default twice ``max_message_bytes``, per-frame overhead
         counted), and decoded messages waiting for the runtime ``inbox_max_bytes`` (default four
-        times ``max_message_bytes``).
+        times ``max_message_bytes``). Each sender (the client id of a topic) holds its partial
+        messages in a share of that budget (:meth:`size_budget`: a sender that floods unfinished
+        messages exhausts its own share, not the others'), and a partial message idle for
+        ``reassembly_timeout`` seconds of ``clock`` is let go within :data:`SWEEP_SECONDS` more,
+        whether or not another frame comes on its topic.
 
         ``stale_retained``: directions ("up", "status") on which this endpoint takes live messages
         only. A frame the broker hands over with the retain flag is one it stored before this
@@ -292,6 +309,14 @@ class MqttEndpoint:
         self.limit = limit
         self.stale_retained = frozenset(stale_retained)
         self.budget = ReassemblyBudget(reassembly_budget_bytes or 2 * max_message_bytes)
+        self.clock = clock
+        self._shares: dict[str, ReassemblyBudget] = {}
+        """Each sender's share of `budget` (see `size_budget`)."""
+        self._share_bytes: dict[str, int] = {}
+        self._next_sweep = clock() + self._sweep_seconds()
+        self.refused: Counter = Counter()
+        """Per (client id, verb, reason) ("status" for a status topic), frames and messages refused on
+        a topic this receiver takes messages on: who was refused what (see `take_refused`)."""
         self.inbox = Inbox(inbox_max_bytes or 4 * max_message_bytes)
         self.stats = WireStats()
         self.connected = threading.Event()
@@ -459,10 +484,68 @@ class MqttEndpoint:
                 more,
             )
 
+    def size_budget(self, shares: Mapping[str, int], total: int | None = None) -> None:
+        """Give each sender (client id) its share of the reassembly budget, in bytes, and make the
+        whole budget ``total`` (default: the sum of the shares, so that every sender may hold its
+        share at once and none waits on another's; a smaller total bounds memory tighter, and lets
+        senders that all fill their shares together be refused). Senders not named share the whole.
+        Shares are replaced whole; what a sender holds already stays held."""
+        with self._lock:
+            self._share_bytes = dict(shares)
+            self.budget.max_bytes = sum(shares.values()) if total is None else total
+            for cid, share in self._shares.items():
+                share.max_bytes = self._share_bytes.get(cid, self.budget.max_bytes)
+
+    def _share(self, client_id: str) -> ReassemblyBudget:
+        """The share of the reassembly budget ``client_id``'s topics hold their partial messages in.
+        Lock held."""
+        share = self._shares.get(client_id)
+        if share is None:
+            share = self._shares[client_id] = self.budget.share(self._share_bytes.get(client_id, self.budget.max_bytes))
+        return share
+
+    def _sweep_seconds(self) -> float:
+        return min(SWEEP_SECONDS, self.reassembly_timeout / 4)
+
+    def evict_stale(self) -> int:
+        """Let go of every topic's partial messages idle for more than the reassembly timeout, at
+        most once every :data:`SWEEP_SECONDS` (earlier calls return 0); returns how many went. A
+        reassembler drops its own stale messages only when a frame comes on its topic, and a sender
+        that stops sending (it disconnected, or it meant to) sends none: without this sweep its
+        unfinished messages would hold its share until then. Called on every frame received and by
+        a runtime's loop while it waits, so it runs even when nothing arrives."""
+        now = self.clock()
+        with self._lock:
+            if now < self._next_sweep:
+                return 0
+            self._next_sweep = now + self._sweep_seconds()
+            reassemblers = list(self._reassemblers.items())
+        gone = 0
+        for topic, reassembler in reassemblers:
+            if reassembler.pending:
+                evicted = reassembler.evict_stale()
+                if evicted:
+                    log.debug("let go %d unfinished message(s) on %s: idle past the timeout", evicted, topic)
+                gone += evicted
+        return gone
+
+    def take_refused(self) -> Counter:
+        """The per-device refusals counted since the last call (see `refused`), and start afresh."""
+        with self._lock:
+            refused, self.refused = self.refused, Counter()
+        return refused
+
+    def _refuse(self, client_id: str, verb: str, reason: str, topic: str, detail: str, nbytes: int) -> None:
+        """`reject`, and counted against the sender (a client of the topics this receiver takes)."""
+        self.reject(reason, topic, detail, nbytes)
+        with self._lock:
+            self.refused[client_id, verb or "status", reason] += 1
+
     def _on_message(self, client, userdata, message) -> None:
         topic, data = message.topic, bytes(message.payload)
         if not data:
             return  # a cleared retained message
+        self.evict_stale()
         try:
             direction, client_id, verb = self.topics.parse(topic)
         except ValueError as error:
@@ -479,20 +562,23 @@ class MqttEndpoint:
         if reassembler is None:
             # A status is a state, not an event, and a client's last will is the same frame every
             # time that client dies: status topics keep no memory of messages already taken.
-            reassembler = self._reassemblers[topic] = Reassembler(
-                max_messages=16,
-                max_total_bytes=2 * largest,  # room for the frames' overhead
-                max_message_bytes=largest,
-                timeout=self.reassembly_timeout,
-                remember=0 if direction == "status" else 4096,
-                budget=self.budget,
-            )
+            with self._lock:
+                reassembler = self._reassemblers[topic] = Reassembler(
+                    max_messages=16,
+                    max_total_bytes=2 * largest,  # room for the frames' overhead
+                    max_message_bytes=largest,
+                    timeout=self.reassembly_timeout,
+                    clock=self.clock,
+                    remember=0 if direction == "status" else 4096,
+                    budget=self._share(client_id),
+                )
         duplicates = reassembler.stats.duplicates
         try:
             whole = reassembler.feed(data)
             decoded = None if whole is None else decode_message(whole, max_bytes=largest)
         except ProtocolError as error:
-            self.reject(type(error).__name__, topic, str(error), len(data))
+            reason = BUDGET_REASON if isinstance(error, BudgetExhaustedError) else type(error).__name__
+            self._refuse(client_id, verb, reason, topic, str(error), len(data))
             return
         key = f"{direction}/{verb}" if verb else direction
         with self._lock:
@@ -507,7 +593,8 @@ class MqttEndpoint:
             assert whole is not None  # the message was decoded from it
             log.debug("received %s: %d bytes", topic, len(whole))
             if not self.inbox.offer(Incoming(direction, client_id, verb, decoded, len(whole))):
-                self.reject("inbox-full", topic, f"{self.inbox.bytes} bytes wait for the runtime", len(whole))
+                detail = f"{self.inbox.bytes} bytes wait for the runtime"
+                self._refuse(client_id, verb, "inbox-full", topic, detail, len(whole))
 
     def subscribe(self, topic_filter: str) -> None:
         """Subscribe now (if connected) and after every reconnection."""

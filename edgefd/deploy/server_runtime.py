@@ -130,14 +130,22 @@ class ServerRuntime:
         return summary
 
     def _bounds(self, cid: str) -> dict[str, int | None]:
-        """The largest message the method accepts from ``cid`` now, per up verb (None: open)."""
+        """The largest content the method accepts from ``cid`` now, per up verb (None: open). A verb
+        the method declares no schema for takes no content (0: FD's and FedAvg's hello, every
+        method's step but FedCache's per-batch exchange), and a method's round uplink comes on
+        ``steps`` or on ``train``, never both: left open, such a topic would take messages of
+        --max-message-bytes the method would only refuse once whole."""
         role = self.federation.server
-        uplink = message_bound(role.uplink_schemas(cid))
+
+        def bound(schemas) -> int | None:
+            return message_bound(schemas) if schemas else 0
+
+        uplink = bound(role.uplink_schemas(cid))
         return {
-            "hello": message_bound(role.hello_schemas(cid)),
-            "train": uplink,
-            "steps": uplink,
-            "step": message_bound(role.request_schemas(cid)),
+            "hello": bound(role.hello_schemas(cid)),
+            "train": 0 if role.step_exchange else uplink,
+            "steps": uplink if role.step_exchange else 0,
+            "step": bound(role.request_schemas(cid)),
         }
 
     # ------------------------------------------------------------------ checkpoints

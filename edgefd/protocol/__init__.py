@@ -41,6 +41,7 @@ from .codec import (
     read_header,
 )
 from .errors import (
+    BudgetExhaustedError,
     ChecksumError,
     InconsistentChunkError,
     MagicError,
@@ -99,6 +100,7 @@ __all__ = [
     "TruncatedError",
     "ChecksumError",
     "OversizedError",
+    "BudgetExhaustedError",
     "NonFiniteError",
     "InconsistentChunkError",
 ]

@@ -41,6 +41,7 @@ from typing import NamedTuple
 from .codec import DEFAULT_MAX_BYTES, _as_bytes_view, _check_magic
 from .codec import MAGIC as PAYLOAD_MAGIC
 from .errors import (
+    BudgetExhaustedError,
     ChecksumError,
     InconsistentChunkError,
     MalformedError,
@@ -63,6 +64,7 @@ __all__ = [
     "new_message_id",
     "Reassembler",
     "ReassemblerStats",
+    "ReassemblyBudget",
 ]
 
 CHUNK_MAGIC = b"EFC1"
@@ -224,19 +226,35 @@ the memory bounds: 200,000 one-byte chunks cost 25 MB, not 200 kB."""
 
 class ReassemblyBudget:
     """Bytes of held frames (data plus ``FRAME_OVERHEAD`` each) shared by several reassemblers: one
-    per topic, one budget per process, so that many topics cannot add up to unbounded memory."""
+    per topic, one budget per process, so that many topics cannot add up to unbounded memory.
 
-    def __init__(self, max_bytes: int) -> None:
+    A budget can be carved into *shares* (:meth:`share`), one per sender: a frame then takes room
+    from its sender's share and from the whole budget. One pool for every sender would let a single
+    sender that starts messages and never finishes them hold all of it, and every other sender's
+    multi-frame message would be refused until those partial messages went; with shares, a sender
+    can exhaust only its own. A receiver sizes the whole budget so that every share fits at once
+    (then no sender's share waits on another's), or smaller where memory matters more than that."""
+
+    def __init__(self, max_bytes: int, *, parent: ReassemblyBudget | None = None) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         self.max_bytes = max_bytes
+        """May be changed while in use (a receiver resizes its budget as it learns what its senders
+        may send): room already taken stays taken, and no more is given until it fits."""
+        self.parent = parent
         self.used = 0
         self._lock = threading.Lock()
 
+    def share(self, max_bytes: int) -> ReassemblyBudget:
+        """A sender's share: at most ``max_bytes`` of it, and only while the whole budget has room."""
+        return ReassemblyBudget(max_bytes, parent=self)
+
     def take(self, n: int) -> bool:
-        """Reserve ``n`` bytes if they fit."""
+        """Reserve ``n`` bytes if they fit (in this budget and in every budget it is a share of)."""
         with self._lock:
             if self.used + n > self.max_bytes:
+                return False
+            if self.parent is not None and not self.parent.take(n):
                 return False
             self.used += n
             return True
@@ -244,6 +262,17 @@ class ReassemblyBudget:
     def give(self, n: int) -> None:
         with self._lock:
             self.used -= n
+            if self.parent is not None:
+                self.parent.give(n)
+
+
+def _full(budget: ReassemblyBudget, cost: int) -> str:
+    """Which budget refused ``cost`` more bytes, for the error: a sender's share, or the whole."""
+    whole = budget.parent
+    if whole is None or budget.used + cost > budget.max_bytes:
+        what = "the reassembly budget" if whole is None else "this sender's share of the reassembly budget"
+        return f"{what} ({budget.max_bytes} bytes)"
+    return f"the reassembly budget of every sender ({whole.max_bytes} bytes)"
 
 
 @dataclass
@@ -264,8 +293,9 @@ class Reassembler:
     Memory is bounded: at most ``max_messages`` partial messages and ``max_total_bytes`` of
     buffered frames (their data plus ``FRAME_OVERHEAD`` each); a message may claim at most
     ``max_message_bytes``. With a shared ``budget`` the frames of every reassembler using it count
-    against it too: a frame that does not fit once this reassembler has evicted its own other
-    partial messages is refused (``OversizedError``). When a bound would be
+    against it too (a sender's share: see :class:`ReassemblyBudget`): a frame that does not fit once
+    this reassembler has evicted its own other partial messages is refused
+    (``BudgetExhaustedError``). When a bound would be
     passed, the least recently active *other* partial messages are evicted (counted in
     ``stats.evicted_capacity``), so progress is always possible. A partial message that receives no
     frame for ``timeout`` seconds of ``clock()`` is evicted (``stats.evicted_stale``). The ids of the
@@ -393,11 +423,10 @@ class Reassembler:
             )
         while self.budget is not None and not self.budget.take(cost):
             if len(self._partial) <= 1:
+                full = _full(self.budget, cost)  # before this message's frames are given back
                 self._abandon(mid)
-                raise OversizedError(
-                    f"message {mid.hex()}: the shared reassembly budget ({self.budget.max_bytes} bytes) is "
-                    "exhausted; message abandoned",
-                    field="count",
+                raise BudgetExhaustedError(
+                    f"message {mid.hex()}: {full} is exhausted; message abandoned", field="count"
                 )
             self._evict_oldest(exclude=mid)
         p.chunks[c.index] = c.data

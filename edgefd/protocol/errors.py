@@ -16,6 +16,7 @@ __all__ = [
     "TruncatedError",
     "ChecksumError",
     "OversizedError",
+    "BudgetExhaustedError",
     "NonFiniteError",
     "InconsistentChunkError",
 ]
@@ -61,6 +62,13 @@ class ChecksumError(ProtocolError):
 
 class OversizedError(ProtocolError):
     """Larger than the receiver's configured limit (``max_bytes`` / reassembler limits)."""
+
+
+class BudgetExhaustedError(OversizedError):
+    """A frame that fits its message's limits, refused because the memory it would take is spoken
+    for: its sender's share of a :class:`~edgefd.protocol.chunking.ReassemblyBudget`, or the
+    whole budget. Its own class so that a receiver can tell a flood (this) from a message that is
+    too large for its topic (:class:`OversizedError`)."""
 
 
 class NonFiniteError(ProtocolError):

@@ -180,16 +180,29 @@ def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it(
     assert largest("up", "client-7", "train") is None  # not in the run
 
 
-def test_the_reassembly_budget_makes_room_for_every_clients_known_message_at_once():
-    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
+def test_each_client_has_a_share_of_the_reassembly_budget_and_the_budget_holds_every_share():
+    """A client's share is twice its largest message on any of its topics (a verb left open: up to
+    --max-message-bytes), and the whole budget their sum: one device cannot take the others' room."""
+    from edgefd.deploy.mqtt_channel import SMALL_ANSWER_MAX_BYTES, WRAPPING_BYTES, DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
     from edgefd.runtime.config import SimulationConfig
 
     clients = [f"client-{i}" for i in range(50)]
     settings = DeploymentSettings(run="r", max_message_bytes=1_000_000)
-    channel = MqttChannel(SimulationConfig(clients=50), settings, clients, Topics("r"), lambda cid: {"train": 300_000})
+    bounded = {"hello": 0, "train": 300_000, "steps": 0, "step": 0}
+
+    def bounds(cid):
+        return bounded if cid != "client-7" else {**bounded, "hello": None}  # client-7's hello is open
+
+    channel = MqttChannel(SimulationConfig(clients=50), settings, clients, Topics("r"), bounds)
     channel.begin(0)
-    assert channel.endpoint.budget.max_bytes == 2 * (1_000_000 + 50 * 300_000)
+    share = 2 * (300_000 + WRAPPING_BYTES)
+    assert channel.endpoint._share_bytes == {cid: 2 * 1_000_000 if cid == "client-7" else share for cid in clients}
+    assert channel.endpoint.budget.max_bytes == 49 * share + 2 * 1_000_000
+    small = {"hello": 0, "train": 500, "steps": 0, "step": 0}  # FD: the eval answers' cap is the largest
+    channel = MqttChannel(SimulationConfig(clients=50), settings, clients, Topics("r"), lambda cid: small)
+    channel.begin(0)
+    assert channel.endpoint.budget.max_bytes == 50 * 2 * SMALL_ANSWER_MAX_BYTES
 
 
 def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_online(monkeypatch):

@@ -27,7 +27,7 @@ from shipped_broker import start_installed
 from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.deploy.server import LOST_ROUNDS_EXIT
-from edgefd.protocol import Payload
+from edgefd.protocol import Payload, split
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.records import HELLO_ROUND
@@ -41,7 +41,7 @@ PASSWORDS = {
     "client-2": "two-secret",
     "client-3": "three-secret",
 }
-RUNS = ["flood", "lost", "held", "poisoned", "ghost"]
+RUNS = ["flood", "lost", "held", "poisoned", "starve", "ghost"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -353,6 +353,81 @@ def test_a_device_poisoning_within_the_schemas_is_outvoted_by_the_median(broker,
 
     assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated("median")]
     assert honest(deployed) > honest(simulated("mean")) + 0.3, (honest(deployed), honest(simulated("mean")))
+
+
+# ---------------------------------------------------------------------- starving the others' reassembly
+STARVE_RUN = dict(algo="fedavg", dataset="digits", clients=3, rounds=1, seed=3, threads=1)
+STARVE_FLAGS = ("--round-timeout", 6, "--eval-timeout", 5, "--max-message-bytes", 1_000_000)
+"""One round, waited for 6 s: client-0 is gone, so the round lasts that long, and an honest device's
+first training may take a few seconds on a busy machine."""
+HONEST_CHUNKS = 4096
+"""The honest devices' --chunk-size: FedAvg's uplink (the model, ~31 kB) is 8 frames, reassembled."""
+
+
+def unfinished(total: int, chunk_size: int, count: int) -> list[bytes]:
+    """Every frame but the last of ``count`` messages of ``total`` bytes: none can ever complete."""
+    return [frame for _ in range(count) for frame in split(os.urandom(total), chunk_size)[:-1]]
+
+
+def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, tmp_path):
+    """client-0 (FedAvg, which has no schema for a hello or a step) fills its uplink topics with
+    messages it never finishes: on train, evaluate and reply, as large as each topic takes, until
+    its share of the server's reassembly budget is spent; then 6 MB on hello and 1 MB in small
+    frames on step, topics that used to take up to --max-message-bytes each. It answers its hello
+    and goes. The honest client-1 and client-2 send their uplinks in 8 frames each: both are
+    reassembled, the round completes and learns, and round 0's record names client-0 with what
+    was refused, by reason. (Before each device had a share, client-0's frames held the one shared
+    budget, and every honest uplink of the run was refused.)"""
+    server, out, log = start_server(broker, "starve", tmp_path, *STARVE_FLAGS, config=STARVE_RUN)
+    honest = [
+        client(
+            broker,
+            "starve",
+            cid,
+            tmp_path / "state",
+            tmp_path / f"{cid}.log",
+            *login(broker, cid, tmp_path),
+            "--chunk-size",
+            HONEST_CHUNKS,
+        )
+        for cid in ("client-1", "client-2")
+    ]
+    try:
+        with Device(broker, "starve") as device:
+            device.say(deploy_messages.ONLINE)
+            hello = device.next("hello")
+            raw, topics = device.endpoint._client, device.topics
+            floods = [
+                ("train", unfinished(30_000, 4096, 3)),  # under its bound (the model, ~31 kB)
+                ("evaluate", unfinished(60_000, 4096, 2)),  # under the cap of a small answer (64 KiB)
+                ("reply", unfinished(60_000, 4096, 2)),
+                ("hello", unfinished(900_000, 256 * 1024, 8)),  # under --max-message-bytes
+                ("step", unfinished(40_000, 4096, 30)),  # small ones: they fill what room is left, to a frame
+            ]
+            for verb, frames in floods:
+                for frame in frames:
+                    raw.publish(topics.up(CID, verb), frame, qos=1)
+            device.answer(hello)  # after the flood, on the same connection: the server has taken it all
+            assert device.endpoint.flush(30)
+            device.say(deploy_messages.OFFLINE)  # gone: not waited for in evaluations
+            assert device.endpoint.flush(10)
+    finally:
+        finish([server, *honest])
+    text = log.read_text()
+    assert server.returncode == 0, text[-3000:]
+    lines = lines_of(out)
+    assert [line["round"] for line in lines] == [0, 1]
+    # both honest uplinks reassembled and aggregated; client-0 is gone
+    assert lines[1]["lost"] == [] and lines[1]["late"] == [CID], lines[1]
+    assert set(lines[1]["client_accuracy"]) == {"client-1", "client-2"}
+    assert lines[1]["accuracy"] > lines[0]["accuracy"] + 0.2, [line["accuracy"] for line in lines]
+    refused = lines[0]["rejected"][CID]
+    assert "verb-not-expected (" in refused and "on hello, step)" in refused, refused
+    assert "reassembly-budget (" in refused, refused
+    assert set(lines[0]["rejected"]) == {CID}
+    assert "round 0: refused from client-0 on the wire: " in text
+    deployment = json.loads((out / "summary.json").read_text())["deployment"]
+    assert deployment["clients"]["client-1"]["on_time"] == deployment["clients"]["client-2"]["on_time"] == 1
 
 
 # ---------------------------------------------------------------------- a ghost

@@ -224,7 +224,8 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
         assert receive(server, timeout=30).message.content.same_as(good)
         assert peak[0] <= budget and server.budget.used <= budget
         rejected = server.stats.rejected
-        assert rejected["OversizedError"] >= 2  # the tiny-chunk message, then the eval answer above 1,000 B
+        assert rejected["reassembly-budget"] >= 1  # the tiny-chunk message
+        assert rejected["OversizedError"] >= 1  # the eval answer above 1,000 B
         assert rejected["unexpected-topic"] == 1
         assert server.budget.used == 0  # the attack's frames were let go when its message was abandoned
     finally:
@@ -263,3 +264,69 @@ def test_a_flood_of_rejections_is_counted_in_full_and_logged_sparingly(monkeypat
     assert len(lines) == 3
     assert "another reason" in lines[1]
     assert lines[2].endswith("(999 more like it since the last line)")
+
+
+class Frame:
+    """What paho hands `_on_message`: a topic, a payload, a retain flag."""
+
+    def __init__(self, topic: str, payload: bytes) -> None:
+        self.topic, self.payload, self.retain = topic, payload, False
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_sender_that_never_finishes_its_messages_exhausts_only_its_own_share():
+    """client-1 starts messages on two of its topics and finishes none: once its share is spent,
+    its frames are refused (counted against it, as "reassembly-budget"), and client-2's message of
+    many frames still reassembles. The whole budget is the sum of the shares."""
+    point = MqttEndpoint(BrokerSettings("mqtt://127.0.0.1:1"), Topics(RUN), "server", max_message_bytes=100_000)
+    point.size_budget({"client-1": 50_000, "client-2": 50_000})
+    assert point.budget.max_bytes == 100_000
+    topics = Topics(RUN)
+    for verb in ("hello", "train"):  # every frame but the last, of 30 kB messages
+        for frame in split(np.random.default_rng(1).bytes(30_000), 1024)[:-1]:
+            point._on_message(None, None, Frame(topics.up("client-1", verb), frame))
+    assert point._shares["client-1"].used <= 50_000
+    good = Payload("knowledge", "client-2", 3, {"z": np.ones((40, 100), np.float32)})
+    for frame in split(encode_message(up("train", good)), 1024):  # 16 kB in 17 frames
+        point._on_message(None, None, Frame(topics.up("client-2", "train"), frame))
+    assert point.inbox.get_nowait().message.content.same_as(good)
+    refused = point.take_refused()
+    assert refused[("client-1", "train", "reassembly-budget")] >= 1
+    assert not any(cid == "client-2" for cid, _, _ in refused)
+    assert point.take_refused() == {}  # taken: counted afresh from here
+    assert point.stats.rejected["reassembly-budget"] == sum(refused.values())
+
+
+def test_unfinished_messages_are_let_go_on_a_timer_without_another_frame_on_their_topic():
+    """A sender that starts a message and goes: its frames are let go once they are older than the
+    reassembly timeout, at the next sweep (a frame on any topic, or the runtime's loop calling
+    `evict_stale`), not when (if ever) its own topic gets another frame."""
+    clock = Clock()
+    point = MqttEndpoint(
+        BrokerSettings("mqtt://127.0.0.1:1"), Topics(RUN), "server", reassembly_timeout=30.0, clock=clock
+    )
+    topics = Topics(RUN)
+    for frame in split(np.random.default_rng(2).bytes(5_000), 1024)[:-1]:
+        point._on_message(None, None, Frame(topics.up("client-1", "hello"), frame))
+    held = point.budget.used
+    assert held > 4_000 and point._shares["client-1"].used == held
+    clock.t = 29.0
+    assert point.evict_stale() == 0 and point.budget.used == held  # not yet stale
+    clock.t = 31.0
+    assert point.evict_stale() == 1 and point.budget.used == 0  # stale: let go, its share given back
+    for frame in split(np.random.default_rng(3).bytes(5_000), 1024)[:-1]:
+        point._on_message(None, None, Frame(topics.up("client-1", "step"), frame))
+    assert point.budget.used > 4_000
+    clock.t = 62.0  # another client's frame sweeps every topic
+    lone = encode_message(up("evaluate", Payload("metrics", "client-2", 1, scalars={"accuracy": 0.5})))
+    point._on_message(None, None, Frame(topics.up("client-2", "evaluate"), split(lone, 4096)[0]))
+    assert point.budget.used == 0 and point.inbox.qsize() == 1
+    clock.t = 62.5
+    assert point.evict_stale() == 0  # swept less than SWEEP_SECONDS ago: not again yet

@@ -12,6 +12,7 @@ from protocol_helpers import reseal_chunk
 from edgefd.protocol import (
     CHUNK_HEADER_SIZE,
     FRAME_OVERHEAD,
+    BudgetExhaustedError,
     ChecksumError,
     InconsistentChunkError,
     MagicError,
@@ -364,3 +365,29 @@ def test_frames_cut_from_the_encoded_buffers_are_those_of_the_encoded_bytes(size
     buffers = encode_buffers(payload)
     assert b"".join(buffers) == encode(payload)
     assert split(buffers, chunk_size, message_id=5) == split(encode(payload), chunk_size, message_id=5)
+
+
+def test_a_sender_exhausts_only_its_own_share_of_a_budget():
+    """Two senders, a share each: the first starts messages on two topics and finishes none; once
+    its share is spent its frames are refused (BudgetExhaustedError, naming the share), and the
+    second sender's message still completes. A whole budget smaller than the shares refuses too."""
+    budget = ReassemblyBudget(10_000)
+    first, second = budget.share(5_000), budget.share(5_000)
+    hello, train = Reassembler(budget=first), Reassembler(budget=first)
+    with pytest.raises(BudgetExhaustedError, match="this sender's share of the reassembly budget .5000 bytes."):
+        for i, r in enumerate((hello, train, hello, train)):
+            for frame in split(blob(2_000, i), 148, mid(i))[:-1]:
+                r.feed(frame)
+    assert first.used <= 5_000 and budget.used == first.used
+    message = blob(3_000, 9)
+    other = Reassembler(budget=second)
+    assert [other.feed(frame) for frame in split(message, 548, mid(9))][-1] == message
+    assert second.used == 0 and budget.used == first.used  # completed: its frames given back
+    budget.max_bytes = first.used + 1_000  # smaller than the shares: the whole refuses now
+    with pytest.raises(BudgetExhaustedError, match="the reassembly budget of every sender"):
+        for frame in split(message, 548, mid(10)):
+            other.feed(frame)
+    for r in (hello, train):
+        r.timeout = 1e-9
+        r.evict_stale()
+    assert first.used == budget.used == 0
