@@ -340,19 +340,21 @@ def test_a_device_poisoning_within_the_schemas_is_outvoted_by_the_median(broker,
     deployed = lines_of(out)
     assert all(line["rejected"] == {} for line in deployed)  # poisoned, yet inside every schema
 
-    def simulated(aggregator: str) -> list[dict]:
-        folder = tmp_path / aggregator
-        run(
-            SimulationConfig(**POISONED_RUN, params={**params, "aggregator": aggregator}, out=str(folder)),
-            progress=False,
-        )
+    def simulated(aggregator: str, attack: str = "max-in-bounds") -> list[dict]:
+        folder = tmp_path / f"{aggregator}-{attack}"
+        settings = {**POISONED_RUN, "attack": attack}
+        run(SimulationConfig(**settings, params={**params, "aggregator": aggregator}, out=str(folder)), progress=False)
         return lines_of(folder)
 
     def honest(lines: list[dict]) -> float:
         return float(np.mean([lines[-1]["client_accuracy"][cid] for cid in ("client-1", "client-2")]))
 
     assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated("median")]
-    assert honest(deployed) > honest(simulated("mean")) + 0.3, (honest(deployed), honest(simulated("mean")))
+    # the attack costs the honest two nothing beyond noise (with the old fallback to the mean for a label
+    # fewer than 3 devices hold: 0.63 against 0.73 clean); the mean leaves them 0.27
+    clean, mean = honest(simulated("median", attack="none")), honest(simulated("mean"))
+    assert honest(deployed) >= clean - 0.05, (honest(deployed), clean)
+    assert honest(deployed) > mean + 0.3, (honest(deployed), mean)
 
 
 # ---------------------------------------------------------------------- starving the others' reassembly
