@@ -108,8 +108,9 @@ class InProcessChannel:
         ask = None if serve is None else (lambda request: carry(serve(carry(request))))
         answers = {}
         for message in sorted(messages, key=lambda m: m.receiver):
+            received = carry(message)  # the server's message: an error in it is the server's, and ends the run
             try:
-                answers[message.receiver] = carry(self.apps[message.receiver].handle(carry(message), ask))
+                answers[message.receiver] = carry(self.apps[message.receiver].handle(received, ask))
             except ProtocolError as error:  # its answer or request does not encode (a diverged model's NaN)
                 log.warning(
                     "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",
