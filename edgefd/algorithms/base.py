@@ -249,16 +249,18 @@ class ServerContext:
         return sum(self.class_samples) if self.class_samples else None
 
     def check_declared(self, samples: int | None = None, counts: np.ndarray | None = None) -> None:
-        """``UplinkRejected("too-many-samples")`` for a declared sample number, or per-label counts,
-        that no client of this run can hold (see `max_client_samples`, `class_samples`): what a
-        client declares weights its contribution, so a declaration is capped by the run."""
+        """``UplinkRejected("too-many-samples")`` for a declared sample number, or per-label counts
+        (in all, or of a class), that no client of this run can hold (see `max_client_samples`,
+        `class_samples`): what a client declares weights its contribution, so a declaration is
+        capped by the run."""
         most = self.max_client_samples()
         where = "--samples-per-client" if self.samples_per_client is not None else "the run's training set"
-        total = samples if counts is None else int(np.asarray(counts, dtype=np.int64).sum())
-        if most is not None and total is not None and total > most:
-            raise UplinkRejected(
-                "too-many-samples", f"{total} samples declared; one client holds at most {most} ({where})"
-            )
+        totals = [samples, None if counts is None else int(np.asarray(counts, dtype=np.int64).sum())]
+        for total in totals:
+            if most is not None and total is not None and total > most:
+                raise UplinkRejected(
+                    "too-many-samples", f"{total} samples declared; one client holds at most {most} ({where})"
+                )
         if counts is not None and self.class_samples:
             over = np.flatnonzero(np.asarray(counts, dtype=np.int64) > np.asarray(self.class_samples))
             if len(over):

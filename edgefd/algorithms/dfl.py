@@ -82,7 +82,6 @@ or int8 (model weights are always sent losslessly).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,11 +95,11 @@ from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, Ser
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
 from edgefd.algorithms.toolkit import (
     AGGREGATORS,
-    ROBUST_MINIMUM,
     average_states,
     check_trim,
-    robust_mean,
+    robust_rows,
     robust_states,
+    too_few_to_combine,
 )
 from edgefd.protocol import Payload
 from edgefd.settings import setting
@@ -110,8 +109,6 @@ from edgefd.training import (
     predict_logits,
     state_arrays,
 )
-
-log = logging.getLogger(__name__)
 
 SOFT_TARGETS = "dfl/soft_targets"
 CLASS_COUNTS = "dfl/class_counts"
@@ -358,8 +355,7 @@ class DFLServer(ServerRole):
         """The schema, and the sample and class counts the client declared first (they weight it),
         within what one client of the run can hold."""
         super().check_uplink(round, client_id, payload)
-        self.context.check_declared(counts=payload.arrays[CLASS_COUNTS])
-        self.context.check_declared(samples=int(payload.scalars["samples"]))
+        self.context.check_declared(samples=int(payload.scalars["samples"]), counts=payload.arrays[CLASS_COUNTS])
         self.declared.check(client_id, samples=payload.scalars["samples"], classes=payload.arrays[CLASS_COUNTS])
 
     def _wire(self, table: np.ndarray) -> np.ndarray:
@@ -395,25 +391,12 @@ class DFLServer(ServerRole):
         model is kept), and per class over the soft-target rows of the clients that hold it (fewer:
         the row keeps its last value). ``below_quorum``: the model kept (1) plus the rows kept."""
         how, trim = self.params.aggregator, self.params.trim
-        kept_model = len(models) < ROBUST_MINIMUM
-        if kept_model:
-            log.warning(
-                "round %d: aggregator=%s needs %d uplinks, got %d: the global model is kept",
-                round,
-                how,
-                ROBUST_MINIMUM,
-                len(models),
-            )
-        else:
+        kept_model = too_few_to_combine(round, len(models), how)
+        if not kept_model:
             self.global_state = robust_states(models, how, trim)
-        table = np.asarray(self.soft_targets, dtype=np.float64).copy()
-        kept_rows = 0
-        for label in range(table.shape[0]):
-            rows = [t[label] for t, c in zip(tables, counts) if c[label] > 0]
-            if len(rows) >= ROBUST_MINIMUM:
-                table[label] = robust_mean(np.stack(rows), how, trim)
-            elif rows:
-                kept_rows += 1
+        rows, quorum = robust_rows(tables, counts, how, trim)
+        table = np.where(quorum[:, None], rows, np.asarray(self.soft_targets, dtype=np.float64))
+        kept_rows = int(((np.sum(counts, axis=0) > 0) & ~quorum).sum())
         self.soft_targets = self._wire(table)
         return {"below_quorum": float(kept_model) + kept_rows}
 

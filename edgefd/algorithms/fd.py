@@ -29,7 +29,7 @@ from edgefd import kernels
 from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
 from edgefd.algorithms.schema import MessageSchema
-from edgefd.algorithms.toolkit import ROBUST_MINIMUM, RobustAggregation, robust_mean
+from edgefd.algorithms.toolkit import RobustAggregation, robust_rows
 from edgefd.protocol import Payload
 from edgefd.settings import setting
 from edgefd.training import predict_logits
@@ -133,25 +133,19 @@ class FDServer(ServerRole):
             means = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], 0.0)
         metrics = {}
         if self.params.aggregator != "mean":
-            means, quorum = self.robust_rows(uplinks)
+            # a label fewer than 3 clients hold has no teacher this round (its count goes down as 0): of
+            # one honest and one poisoned row, no statistic can tell which is which
+            ordered = [uplinks[c] for c in sorted(uplinks)]
+            means, quorum = robust_rows(
+                [p.arrays["logits"] for p in ordered],
+                [p.arrays["counts"] for p in ordered],
+                self.params.aggregator,
+                self.params.trim,
+            )
             metrics["below_quorum"] = float(((counts > 0) & ~quorum).sum())
             counts = np.where(quorum, counts, 0)
         self.global_logits, self.global_counts = means.astype(np.float32), counts
         return {"labels_covered": float((counts > 0).sum()), **metrics}
-
-    def robust_rows(self, uplinks: dict[str, Payload]) -> tuple[np.ndarray, np.ndarray]:
-        """Each label's row: the robust statistic over the clients that hold samples of that label
-        (unweighted: a client cannot buy influence by declaring more samples), and whether at least
-        `ROBUST_MINIMUM` clients did. A label with fewer has no teacher this round (its count goes
-        down as 0): of one honest and one poisoned row, no statistic can tell which is which."""
-        means = np.zeros((self.num_classes, self.num_classes), dtype=np.float64)
-        quorum = np.zeros(self.num_classes, dtype=bool)
-        for label in range(self.num_classes):
-            rows = [p.arrays["logits"][label] for _, p in sorted(uplinks.items()) if p.arrays["counts"][label] > 0]
-            if len(rows) >= ROBUST_MINIMUM:
-                means[label] = robust_mean(np.stack(rows), self.params.aggregator, self.params.trim)
-                quorum[label] = True
-        return means, quorum
 
 
 register(

@@ -6,7 +6,6 @@ that client's local test split (personalised test sets, global model).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,11 +13,9 @@ from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema, model_state, samples
-from edgefd.algorithms.toolkit import ROBUST_MINIMUM, RobustAggregation, average_states, robust_states
+from edgefd.algorithms.toolkit import RobustAggregation, average_states, robust_states, too_few_to_combine
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -75,14 +72,7 @@ class FedAvgServer(ServerRole):
         if self.params.aggregator == "mean":
             weights = [float(p.scalars["samples"]) for p in ordered]
             self.global_state = average_states([p.arrays for p in ordered], weights)
-        elif len(ordered) < ROBUST_MINIMUM:
-            log.warning(
-                "round %d: aggregator=%s needs %d uplinks, got %d: the global model is kept",
-                round,
-                self.params.aggregator,
-                ROBUST_MINIMUM,
-                len(ordered),
-            )
+        elif too_few_to_combine(round, len(ordered), self.params.aggregator):
             return {"below_quorum": 1.0}
         else:
             self.global_state = robust_states([p.arrays for p in ordered], self.params.aggregator, self.params.trim)

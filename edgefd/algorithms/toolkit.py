@@ -4,6 +4,7 @@ model states, and what the clients of one process share."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -95,6 +96,8 @@ def average_states(states: list[dict[str, np.ndarray]], weights: list[float] | N
     return out
 
 
+log = logging.getLogger(__name__)
+
 AGGREGATORS = ("mean", "median", "trimmed")
 """How a server combines its clients' contributions: the (weighted) mean the papers use, or one of
 two robust statistics that one poisoning client cannot drag far: the coordinate-wise median, and
@@ -168,6 +171,39 @@ def gather_robust(values: torch.Tensor, neighbours: torch.Tensor, how: str, trim
     combined = kept / keep.sum(dim=1, keepdim=True).clamp(min=1)
     enough = count >= ROBUST_MINIMUM
     return torch.where(enough, combined, torch.zeros_like(combined)).to(values.dtype)
+
+
+def robust_rows(
+    tables: list[np.ndarray], counts: list[np.ndarray], how: str, trim: float = 0.2
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-label tables combined row by row (FD's logits, DFL's soft targets): each row's
+    `robust_mean` over the clients whose count of that label is above 0 (unweighted: a client
+    cannot buy influence by declaring more samples), and whether at least `ROBUST_MINIMUM` clients
+    held it. A row with fewer is zeros here; the method decides what stands in for it."""
+    labels, width = np.asarray(tables[0]).shape
+    rows_out = np.zeros((labels, width), dtype=np.float64)
+    quorum = np.zeros(labels, dtype=np.bool_)
+    for label in range(labels):
+        rows = [table[label] for table, count in zip(tables, counts) if count[label] > 0]
+        if len(rows) >= ROBUST_MINIMUM:
+            rows_out[label] = robust_mean(np.stack(rows), how, trim)
+            quorum[label] = True
+    return rows_out, quorum
+
+
+def too_few_to_combine(round: int, contributions: int, how: str) -> bool:
+    """Whether a robust server received fewer than `ROBUST_MINIMUM` models this round (it keeps its
+    global model then, and the log says so)."""
+    if contributions >= ROBUST_MINIMUM:
+        return False
+    log.warning(
+        "round %d: aggregator=%s needs %d uplinks, got %d: the global model is kept",
+        round,
+        how,
+        ROBUST_MINIMUM,
+        contributions,
+    )
+    return True
 
 
 def robust_states(states: list[dict[str, np.ndarray]], how: str, trim: float = 0.2) -> dict[str, np.ndarray]:

@@ -13,11 +13,10 @@ scripts/install.sh --test installs it.
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for
+from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, skip_unless_ci, wait_for
 
 from edgefd.bench.broker_rigs import (
     NOT_INSTALLED,
@@ -32,8 +31,6 @@ from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.runtime.config import SimulationConfig
 from edgefd.simulate import run
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
 CONFIG = dict(algo="fd", dataset="digits", clients=4, rounds=2, seed=11, threads=1)
 CLIENTS = [f"client-{i}" for i in range(CONFIG["clients"])]
 
@@ -41,9 +38,7 @@ CLIENTS = [f"client-{i}" for i in range(CONFIG["clients"])]
 @pytest.fixture
 def rabbitmq_cluster(tmp_path):
     if rabbitmq_folder() is None:
-        if IN_CI:
-            pytest.fail(f"{NOT_INSTALLED}; under CI the clustered-broker test must run (scripts/install.sh --test)")
-        pytest.skip(NOT_INSTALLED)
+        skip_unless_ci(NOT_INSTALLED)
     cluster = start_rabbitmq_cluster(2, tmp_path / "rabbitmq")
     try:
         processes = cluster.processes()
