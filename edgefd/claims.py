@@ -42,6 +42,7 @@ METRICS: dict[str, Any] = {
     "best-whole-test-set": lambda summary, lines: summary["best_accuracy_full"],
     "final-whole-test-set": lambda summary, lines: summary["final_accuracy_full"],
     "last-5-rounds": last_rounds_mean(5),
+    "last-10-rounds": last_rounds_mean(10),
 }
 """The metrics a claim may name: "best" is the maximum over rounds of the mean client accuracy (the
 papers' MAUA); "final" the last round's; "whole test set" the same on the whole test set."""
@@ -52,6 +53,7 @@ METRIC_NAMES = {
     "best-whole-test-set": "best accuracy on the whole test set",
     "final-whole-test-set": "final accuracy on the whole test set",
     "last-5-rounds": "mean accuracy of the last 5 rounds",
+    "last-10-rounds": "mean accuracy of the last 10 rounds",
 }
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from edgefd import results_page
-from edgefd.claims import Claim, Direction, judge
+from edgefd.claims import METRIC_NAMES, METRICS, Claim, Direction, judge
 from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.process import edgefd_command
@@ -34,6 +34,15 @@ class Arm:
     params: dict[str, Any] = field(default_factory=dict)
     folder: str | None = None
     """Run-folder prefix (default: the algo); set it when two arms share an algo (ablations)."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """Settings this arm runs with instead of the recipe's (a sweep's point: `partition`,
+    `samples_per_client`, `participation`); the table lists them as differences between arms, and a
+    claim compares two arms at the same point."""
+
+
+_SWEEPABLE = {f.name for f in fields(SimulationConfig)} - {"algo", "params", "seed", "out", "threads", "rounds"}
+"""What an arm may set for itself: anything of the setting but its method, seed, folder, threads and
+length (a table's rounds and threads are one for all arms)."""
 
 
 @dataclass
@@ -57,6 +66,13 @@ class Recipe:
         repeated = sorted({name for name in folders if folders.count(name) > 1})
         if repeated:
             raise ValueError(f"recipe {self.name}: arms share the run folder(s) {repeated}; give them Arm.folder")
+        for arm in self.arms:
+            unknown = sorted(set(arm.config) - _SWEEPABLE)
+            if unknown:
+                raise ValueError(
+                    f"recipe {self.name}: arm {arm.label!r} sets {unknown}, which an arm cannot move "
+                    f"(it may set {', '.join(sorted(_SWEEPABLE))})"
+                )
         labels = {arm.label for arm in self.arms}
         for claim in self.claims:
             unknown = sorted({claim.method, claim.baseline} - labels)
@@ -84,7 +100,7 @@ RECIPES: dict[str, Recipe] = {
         source="docs/methods/fedcache.md#scaled-recipes (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
         base=SimulationConfig(
             dataset="digits",
-            threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
+            threads=1,
             clients=10,
             partition="dirichlet:1.0",
             models="resnet8",
@@ -104,7 +120,7 @@ RECIPES: dict[str, Recipe] = {
 # plain SGD.
 _DFL_BASE = SimulationConfig(
     dataset="digits",
-    threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
+    threads=1,
     clients=20,
     samples_per_client=70,
     participation=0.5,
@@ -126,6 +142,16 @@ _DFL_ARMS = [
     Arm("DFL", "dfl", {"threshold": 0.6, **_DFL_RUN_LENGTH}),
     Arm("DFL-DRw/T (threshold 0)", "dfl", {"threshold": 0.0, **_DFL_RUN_LENGTH}, folder="dfl-threshold0"),
     Arm("DFL-FR (fixed 0.6)", "dfl", {"threshold": 0.6, "schedule": "fixed"}, folder="dfl-fixed"),
+    # the rest of Table V's threshold sweep (threshold 1 is FedAvg, bit for bit: docs/methods/dfl.md)
+    *(
+        Arm(
+            f"DFL (threshold {threshold})",
+            "dfl",
+            {"threshold": threshold, **_DFL_RUN_LENGTH},
+            folder=f"dfl-t{threshold}",
+        )
+        for threshold in (0.2, 0.4, 0.8)
+    ),
 ]
 for _name, _partition in (("dfl-iid", "iid"), ("dfl-noniid", "dominant:0.8")):
     RECIPES[_name] = Recipe(
@@ -212,7 +238,7 @@ RECIPES["fedd2s"] = Recipe(
 # docs/methods/fedict.md#small-recipe: digits, 5 clients, weak clients (fedict_c1), scaled server, 30 rounds.
 _FEDICT_BASE = SimulationConfig(
     dataset="digits",
-    threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
+    threads=1,
     clients=5,
     models="fedict_c1",
     rounds=30,
@@ -340,7 +366,7 @@ RECIPES["fedcache-demo"] = Recipe(
     "10 rounds",
     base=SimulationConfig(
         dataset="fmnist",
-        threads=2,  # as its table ran; left out, the count would follow $OMP_NUM_THREADS
+        threads=1,
         clients=20,
         partition="dirichlet:1.0",
         models="resnet8,resnet16,resnet20",
@@ -479,6 +505,131 @@ RECIPES["fedzkt-prox"] = Recipe(
 )
 
 
+# The papers' sweeps that fit this machine, each point an arm pair (the method and the paper's
+# baseline at the same setting). FedCache's ablation (Sec. 6, Tables VII-IX) on the fedcache-fmnist
+# setting: FedCache against FD at Dirichlet 1, 3 and 10; at 0.33% and 1% of Fashion-MNIST per client
+# (200 and 600 samples; 5% and 20%, 3,000 and 12,000 samples a client, are 15 and 60 times the CPU);
+# and at R = 1, 4, 16 and 64 related samples (R = 256 exceeds the ~200 same-class samples of the other
+# clients at 200 samples a client).
+_FEDCACHE_FMNIST = RECIPES["fedcache-fmnist"]
+_FEDCACHE_PAIR = [arm for arm in _FEDCACHE_FMNIST.arms if arm.label in ("FedCache", "FD")]
+
+
+def _at(arms: list[Arm], suffix: str, folder: str, **config: Any) -> list[Arm]:
+    """``arms`` at another point of a sweep: labelled "LABEL (suffix)", with their own folders."""
+    return [
+        replace(arm, label=f"{arm.label} ({suffix})", folder=f"{arm.folder or arm.algo}-{folder}", config=config)
+        for arm in arms
+    ]
+
+
+RECIPES["fedcache-alpha"] = replace(
+    _FEDCACHE_FMNIST,
+    name="fedcache-alpha",
+    source=_FEDCACHE_FMNIST.source + "; FedCache and FD at Dirichlet 1.0, 3.0 and 10.0 (FedCache, Table VII)",
+    arms=[
+        arm
+        for alpha in ("1.0", "3.0", "10.0")
+        for arm in _at(_FEDCACHE_PAIR, f"alpha {alpha}", f"a{alpha}", partition=f"dirichlet:{alpha}")
+    ],
+    target_from=["FedCache (alpha 1.0)", "FD (alpha 1.0)"],
+)
+RECIPES["fedcache-share"] = replace(
+    _FEDCACHE_FMNIST,
+    name="fedcache-share",
+    source=_FEDCACHE_FMNIST.source + "; FedCache and FD at 200 and 600 samples a client, 0.33% and 1% of the "
+    "training set (FedCache, Table VIII)",
+    arms=[
+        arm
+        for share, samples in (("0.33%", 200), ("1%", 600))
+        for arm in _at(_FEDCACHE_PAIR, share, f"n{samples}", samples_per_client=samples)
+    ],
+    target_from=["FedCache (0.33%)", "FD (0.33%)"],
+)
+RECIPES["fedcache-r"] = replace(
+    _FEDCACHE_FMNIST,
+    name="fedcache-r",
+    source=_FEDCACHE_FMNIST.source + "; FedCache at R = 1, 4, 16 and 64 against FD (FedCache, Table IX)",
+    arms=[
+        *(
+            Arm(f"FedCache (R {r})", "fedcache", {**_FEDCACHE_PAIR[0].params, "neighbours": r}, folder=f"fedcache-r{r}")
+            for r in (1, 4, 16, 64)
+        ),
+        _FEDCACHE_PAIR[1],
+    ],
+    target_from=["FedCache (R 16)", "FD"],
+)
+
+# FedD2S's Table 2 at its other two skews (Z0 = 5 at alpha 0.5 and 7 at alpha 1, as the paper sets it),
+# and Fig. 7's dropping-rate sweep at alpha 0.1 with no dropping (Z0 infinite) as its far end.
+_FEDD2S = RECIPES["fedd2s"]
+for _alpha, _z0 in (("0.5", 5), ("1.0", 7)):
+    RECIPES[f"fedd2s-a{_alpha}"] = replace(
+        _FEDD2S,
+        name=f"fedd2s-a{_alpha}",
+        source=_FEDD2S.source.replace("Dirichlet 0.1", f"Dirichlet {_alpha}").replace("Z0 3", f"Z0 {_z0}"),
+        base=replace(_FEDD2S.base, partition=f"dirichlet:{_alpha}"),
+        arms=[
+            Arm("Local", "local"),
+            Arm("FedAvg", "fedavg"),
+            Arm("FedD2S", "fedd2s", {"z0": _z0, "phase_epochs": None}),
+        ],
+        target_from=["Local", "FedD2S"],
+    )
+RECIPES["fedd2s-z0"] = replace(
+    _FEDD2S,
+    name="fedd2s-z0",
+    source=_FEDD2S.source + "; FedD2S at Z0 = 1, 3, 5 and 7 and without dropping (FedD2S, Fig. 7)",
+    arms=[
+        *(
+            Arm(f"FedD2S (Z0 {z0})", "fedd2s", {"z0": z0, "phase_epochs": None}, folder=f"fedd2s-z{z0}")
+            for z0 in (1, 3, 5, 7)
+        ),
+        Arm(
+            "FedD2S (no dropping)", "fedd2s", {"z0": 3, "phase_epochs": None, "schedule": "none"}, folder="fedd2s-none"
+        ),
+    ],
+    target_from=["FedD2S (Z0 3)", "FedD2S (Z0 1)"],
+)
+
+# FedICT's Table V: heterogeneous clients A^C_1..A^C_5, one each, against FedGKT (FedAvg needs one
+# architecture), at the middle of its three skews.
+RECIPES["fedict-hetero"] = Recipe(
+    "fedict-hetero",
+    "docs/methods/fedict.md#small-recipe with heterogeneous clients (digits, K = 5, Dirichlet 1.0, clients "
+    "fedict_c1..fedict_c5 one each, server auto, batch 32, 30 rounds)",
+    replace(_FEDICT_BASE, partition="dirichlet:1.0", models="fedict_c1,fedict_c2,fedict_c3,fedict_c4,fedict_c5"),
+    [arm for arm in _FEDICT_ARMS if arm.label in ("Local", "FedGKT", "FedICT (sim)", "FedICT (balanced)")],
+    target_from=["FedGKT", "FedICT (sim)"],
+)
+
+# FedZKT's quantity-based label skew at its harshest point (c = 2 classes a device, Fig. 4), and the
+# stragglers of Fig. 6 (a portion p of the devices active each round).
+RECIPES["fedzkt-c2"] = Recipe(
+    "fedzkt-c2",
+    _ZKT_SOURCE.format(partition="2 classes a device"),
+    replace(_ZKT_BASE, partition="shards:2"),
+    _ZKT_ARMS,
+    target_from=["FedMD (public mnist5k)", "FedZKT (SL)"],
+)
+RECIPES["fedzkt-stragglers"] = Recipe(
+    "fedzkt-stragglers",
+    _ZKT_SOURCE.format(partition="IID") + "; FedZKT (SL) with 20%, 60% and 100% of the devices active each round",
+    replace(_ZKT_BASE, partition="iid"),
+    [
+        Arm(
+            f"FedZKT (SL, p {p})",
+            "fedzkt",
+            {**_ZKT_SERVER, "loss": "sl"},
+            folder=f"fedzkt-p{p}",
+            config={"participation": p},
+        )
+        for p in (0.2, 0.6, 1.0)
+    ],
+    target_from=["FedZKT (SL, p 1.0)", "FedZKT (SL, p 0.6)"],
+)
+
+
 def _claims(*claims: tuple[str, str, str, str, str]) -> list[Claim]:
     """Claims from (method, "above" | "below", baseline, metric, source); `Claim` checks each."""
     return [
@@ -500,7 +651,23 @@ _FEDICT_CLAIMS = _claims(
 _DFL_CLAIMS = _claims(
     ("DFL", "above", "FedAvg", "last-5-rounds", "DFL, Table III (non-IID test accuracy)"),
     ("DFL-DRw/T (threshold 0)", "below", "DFL", "last-5-rounds", "DFL, Table V and Fig. 4"),
+    *(
+        ("DFL", "above", f"DFL (threshold {threshold})", "last-5-rounds", "DFL, Table V (threshold 0.6 best)")
+        for threshold in (0.2, 0.4, 0.8)
+    ),
 )
+_FEDCACHE_SWEEP_CLAIMS = {
+    name: _claims(
+        *(
+            ("FedCache" + suffix, "above", "FD" + suffix, "best", f"FedCache, Table {table} (MAUA)")
+            for suffix in suffixes
+        )
+    )
+    for name, table, suffixes in (
+        ("fedcache-alpha", "VII", (" (alpha 1.0)", " (alpha 3.0)", " (alpha 10.0)")),
+        ("fedcache-share", "VIII", (" (0.33%)", " (1%)")),
+    )
+}
 PAPER_CLAIMS: dict[str, list[Claim]] = {
     "fedcache": _claims(_FEDCACHE_CLAIM),
     "fedcache-fmnist": _claims(_FEDCACHE_CLAIM),
@@ -509,9 +676,51 @@ PAPER_CLAIMS: dict[str, list[Claim]] = {
     "fedict-a0.5": _FEDICT_CLAIMS,
     "fedict-a3.0": _FEDICT_CLAIMS,
     "fedict-fmnist": _FEDICT_CLAIMS,
+    "fedict-watch": [
+        replace(claim, source="FedICT, Table VII (average UA on the sensor data, TMD)") for claim in _FEDICT_CLAIMS
+    ],
     "dfl-noniid": _DFL_CLAIMS,
     "dfl-fmnist": _DFL_CLAIMS[:1],
-    "fedd2s": _claims(("FedD2S", "above", "FedAvg", "final", "FedD2S, Table 2 (average UA)")),
+    **_FEDCACHE_SWEEP_CLAIMS,
+    "fedcache-r": _claims(
+        *((f"FedCache (R {r})", "above", "FD", "best", "FedCache, Table IX (MAUA)") for r in (1, 4, 16, 64))
+    ),
+    "dfl-iid": _DFL_CLAIMS[1:],
+    "fedd2s": _claims(
+        ("FedD2S", "above", "FedAvg", "last-10-rounds", "FedD2S, Table 2 (average UA over the last 10 rounds)")
+    ),
+    "fedd2s-a0.5": _claims(
+        ("FedD2S", "above", "FedAvg", "last-10-rounds", "FedD2S, Table 2 (average UA over the last 10 rounds)")
+    ),
+    "fedd2s-a1.0": _claims(
+        ("FedD2S", "above", "FedAvg", "last-10-rounds", "FedD2S, Table 2 (average UA over the last 10 rounds)")
+    ),
+    "fedd2s-z0": _claims(
+        ("FedD2S (Z0 3)", "above", "FedD2S (Z0 1)", "last-10-rounds", "FedD2S, Fig. 7 (UA rises with Z0 first)"),
+        (
+            "FedD2S (Z0 3)",
+            "above",
+            "FedD2S (no dropping)",
+            "last-10-rounds",
+            "FedD2S, Fig. 7 and Sec. I (layer dropping helps)",
+        ),
+    ),
+    "fedict-hetero": _claims(
+        ("FedICT (sim)", "above", "FedGKT", "best", "FedICT, Table V (clients' average UA)"),
+        ("FedICT (balanced)", "above", "FedGKT", "best", "FedICT, Table V (clients' average UA)"),
+    ),
+    "fedzkt-c2": _claims(
+        ("FedZKT (SL)", "above", "FedMD (public mnist5k)", "final-whole-test-set", "FedZKT, Fig. 4 (c = 2)")
+    ),
+    "fedzkt-stragglers": _claims(
+        (
+            "FedZKT (SL, p 0.2)",
+            "below",
+            "FedZKT (SL, p 1.0)",
+            "final-whole-test-set",
+            "FedZKT, Fig. 6 (p = 0.2 slows training)",
+        )
+    ),
     "fedzkt": _claims(
         ("FedMD (public mnist5k)", "above", "FedZKT (SL)", "final-whole-test-set", "FedZKT, Table I (IID)")
     ),
@@ -538,6 +747,76 @@ def bytes_to_reach(lines: list[dict[str, Any]], target: float) -> int | None:
         if line.get("accuracy") is not None and line["accuracy"] >= target:
             return line["bytes_up_cumulative"] + line["bytes_down_cumulative"]
     return None
+
+
+def rounds_to_reach(lines: list[dict[str, Any]], target: float) -> int | None:
+    """The first round whose mean client accuracy is >= target (the papers' rounds-to-target)."""
+    for line in lines:
+        if line["round"] >= 1 and line.get("accuracy") is not None and line["accuracy"] >= target:
+            return int(line["round"])
+    return None
+
+
+def _reached_text(values: list[int | None], scale: float, digits: int) -> str:
+    """The mean over the seeds that reached the target, and how many did when not all."""
+    reached = [value / scale for value in values if value is not None]
+    text = f"{statistics.mean(reached):.{digits}f}" if reached else "not reached"
+    return text + (f" ({len(reached)}/{len(values)} seeds)" if len(reached) != len(values) else "")
+
+
+PER_SEED_TITLE = "Per seed ({seeds}), accuracy %:"
+"""The line above a table's per-seed values; `verify` finds a seed's column by it."""
+
+
+def per_seed_metrics(recipe: Recipe) -> list[str]:
+    """The metrics a table gives per seed: best and final accuracy, and every metric a claim names."""
+    return list(dict.fromkeys(["best", "final", *(claim.metric for claim in recipe.claims)]))
+
+
+def per_seed_table(
+    recipe: Recipe, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]], seeds: tuple[int, ...]
+) -> list[str]:
+    """Every arm's metrics seed by seed ("a / b / c" in the order of ``seeds``): the paired values a
+    claim's verdict is computed from, and what `edgefd reproduce --verify` compares."""
+    metrics = per_seed_metrics(recipe)
+    rows = [
+        PER_SEED_TITLE.format(seeds=" / ".join(map(str, seeds))),
+        "",
+        "| method | " + " | ".join(METRIC_NAMES[name] for name in metrics) + " |",
+        "|---|" + "---:|" * len(metrics),
+    ]
+    for label, runs in by_seed.items():
+        cells = [" / ".join(_metric_text(name, runs[seed]) for seed in seeds) for name in metrics]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _metric_text(name: str, run: tuple[dict, list[dict]]) -> str:
+    try:
+        return f"{100 * METRICS[name](*run):.2f}"
+    except ValueError:  # a run shorter than the metric's window (--rounds for a quick look)
+        return "-"
+
+
+def read_per_seed(text: str) -> dict[tuple[str, str, int], str]:
+    """(arm label, metric header, seed) -> the value as printed, from a table's per-seed part."""
+    lines = text.splitlines()
+    prefix, suffix = PER_SEED_TITLE.split("{seeds}")
+    starts = [i for i, line in enumerate(lines) if line.startswith(prefix) and line.endswith(suffix)]
+    if not starts:
+        raise ValueError("the table has no per-seed values (a table made before they were printed)")
+    start = starts[0]
+    seeds = [int(seed) for seed in lines[start][len(prefix) : -len(suffix)].split(" / ")]
+    header = [cell.strip() for cell in lines[start + 2].strip("|").split("|")]
+    values = {}
+    for line in lines[start + 4 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for name, cell in zip(header[1:], cells[1:]):
+            for seed, value in zip(seeds, cell.split(" / ")):
+                values[(cells[0], name, seed)] = value
+    return values
 
 
 NOT_SHARED = ("algo", "params", "seed", "out", "data_root", "threads", "kernels", "device")
@@ -690,6 +969,7 @@ def run_recipe(
             folder = out / recipe.name / f"{arm.folder or arm.algo}-s{seed}"
             config = replace(
                 recipe.base,
+                **arm.config,
                 algo=arm.algo,
                 params=dict(arm.params),
                 seed=seed,
@@ -722,22 +1002,19 @@ def run_recipe(
         "",
         "| method | best acc. % (MAUA) | final acc. % |"
         + (" best % whole test set | final % whole test set |" if full else "")
-        + " MB up + down per run | one-time upload MB | MB to target | start-up s | s / round |"
+        + " MB up + down per run | one-time upload MB | MB to target | rounds to target | start-up s | s / round |"
         + (" peak memory MiB |" if recipe.isolated else ""),
         "|---|---:|---:|"
         + ("---:|---:|" if full else "")
-        + "---:|---:|---:|---:|---:|"
+        + "---:|---:|---:|---:|---:|---:|"
         + ("---:|" if recipe.isolated else ""),
     ]
     for label, runs in results.items():
         final = _mean_std([s["final_accuracy"] for s, _ in runs])
         total = statistics.mean((s["bytes_up_total"] + s["bytes_down_total"]) / 1e6 for s, _ in runs)
         hello = statistics.mean(s["bytes_hello"] / 1e6 for s, _ in runs)
-        reach = [bytes_to_reach(lines, target) for _, lines in runs]
-        reached = [b / 1e6 for b in reach if b is not None]
-        reach_text = (f"{statistics.mean(reached):.3f}" if reached else "not reached") + (
-            f" ({len(reached)}/{len(reach)} seeds)" if len(reached) != len(reach) else ""
-        )
+        reach_text = _reached_text([bytes_to_reach(lines, target) for _, lines in runs], 1e6, 3)
+        rounds_text = _reached_text([rounds_to_reach(lines, target) for _, lines in runs], 1, 1)
         whole = ""
         if full:
             best_full = _mean_std([s["best_accuracy_full"] for s, _ in runs])
@@ -751,20 +1028,49 @@ def run_recipe(
         rows.append(
             f"| {label} | {100 * best[label][0]:.2f} ± {100 * best[label][1]:.2f} | "
             f"{100 * final[0]:.2f} ± {100 * final[1]:.2f} |{whole} {total:.3f} | {hello:.3f} | {reach_text} | "
+            f"{rounds_text} | "
             f"{startup:.1f} | {per_round:.1f} |{memory}"
         )
+    rows += ["", *per_seed_table(recipe, by_seed, seeds)]
     if recipe.isolated:
         rows += ["", "Mean client accuracy (%) after every round, mean over seeds:", "", *per_round_table(results)]
     if recipe.claims:
         rows += ["", "The papers' claims, judged on paired seeds (reproduced: the paper's direction on every seed):"]
-        rows += [""] + [f"- {judge(claim, by_seed).line()}" for claim in recipe.claims]
+        rows += [""] + [f"- {_verdict_line(claim, by_seed)}" for claim in recipe.claims]
     table = "\n".join(rows) + "\n"
     (out / recipe.name).mkdir(parents=True, exist_ok=True)
     (out / recipe.name / "results.md").write_text(table)
     return table
 
 
+def _verdict_line(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> str:
+    try:
+        return judge(claim, by_seed).line()
+    except ValueError as error:  # a run too short for the claim's metric (--rounds for a quick look)
+        return f"**{claim.text}** ({claim.source}): not judged: {error}"
+
+
 RESULTS_PAGE = "docs/RESULTS.md"
+
+
+def verify(recipe: Recipe, page: Path, seeds: tuple[int, ...], out: Path) -> list[str]:
+    """Runs ``recipe`` again at ``seeds`` (afresh, with the thread count its table in ``page`` names)
+    and returns every per-seed value that differs from the page's, as lines; none: the page holds
+    what this code produces."""
+    block = results_page.read_blocks(page).get(recipe.name)
+    if block is None or block.revision == "none":
+        return [f"{page} has no generated table for {recipe.name}"]
+    expected = read_per_seed(block.text)
+    missing = [seed for seed in seeds if not any(key[2] == seed for key in expected)]
+    if missing:
+        return [f"{page}'s table for {recipe.name} has no seed {', '.join(map(str, missing))}"]
+    actual = read_per_seed(run_recipe(recipe, out, seeds, rerun=True, threads=block.threads))
+    return [
+        f"{label}, {metric}, seed {seed}: the page says {expected.get((label, metric, seed), 'nothing')}, "
+        f"this code gives {value}"
+        for (label, metric, seed), value in actual.items()
+        if expected.get((label, metric, seed)) != value
+    ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -790,6 +1096,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PAGE",
         help="run nothing: say which recipes' tables in PAGE are stale (the code changed since the revision "
         f"that made them, or no generated table); exit status 1 if any is (default: {RESULTS_PAGE})",
+    )
+    parser.add_argument(
+        "--verify",
+        nargs="?",
+        const=RESULTS_PAGE,
+        metavar="PAGE",
+        help="run RECIPE again, afresh, at --seeds (default: its first seed) with the thread count of its "
+        "table in PAGE, and compare every arm's per-seed accuracies with the table; exit status 1 if any "
+        f"differs (default: {RESULTS_PAGE})",
     )
     parser.add_argument(
         "--out",
@@ -863,6 +1178,20 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"edgefd reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
+    if args.verify is not None:
+        page = Path(args.verify)
+        if not page.is_file():
+            print(f"edgefd reproduce: --verify: no page {page} (run from the repository's root)", file=sys.stderr)
+            return 2
+        differences = verify(recipe, page, tuple(args.seeds or recipe.seeds[:1]), Path(args.out) / "verify")
+        for line in differences:
+            print(line)
+        print(
+            f"{recipe.name}: {len(differences)} value(s) differ from {page}"
+            if differences
+            else f"{recipe.name}: every value is the one in {page}"
+        )
+        return 1 if differences else 0
     seeds = tuple(args.seeds or recipe.seeds)
     docs_page = Path(args.write_docs) if args.write_docs is not None else None
     if docs_page is not None:

@@ -3,8 +3,10 @@
 import json
 from dataclasses import asdict, replace
 
-from edgefd import reproduce
-from edgefd.reproduce import Arm, Recipe, bytes_to_reach, run_recipe
+import pytest
+
+from edgefd import reproduce, results_page
+from edgefd.reproduce import Arm, Recipe, bytes_to_reach, read_per_seed, rounds_to_reach, run_recipe, verify
 from edgefd.runtime.build import local_training_of
 from edgefd.runtime.config import SimulationConfig
 
@@ -49,7 +51,8 @@ def test_the_table_names_what_the_arms_share_and_where_they_differ(tmp_path):
     assert "optimizer_lifecycle fresh, batch_order fixed" in table
     assert "The arms differ only in the method and its params." in table
     assert "| best % whole test set | final % whole test set |" in table
-    assert len(table.splitlines()[-1].split("|")) == len(table.splitlines()[-3].split("|"))  # a full row
+    rows = [line for line in table.splitlines() if line.startswith("| Local |") or line.startswith("| method |")]
+    assert len(rows[1].split("|")) == len(rows[0].split("|"))  # a full row under the main table's header
 
 
 def test_every_recipe_gives_all_its_arms_one_optimiser_lifecycle_batch_order_and_epochs():
@@ -240,3 +243,77 @@ def test_the_papers_claims_name_their_table_or_figure_and_their_recipes_arms():
             assert re.match(r"(FedCache|FedICT|DFL|FedD2S|FedZKT), (Table|Fig\.) ", claim.source), claim.source
     # FD is no baseline of the FedICT paper: no FedICT claim names it
     assert all("FD" not in (c.method, c.baseline) for c in reproduce.RECIPES["fedict-a0.5"].claims)
+
+
+def test_rounds_to_reach_is_the_first_trained_round_at_target():
+    lines = [{"round": 0, "accuracy": 0.9}, {"round": 1, "accuracy": 0.5}, {"round": 2, "accuracy": 0.8}]
+    assert rounds_to_reach(lines, 0.7) == 2  # round 0 (before training) never counts
+    assert rounds_to_reach(lines, 0.95) is None
+
+
+def test_an_arm_may_move_a_point_of_a_sweep_and_the_table_lists_it_as_a_difference(tmp_path):
+    base = SimulationConfig(dataset="digits", clients=3, rounds=1, models="mlp", samples_per_client=30)
+    arms = [
+        Arm("FD (20)", "fd", folder="fd-20", config={"samples_per_client": 20}),
+        Arm("FD (30)", "fd", folder="fd-30"),
+    ]
+    table = run_recipe(Recipe("sweep", "test", base, arms, target_from=["FD (30)"], seeds=(0,)), tmp_path, (0,))
+    assert "Differences between arms: FD (20): samples_per_client 20; FD (30): samples_per_client 30." in table
+    config = json.loads((tmp_path / "sweep" / "fd-20-s0" / "summary.json").read_text())["config"]
+    assert config["samples_per_client"] == 20
+    with pytest.raises(ValueError, match=r"arm 'FD' sets \['seed'\], which an arm cannot move"):
+        Recipe("bad", "test", base, [Arm("FD", "fd", config={"seed": 3})], target_from=["FD"])
+
+
+def test_a_claim_whose_metric_needs_more_rounds_than_ran_is_not_judged(tmp_path):
+    from edgefd.claims import Claim
+
+    recipe = Recipe(
+        "short",
+        "test",
+        SimulationConfig(dataset="digits", clients=3, rounds=1, models="mlp", samples_per_client=30),
+        [Arm("Local", "local"), Arm("FD", "fd")],
+        target_from=["FD"],
+        seeds=(0,),
+        claims=[Claim("FD", "above", "Local", "last-5-rounds", "a test's claim")],
+    )
+    table = run_recipe(recipe, tmp_path, (0,))
+    assert "**FD above Local** (a test's claim): not judged: the mean of the last 5 rounds needs 5" in table
+    assert "| FD | " in table.split("Per seed (0), accuracy %:")[1]  # the per-seed row, its window "-"
+
+
+def test_verify_reruns_a_recipe_and_names_every_per_seed_value_the_page_does_not_hold(tmp_path):
+    recipe = Recipe(
+        "checked",
+        "test",
+        SimulationConfig(dataset="digits", clients=3, rounds=2, models="mlp", samples_per_client=30),
+        [Arm("Local", "local"), Arm("FD", "fd")],
+        target_from=["FD"],
+        seeds=(0, 1),
+    )
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"# Results\n\n{results_page.start_marker('checked')}\n{results_page.end_marker('checked')}\n")
+    assert verify(recipe, page, (0,), tmp_path / "verify") == [f"{page} has no generated table for checked"]
+
+    table = run_recipe(recipe, tmp_path / "runs", recipe.seeds)
+    results_page.write_block(page, "checked", results_page.block_text("edgefd reproduce checked", "abc", 1, table))
+    values = read_per_seed(table)
+    assert set(values) == {
+        (arm, metric, seed)
+        for arm in ("Local", "FD")
+        for metric in ("best accuracy (MAUA)", "final accuracy")
+        for seed in (0, 1)
+    }
+    assert verify(recipe, page, (1,), tmp_path / "verify") == []  # afresh: the same numbers
+
+    best = values[("FD", "best accuracy (MAUA)", 1)]
+    page.write_text(
+        page.read_text().replace(
+            f"| FD | {values[('FD', 'best accuracy (MAUA)', 0)]} / {best} |",
+            f"| FD | {values[('FD', 'best accuracy (MAUA)', 0)]} / 1.00 |",
+        )
+    )
+    assert verify(recipe, page, (1,), tmp_path / "verify") == [
+        f"FD, best accuracy (MAUA), seed 1: the page says 1.00, this code gives {best}"
+    ]
+    assert verify(recipe, page, (7,), tmp_path / "verify") == [f"{page}'s table for checked has no seed 7"]
