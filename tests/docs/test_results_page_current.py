@@ -1,0 +1,40 @@
+"""docs/RESULTS.md holds what the code produces: one cheap recipe run again at one seed must give the
+page's per-seed numbers, and every table on the page is the code's, with a place for every recipe."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from edgefd import results_page
+from edgefd.reproduce import RECIPES, verify
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "RESULTS.md"
+CHECKED = "fedict-watch"
+"""About 30 s for its six arms at seed 0 on one thread: the cheapest recipe with real data and claims."""
+
+
+def test_a_cheap_recipe_run_again_gives_the_pages_numbers(tmp_path):
+    differences = verify(RECIPES[CHECKED], PAGE, (0,), tmp_path)
+    assert differences == [], (
+        f"docs/RESULTS.md's {CHECKED} table is not what this code produces; run "
+        f"`edgefd reproduce {CHECKED} --write-docs` (and the other recipes whose numbers moved):\n"
+        + "\n".join(differences)
+    )
+
+
+def test_every_recipe_has_one_place_on_the_page():
+    for name in RECIPES:
+        results_page.check_markers(PAGE, name)
+
+
+def test_no_verdict_is_typed_outside_the_generated_tables():
+    blocks = re.sub(
+        r"<!-- reproduce ([\w.-]+): start -->.*?<!-- reproduce \1: end -->", "", PAGE.read_text(), flags=re.S
+    )
+    typed = [
+        line for line in blocks.splitlines() if re.search(r"\*\*(reproduced|not reproduced|inconclusive)\*\*", line)
+    ]
+    assert typed == [], "a verdict belongs to the generated tables (edgefd/claims.py), not to the prose:\n" + "\n".join(
+        typed
+    )
