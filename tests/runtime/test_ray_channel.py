@@ -12,8 +12,11 @@ import pytest
 ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'edgefd[ray]'; .ci/run installs it)")
 
 from edgefd.algorithms.base import list_methods  # noqa: E402
+from edgefd.protocol import decode_message, encode_message  # noqa: E402
+from edgefd.protocol.errors import ProtocolError  # noqa: E402
+from edgefd.protocol.message import SERVER, Message  # noqa: E402
 from edgefd.runtime.config import SimulationConfig  # noqa: E402
-from edgefd.runtime.ray_channel import host_indices  # noqa: E402
+from edgefd.runtime.ray_channel import ClientHost, host_indices  # noqa: E402
 from edgefd.simulate import run  # noqa: E402
 
 METHODS = [method.name for method in list_methods()]
@@ -88,3 +91,28 @@ def test_unreachable_ray_address_is_a_one_line_error(tmp_path):
     done = simulate("--backend", "ray", "--ray-address", "127.0.0.1:1", "--out", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "--ray-address 127.0.0.1:1" in done.stderr
+
+
+class Unsendable:
+    """A client whose message cannot be encoded (a diverged model's NaN), asking first where it may."""
+
+    def handle(self, message, ask=None):
+        if ask is not None:
+            ask(message.answer(None))
+        raise ProtocolError("NaN in the logits")
+
+
+def unsendable_apps(config, indices):
+    return {"client-0": Unsendable()}
+
+
+@pytest.mark.parametrize("serve", [False, True])
+def test_a_message_that_does_not_encode_misses_the_round(serve):
+    host = ClientHost(SimulationConfig(clients=1), [0], unsendable_apps)
+    data = encode_message(Message("train", SERVER, "client-0", 1))
+    if not serve:
+        assert host.handle([data]) == [("missed", "NaN in the logits")]
+        return
+    kind, request = host.start(data)
+    assert kind == "ask" and decode_message(request).sender == "client-0"
+    assert host.resume(encode_message(Message("train", SERVER, "client-0", 1))) == ("missed", "NaN in the logits")
