@@ -200,6 +200,12 @@ class SimulationConfig:
         if self.attack != "none" and not 0 < self.attackers <= self.clients:
             raise ValueError(f"attackers: must be in [1, {self.clients}] (--clients), got {self.attackers}")
 
+    def check_in_process(self, command: str) -> None:
+        """A ValueError if this config asks for Ray: ``command`` runs its clients otherwise (a
+        deployment's are its devices), and must not ignore the flag."""
+        if self.backend != "inprocess" or self.ray_address is not None:
+            raise ValueError(f"--backend ray and --ray-address are for `edgefd simulate`, not `{command}`")
+
     def poisoning(self, client_id: str, client_ids: list[str], weights: Iterable[str]) -> Poisoning | None:
         """What ``client_id`` does to its training messages under --attack (None: it is honest);
         ``weights``: the names of its model's state entries."""
