@@ -9,15 +9,15 @@ import sys
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'edgefd[ray]'; .ci/run installs it)")
+from edgefd.algorithms.base import list_methods
+from edgefd.protocol import decode_message, encode_message
+from edgefd.protocol.errors import ProtocolError
+from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.ray_channel import ClientHost, host_indices
+from edgefd.simulate import run
 
-from edgefd.algorithms.base import list_methods  # noqa: E402
-from edgefd.protocol import decode_message, encode_message  # noqa: E402
-from edgefd.protocol.errors import ProtocolError  # noqa: E402
-from edgefd.protocol.message import SERVER, Message  # noqa: E402
-from edgefd.runtime.config import SimulationConfig  # noqa: E402
-from edgefd.runtime.ray_channel import ClientHost, host_indices  # noqa: E402
-from edgefd.simulate import run  # noqa: E402
+ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'edgefd[ray]'; .ci/run installs it)")
 
 METHODS = [method.name for method in list_methods()]
 SMALL = dict(dataset="digits", clients=3, rounds=2, samples_per_client=40, threads=1, seed=1)
