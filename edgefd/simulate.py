@@ -70,10 +70,13 @@ def _run(
             on_round(line)
         progress_bars.show_round(bar, line)
 
-    sim.federation.run(record)
-    if bar is not None:
-        bar.close()
-    save_run_models(sim, writer.lines[-1]["client_accuracy"], out)
+    try:
+        sim.federation.run(record)
+        if bar is not None:
+            bar.close()
+        save_run_models(sim, writer.lines[-1]["client_accuracy"], out)
+    finally:
+        sim.close()
 
     summary = {
         **run_summary(config, writer.lines, sim.model_names, sim.server.params, time.perf_counter() - started),

@@ -4,7 +4,7 @@
 # when done.
 #
 #   bash scripts/install.sh           # runtime only
-#   bash scripts/install.sh --test    # runtime + test tools
+#   bash scripts/install.sh --test    # runtime + test tools (and Ray, for the tests of --backend ray)
 #   . .venv/bin/activate              # then: edgefd, python3 -m pytest, ...
 #
 # Python packages go into the virtual environment that is active, else into .venv in the checkout
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 extras="datasets,server"
 if [[ "${1:-}" == "--test" ]]; then
-  extras="datasets,server,test"
+  extras="datasets,server,test,ray"  # ray: the tests of `--backend ray`; a device never needs it
 fi
 
 # System packages: a C++ toolchain and CMake for the kernels, the real Fashion-MNIST files, the

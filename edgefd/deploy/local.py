@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
         config.validate()
+        config.check_in_process("edgefd deploy-local")
     except ValueError as error:
         print(f"edgefd deploy-local: {error}", file=sys.stderr)
         return 2

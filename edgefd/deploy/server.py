@@ -90,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.log_level)
     try:
         config = config_from_args(args)
+        config.check_in_process("edgefd server")
         runtime = ServerRuntime(config, deployment_settings(args), resume=args.resume)
         summary = runtime.run()
     except (ValueError, DatasetNotFoundError, ConnectionError) as error:

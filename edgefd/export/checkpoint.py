@@ -176,7 +176,7 @@ def client_checkpoint(
 def save_run_models(sim: Any, final_accuracy: dict[str, float], out_dir: str | Path) -> list[Path]:
     """Writes ``out_dir/models/<client>.pt`` for every client of a finished simulation."""
     paths = []
-    for cid, client in sim.clients.items():
+    for cid, client in sim.final_clients().items():
         model = deliverable_model(client, sim.server.evaluation_state(cid))
         accuracy = final_accuracy.get(cid)
         checkpoint = client_checkpoint(sim.config, sim.dataset, cid, sim.model_names[cid], sim.splits[cid])

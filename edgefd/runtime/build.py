@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -27,10 +28,11 @@ from edgefd.algorithms.base import (
 from edgefd.data import load_dataset, partition
 from edgefd.data.registry import clear_cache as clear_dataset_cache
 from edgefd.models import assign_models, build_model, in_channels_of
-from edgefd.runtime.channel import InProcessChannel
+from edgefd.runtime.channel import Channel, InProcessChannel
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.transport import InProcessTransport
+from edgefd.runtime.verbs import ClientApp
 from edgefd.training import evaluate_model, for_method, place_model
 
 
@@ -49,6 +51,20 @@ class Simulation:
     """Each client's ClientSplit (its train and test indices into `dataset`)."""
     model_note: str | None = None
     """What `--models auto` picked (None when the models were given)."""
+
+    def final_clients(self) -> dict[str, Any]:
+        """Each client as a finished run's checkpoints read it (its ``model``): the roles, or where
+        they live in Ray actors, their models fetched from there."""
+        if self.clients:
+            return self.clients
+        models = self.federation.channel.client_models()  # type: ignore[attr-defined]
+        return {cid: SimpleNamespace(model=model) for cid, model in models.items()}
+
+    def close(self) -> None:
+        """Frees what the run holds outside this process (a Ray backend's actors and local Ray)."""
+        close = getattr(self.federation.channel, "close", None)
+        if close is not None:
+            close()
 
 
 def _seed_stream(seed: int, *key: int) -> np.random.SeedSequence:
@@ -238,7 +254,10 @@ def without_training_arrays(dataset: Any) -> Any:
 def build(config: SimulationConfig) -> Simulation:
     """Loads the data, splits it, builds every client's model and role, and the server."""
     pieces = prepare(config, on_demand=True)  # 8-bit images stay bytes: each client keeps its share so
-    clients = {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)}
+    in_process = config.backend == "inprocess"  # else the clients are built where they run (ray_channel)
+    clients = (
+        {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)} if in_process else {}
+    )
     if pieces.dataset.train_x.nbytes > KEEP_TRAINING_ARRAYS_BELOW:
         pieces.dataset = without_training_arrays(pieces.dataset)
     server = build_server(config, pieces)
@@ -249,10 +268,7 @@ def build(config: SimulationConfig) -> Simulation:
         whole_test = (pieces.dataset.test_rows(everything), pieces.dataset.test_y)
         full_test = whole_test if config.score_full_test else None
         server_test = whole_test if scores_server_models else None
-    ids = list(pieces.client_ids)
-    poisonings = {cid: config.poisoning(cid, ids, role.model.state_dict()) for cid, role in clients.items()}
-    attacking = {cid: poisoning for cid, poisoning in poisonings.items() if poisoning is not None}
-    channel = InProcessChannel(clients, InProcessTransport(), full_test, attacking)
+    channel = in_process_channel(config, pieces, clients, full_test) if in_process else ray_channel(config, pieces)
     scorer = None if server_test is None else scorer_on(*server_test)
     federation = Federation(server, channel, config.loop_config(), selection_rng(config), scorer)
     return Simulation(
@@ -266,6 +282,43 @@ def build(config: SimulationConfig) -> Simulation:
         dict(zip(pieces.client_ids, pieces.splits)),
         model_note=model_choice_note(config, pieces),
     )
+
+
+def in_process_channel(
+    config: SimulationConfig,
+    pieces: RunPieces,
+    clients: dict[str, ClientRole],
+    full_test: tuple[torch.Tensor, torch.Tensor] | None,
+) -> Channel:
+    """The clients called in this process, the attacking ones poisoning their messages."""
+    ids = list(pieces.client_ids)
+    poisonings = {cid: config.poisoning(cid, ids, role.model.state_dict()) for cid, role in clients.items()}
+    attacking = {cid: poisoning for cid, poisoning in poisonings.items() if poisoning is not None}
+    return InProcessChannel(clients, InProcessTransport(), full_test, attacking)
+
+
+def ray_channel(config: SimulationConfig, pieces: RunPieces) -> Channel:
+    """The clients in Ray actors, which build them from the config (`--backend ray`)."""
+    from edgefd.runtime.ray_channel import RayChannel  # imports Ray: only a Ray run needs it installed
+
+    return RayChannel(config, list(pieces.client_ids), client_apps)
+
+
+def client_apps(config: SimulationConfig, indices: list[int]) -> dict[str, ClientApp]:
+    """Clients ``indices`` of the run, built from its config alone as a deployed device builds its
+    own (a Ray actor's clients): the data and split, the models, the whole test set to score on,
+    the attackers' poisoning."""
+    pieces = prepare(config, on_demand=True)
+    roles = {pieces.client_ids[i]: build_client(config, pieces, i) for i in indices}
+    full_test = None
+    if config.score_full_test:
+        everything = torch.arange(len(pieces.dataset.test_y))
+        full_test = (pieces.dataset.test_rows(everything), pieces.dataset.test_y)
+    ids = list(pieces.client_ids)
+    return {
+        cid: ClientApp(role, full_test, config.poisoning(cid, ids, role.model.state_dict()))
+        for cid, role in roles.items()
+    }
 
 
 def scorer_on(x: torch.Tensor, y: torch.Tensor) -> Callable[[dict[str, nn.Module]], dict[str, float]]:

@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from edgefd.training import TrainConfig
 
 
+BACKENDS = ("inprocess", "ray")
+"""Where a simulation's clients run (`SimulationConfig.backend`)."""
+
+EXECUTION_DEFAULTS = {"backend": "inprocess", "workers": 2, "ray_address": None}
+"""Settings that say where a run executes, not what it computes: `config_to_toml` leaves them out at
+these values, so that an in-process run's run.toml reads as it did before they existed."""
+
 DEFAULT_THREADS = 2
 """A run's threads where the environment does not say: the target devices' cores."""
 
@@ -127,6 +134,17 @@ class SimulationConfig:
         choices=ATTACKS,
     )
     attackers: int = setting(1, "with --attack: how many clients attack (the first in client-id order)")
+    backend: str = setting(
+        "inprocess",
+        "where the clients run: inprocess (this process, one after another) or ray (Ray actors, on this machine "
+        "or a cluster: docs/RAY.md); the results are the same",
+        choices=BACKENDS,
+    )
+    workers: int = setting(2, "with --backend ray: how many Ray actors host the clients (client i on actor i mod N)")
+    ray_address: str | None = setting(
+        None,
+        "with --backend ray: the cluster to join (auto, or HOST:PORT); default: start a local Ray of --workers CPUs",
+    )
     params: dict[str, Any] = field(default_factory=dict)
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
 
@@ -175,8 +193,18 @@ class SimulationConfig:
         check_choice("batch_order", self.batch_order, BATCH_ORDERS)
         check_epochs(self.epochs)
         self.loop_config().validate()
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend: expected {' or '.join(BACKENDS)}, got {self.backend!r}")
+        if self.workers < 1:
+            raise ValueError(f"workers: must be >= 1, got {self.workers}")
         if self.attack != "none" and not 0 < self.attackers <= self.clients:
             raise ValueError(f"attackers: must be in [1, {self.clients}] (--clients), got {self.attackers}")
+
+    def check_in_process(self, command: str) -> None:
+        """A ValueError if this config asks for Ray: ``command`` runs its clients otherwise (a
+        deployment's are its devices), and must not ignore the flag."""
+        if self.backend != "inprocess" or self.ray_address is not None:
+            raise ValueError(f"--backend ray and --ray-address are for `edgefd simulate`, not `{command}`")
 
     def poisoning(self, client_id: str, client_ids: list[str], weights: Iterable[str]) -> Poisoning | None:
         """What ``client_id`` does to its training messages under --attack (None: it is honest);
@@ -200,6 +228,9 @@ def config_to_toml(config: SimulationConfig) -> str:
 
     values = asdict(config)
     params = values.pop("params")
+    for key, default in EXECUTION_DEFAULTS.items():
+        if values[key] == default:
+            del values[key]
     lines = [f"{k} = {value(v)}" for k, v in values.items() if v is not None]
     lines += ["", "[params]"] + [f"{k} = {value('none' if v is None else v)}" for k, v in params.items()]
     return "\n".join(lines) + "\n"

@@ -45,3 +45,20 @@ def test_threads_default_to_omp_num_threads_where_it_is_a_count(monkeypatch, var
         monkeypatch.setenv("OMP_NUM_THREADS", variable)
     assert SimulationConfig().threads == threads
     assert SimulationConfig(threads=2).threads == 2  # a chosen count wins
+
+
+def test_where_a_run_executes_is_left_out_of_its_toml_at_the_defaults_and_round_trips_otherwise(tmp_path):
+    text = config_to_toml(SimulationConfig())
+    assert "backend" not in text and "workers" not in text and "ray_address" not in text
+    ray = SimulationConfig(backend="ray", workers=3, ray_address="auto")
+    path = tmp_path / "run.toml"
+    path.write_text(config_to_toml(ray))
+    parser = argparse.ArgumentParser()
+    add_config_arguments(parser)
+    back = config_from_args(parser.parse_args(["--config", str(path)]))
+    assert (back.backend, back.workers, back.ray_address) == ("ray", 3, "auto")
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="backend"):
+        SimulationConfig(backend="dask").validate()
