@@ -40,7 +40,22 @@ class Arm:
     claim compares two arms at the same point."""
 
 
-_SWEEPABLE = {f.name for f in fields(SimulationConfig)} - {"algo", "params", "seed", "out", "threads", "rounds"}
+NOT_SHARED = (
+    "algo",
+    "params",
+    "seed",
+    "out",
+    "data_root",
+    "threads",
+    "kernels",
+    "device",
+    "backend",
+    "workers",
+    "ray_address",
+)
+"""Config fields that are not part of a comparison's setting: the method itself, and where it runs."""
+
+_SWEEPABLE = {f.name for f in fields(SimulationConfig)} - {"params", "rounds", *NOT_SHARED}
 """What an arm may set for itself: anything of the setting but its method, seed, folder, threads and
 length (a table's rounds and threads are one for all arms)."""
 
@@ -819,10 +834,6 @@ def read_per_seed(text: str) -> dict[tuple[str, str, int], str]:
     return values
 
 
-NOT_SHARED = ("algo", "params", "seed", "out", "data_root", "threads", "kernels", "device")
-"""Config fields that are not part of a comparison's setting: the method itself, and where it runs."""
-
-
 def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
     """What a run trained with, besides its method: every config field that shapes the result, the
     models it got and its local epochs, optimiser lifecycle and batch order as resolved (never "method")."""
@@ -831,6 +842,8 @@ def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
         f.name for f in fields(SimulationConfig) if f.name in config
     ]  # a summary.json read back is sorted
     settings = {name: str(config[name]) for name in in_field_order if name not in NOT_SHARED}
+    if config.get("attack", "none") == "none":
+        settings.pop("attackers", None)  # how many attack, in a run where none does
     if config.get("optimizer") != "sgd":
         settings.pop("momentum", None)  # SGD's alone: Adam never reads it
     settings["models"] = ", ".join(dict.fromkeys(summary["models"].values()))

@@ -4,6 +4,7 @@ bytes), and a Ray that cannot be had is a one-line error."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -17,7 +18,12 @@ from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.ray_channel import ClientHost, host_indices
 from edgefd.simulate import run
 
-ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'edgefd[ray]'; .ci/run installs it)")
+try:
+    import ray
+except ImportError:
+    if os.environ.get("CI"):  # .ci/run installs edgefd[ray]: there a missing Ray is a failure, not a skip
+        raise
+    pytest.skip("ray is not installed (pip install 'edgefd[ray]')", allow_module_level=True)
 
 METHODS = [method.name for method in list_methods()]
 SMALL = dict(dataset="digits", clients=3, rounds=2, samples_per_client=40, threads=1, seed=1)
