@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 BACKENDS = ("inprocess", "ray")
 """Where a simulation's clients run (`SimulationConfig.backend`)."""
 
-EXECUTION_DEFAULTS = {"backend": "inprocess", "workers": 2, "ray_address": None}
+EXECUTION_SETTINGS = ("backend", "workers", "ray_address")
 """Settings that say where a run executes, not what it computes: `config_to_toml` leaves them out at
-these values, so that an in-process run's run.toml reads as it did before they existed."""
+their defaults, so that an in-process run's run.toml reads as it did before they existed."""
 
 DEFAULT_THREADS = 2
 """A run's threads where the environment does not say: the target devices' cores."""
@@ -193,8 +193,7 @@ class SimulationConfig:
         check_choice("batch_order", self.batch_order, BATCH_ORDERS)
         check_epochs(self.epochs)
         self.loop_config().validate()
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend: expected {' or '.join(BACKENDS)}, got {self.backend!r}")
+        check_choice("backend", self.backend, BACKENDS)
         if self.workers < 1:
             raise ValueError(f"workers: must be >= 1, got {self.workers}")
         if self.attack != "none" and not 0 < self.attackers <= self.clients:
@@ -228,8 +227,9 @@ def config_to_toml(config: SimulationConfig) -> str:
 
     values = asdict(config)
     params = values.pop("params")
-    for key, default in EXECUTION_DEFAULTS.items():
-        if values[key] == default:
+    defaults = {f.name: f.default for f in fields(SimulationConfig)}
+    for key in EXECUTION_SETTINGS:
+        if values[key] == defaults[key]:
             del values[key]
     lines = [f"{k} = {value(v)}" for k, v in values.items() if v is not None]
     lines += ["", "[params]"] + [f"{k} = {value('none' if v is None else v)}" for k, v in params.items()]
