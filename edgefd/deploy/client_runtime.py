@@ -39,7 +39,6 @@ import torch
 from edgefd.algorithms.base import ClientData, ClientRole
 from edgefd.algorithms.toolkit import release_shared
 from edgefd.data import clear_cache as clear_dataset_cache
-from edgefd.deploy import checkpoint
 from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
@@ -59,6 +58,7 @@ from edgefd.export.checkpoint import (
     save_checkpoint,
 )
 from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime import checkpoint
 from edgefd.runtime.build import build_client, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.process import peak_rss_mb

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from edgefd.algorithms.schema import message_bound
-from edgefd.deploy import checkpoint
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
 from edgefd.deploy.mqtt_transport import Topics
 from edgefd.metrics.results import RunWriter, run_summary
+from edgefd.runtime import checkpoint
 from edgefd.runtime.build import build_server, local_training_of, prepare, selection_rng
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation

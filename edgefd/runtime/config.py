@@ -4,6 +4,7 @@ files of `--config` and the deployed server's and clients' config (they must agr
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 BACKENDS = ("inprocess", "ray")
 """Where a simulation's clients run (`SimulationConfig.backend`)."""
 
-EXECUTION_SETTINGS = ("backend", "workers", "ray_address")
+EXECUTION_SETTINGS = ("backend", "workers", "ray_address", "gpus_per_worker")
 """Settings that say where a run executes, not what it computes: `config_to_toml` leaves them out at
 their defaults, so that an in-process run's run.toml reads as it did before they existed."""
 
@@ -145,6 +146,11 @@ class SimulationConfig:
         None,
         "with --backend ray: the cluster to join (auto, or HOST:PORT); default: start a local Ray of --workers CPUs",
     )
+    gpus_per_worker: float = setting(
+        0.0,
+        "with --backend ray: the GPUs each actor asks Ray for (a fraction shares one, e.g. 0.5: two actors a "
+        "GPU); the actor trains on the GPU Ray gives it",
+    )
     params: dict[str, Any] = field(default_factory=dict)
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
 
@@ -196,14 +202,20 @@ class SimulationConfig:
         check_choice("backend", self.backend, BACKENDS)
         if self.workers < 1:
             raise ValueError(f"workers: must be >= 1, got {self.workers}")
+        if not (math.isfinite(self.gpus_per_worker) and self.gpus_per_worker >= 0):
+            raise ValueError(f"gpus_per_worker: must be >= 0, got {self.gpus_per_worker}")
+        if self.gpus_per_worker > 0 and self.device == "cpu":
+            raise ValueError("gpus_per_worker: the actors would hold GPUs and train on the CPU (--device cpu)")
         if self.attack != "none" and not 0 < self.attackers <= self.clients:
             raise ValueError(f"attackers: must be in [1, {self.clients}] (--clients), got {self.attackers}")
 
     def check_in_process(self, command: str) -> None:
         """A ValueError if this config asks for Ray: ``command`` runs its clients otherwise (a
         deployment's are its devices), and must not ignore the flag."""
-        if self.backend != "inprocess" or self.ray_address is not None:
-            raise ValueError(f"--backend ray and --ray-address are for `edgefd simulate`, not `{command}`")
+        if self.backend != "inprocess" or self.ray_address is not None or self.gpus_per_worker:
+            raise ValueError(
+                f"--backend ray, --ray-address and --gpus-per-worker are for `edgefd simulate`, not `{command}`"
+            )
 
     def poisoning(self, client_id: str, client_ids: list[str], weights: Iterable[str]) -> Poisoning | None:
         """What ``client_id`` does to its training messages under --attack (None: it is honest);

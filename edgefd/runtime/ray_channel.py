@@ -15,22 +15,39 @@ clients are called one at a time in client-id order, as in process: the actor ru
 work in a thread that stops at each request, and the driver answers it (`ClientHost.start`,
 `ClientHost.resume`). Either way the results are those of `InProcessChannel`, bit for bit.
 
+Faults: at the end of every round each actor writes the state of the clients that worked in it
+(the project's safe checkpoint format, `edgefd.runtime.checkpoint`) to a folder on its node. A
+worker process that dies takes its clients' answers of the round with it: they miss the round, as
+stragglers do; Ray restarts the actor (up to `RESTARTS` times, on the same node while it lives),
+which restores its clients from those files, and the round's record says so (`RoundRecord.faults`).
+
+Placement: the actors are spread over the cluster's nodes in turn, as many on a node as it has
+CPUs (and GPUs, with ``gpus_per_worker``); a cluster too small for them is an error, not a wait.
+
 Ray is imported only when a `RayChannel` is made: the rest of edgefd does not need it installed.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import queue
 import socket
+import tempfile
 import threading
+import time
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgefd.data.dataset import DatasetNotFoundError
 from edgefd.protocol import decode_message, encode_message
 from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import Message
+from edgefd.runtime import checkpoint
 from edgefd.runtime.channel import Serve
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger
@@ -44,7 +61,14 @@ log = logging.getLogger(__name__)
 
 Event = tuple[str, Any]
 """What an actor says about a client's work: ("ask", request bytes), ("done", answer bytes),
-("missed", why: the client's message did not encode) or ("failed", traceback)."""
+("missed", why: the client's message did not encode) or ("failed", traceback); the driver adds
+("lost", why) for a client whose actor died meanwhile."""
+
+RESTARTS = 5
+"""How many times Ray restarts an actor whose worker process died; past that its clients miss
+every round left (a process that dies again and again has a cause a restart does not cure)."""
+RESTART_WAIT_S = 600.0
+"""How long the driver waits for a dead actor to come back (a node may have to load the data)."""
 
 
 MakeApps = Callable[["SimulationConfig", list[int]], dict[str, "ClientApp"]]
@@ -68,22 +92,94 @@ def host_indices(clients: int, workers: int) -> list[list[int]]:
 
 
 class ClientHost:
-    """One actor's clients: built here from the config, kept between rounds, answering encoded messages."""
+    """One actor's clients: built here from the config, kept between rounds, answering encoded
+    messages, and saved at each round's end into ``state_dir`` (on this actor's node), from where
+    the actor restores them when Ray restarts it."""
 
-    def __init__(self, config: SimulationConfig, indices: list[int], make_apps: MakeApps) -> None:
+    def __init__(self, config: SimulationConfig, indices: list[int], make_apps: MakeApps, state_dir: str) -> None:
         self.threads = config.threads
-        self.apps = make_apps(config, indices)  # also sets torch's and the kernels' threads to the run's
+        self.state_dir = Path(state_dir)
         self.session: tuple[queue.Queue[Event], queue.Queue[bytes]] | None = None
+        self.dirty: set[str] = set()
+        """Clients that worked since their state was last saved."""
+        self.error: str | None = None
+        self.restored: dict[str, str] = {}
+        config = on_this_node(config)
+        self.rebuild = lambda index: make_apps(config, [index])
+        try:
+            self.apps = make_apps(config, indices)  # also sets torch's and the kernels' threads to the run's
+        except (DatasetNotFoundError, OSError) as error:  # `ready` says it: a dead actor would only be restarted
+            self.apps = {}
+            self.error = (
+                f"{node_name()} cannot build its clients, it lacks their data ({first_line(error)}); "
+                "every node needs the data (docs/RAY.md)"
+            )
+            return
+        except Exception as error:  # noqa: BLE001  # the same for any other cause, named
+            self.apps = {}
+            self.error = f"{node_name()} cannot build its clients ({type(error).__name__}: {first_line(error)})"
+            return
+        for index, cid in zip(indices, list(self.apps)):
+            self.restored[cid] = self.restore(cid, index)
 
-    def ready(self) -> list[str]:
-        """This actor's client ids, once they are built."""
-        return sorted(self.apps)
+    def state_path(self, cid: str) -> Path:
+        return self.state_dir / f"{cid}.npz"
+
+    def restore(self, cid: str, index: int) -> str:
+        """Client ``cid`` (the run's client ``index``) as it was saved on this node, if it was;
+        what became of it, in words."""
+        path = self.state_path(cid)
+        if not path.exists():
+            return f"started afresh (no state of it saved on {node_name()})"
+        role = self.apps[cid].role
+        try:
+            saved = checkpoint.load(path, {"data": role.context.data})
+            saved.restore("role", role)
+        except checkpoint.CheckpointError as error:  # never half-restored: rebuilt, as a device does
+            self.apps[cid] = self.rebuild(index)[cid]
+            return f"started afresh (its saved state is unreadable: {error})"
+        return f"restored from its state after round {saved.value('round')}"
+
+    def save(self, round: int) -> None:
+        """The state of every client that worked since the last save, as it is at the end of ``round``.
+        Not synced to disk: this guards against a process that dies, not a machine that loses power."""
+        for cid in sorted(self.dirty):
+            role = self.apps[cid].role
+            checkpoint.save(self.state_path(cid), {"round": round, "role": role}, {"data": role.context.data}, False)
+        self.dirty.clear()
+
+    def restarted(self) -> dict[str, str]:
+        """What became of each of this actor's clients when it was built (after a restart: restored or not)."""
+        return self.restored
+
+    def placement(self) -> dict[str, Any]:
+        """Where this actor runs: its node, its process, the GPUs Ray gave it."""
+        import ray
+
+        return {
+            "node": node_name(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+            "gpus": [str(g) for g in ray.get_gpu_ids()],
+        }
+
+    def clear(self) -> None:
+        """Deletes this actor's saved states (the run is over)."""
+        for cid in self.apps:
+            self.state_path(cid).unlink(missing_ok=True)
+        if self.state_dir.is_dir() and not any(self.state_dir.iterdir()):
+            self.state_dir.rmdir()
+
+    def ready(self) -> list[str] | str:
+        """This actor's client ids once they are built, or why they cannot be."""
+        return self.error if self.error is not None else sorted(self.apps)
 
     def handle(self, messages: list[bytes]) -> list[Event]:
         """Each message's answer, one client after another (no ``serve``)."""
         events: list[Event] = []
         for data in messages:
             message = decode_message(data)
+            self.dirty.add(message.receiver)
             try:
                 events.append(("done", encode_message(self.apps[message.receiver].handle(message))))
             except ProtocolError as error:
@@ -96,6 +192,7 @@ class ClientHost:
 
         message = decode_message(data)
         app = self.apps[message.receiver]
+        self.dirty.add(message.receiver)
         events: queue.Queue[Event] = queue.Queue()
         replies: queue.Queue[bytes] = queue.Queue()
 
@@ -150,17 +247,95 @@ class RayChannel:
         self.client_ids = sorted(client_ids)
         self.run = ""
         self.ledger = ByteLedger()
-        remote = ray.remote(num_cpus=1)(ClientHost)
+        self.faults: dict[int, dict[str, str]] = {}
+        """What befell clients in each round not yet finished (`RoundRecord.faults`)."""
+        self.gone: set[int] = set()
+        """The actors Ray will not restart again."""
         groups = host_indices(config.clients, config.workers)
-        self.actors = [remote.remote(config, indices, make_apps) for indices in groups]
-        self.host = {client_ids[i]: actor for actor, indices in zip(self.actors, groups) for i in indices}
-        ray.get([actor.ready.remote() for actor in self.actors])
+        nodes = place(ray, len(groups), config.gpus_per_worker)
+        state_dir = str(Path(tempfile.gettempdir()) / f"edgefd-ray-{uuid.uuid4().hex[:12]}")
+        self.actors = [
+            ray.remote(ClientHost)
+            .options(
+                num_cpus=1,
+                num_gpus=config.gpus_per_worker,
+                max_restarts=RESTARTS,
+                max_task_retries=0,  # a call that dies with its actor is not run again: its clients miss the round
+                scheduling_strategy=node_affinity(node),
+            )
+            .remote(config, indices, make_apps, state_dir)
+            for node, indices in zip(nodes, groups)
+        ]
+        self.groups = {n: [client_ids[i] for i in indices] for n, indices in enumerate(groups)}
+        self.host = {cid: n for n, cids in self.groups.items() for cid in cids}
+        for answer in ray.get([actor.ready.remote() for actor in self.actors]):
+            if isinstance(answer, str):
+                self.close()
+                raise ValueError(f"--backend ray: {answer}")
+        for n, where in enumerate(ray.get([actor.placement.remote() for actor in self.actors])):
+            gpus = f", GPU {','.join(where['gpus'])}" if where["gpus"] else ""
+            log.info("actor %d (%d clients) on %s, pid %d%s", n, len(self.groups[n]), where["node"], where["pid"], gpus)
 
     def begin(self, round: int) -> None:
         """Every client is always there."""
 
     def finish(self, record: RoundRecord) -> RoundRecord:
+        """Has every actor save its clients as they are at the end of the round (the time it takes
+        is the round's), and records what befell clients in it."""
+        started = time.perf_counter()
+        saving = {n: self.actors[n].save.remote(record.round) for n in self.live()}
+        for n, ref in saving.items():
+            self.get(n, ref, record.round, "while saving its clients' state after the round")
+        record.seconds += time.perf_counter() - started
+        record.faults = dict(sorted(self.faults.pop(record.round, {}).items()))
         return record
+
+    def live(self) -> list[int]:
+        return [n for n in range(len(self.actors)) if n not in self.gone]
+
+    def get(self, n: int, ref: Any, round: int, when: str) -> Any:
+        """The result of actor ``n``'s call ``ref``; None if the actor died meanwhile, which is
+        noted against its clients, and the actor's restart awaited."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as error:
+            self.fault(n, round, f"its Ray worker died {when} ({first_line(error)})")
+            return None
+
+    def fault(self, n: int, round: int, what: str) -> None:
+        """Notes ``what`` happened to actor ``n``'s clients in ``round``, then waits for Ray to
+        restart it and notes what became of them (or that it is gone for good)."""
+        notes = self.faults.setdefault(round, {})
+        if n in self.gone:
+            for cid in self.groups[n]:
+                notes[cid] = "its Ray actor is gone: it misses every round left"
+            return
+        log.warning("round %d: actor %d: %s; its clients %s miss the round", round, n, what, ", ".join(self.groups[n]))
+        try:
+            outcome = self.restarted(n)
+        except RuntimeError as error:
+            self.gone.add(n)
+            outcome = {cid: f"{error}: it misses every round left" for cid in self.groups[n]}
+        for cid in self.groups[n]:
+            notes[cid] = f"{what}: it missed the round; {outcome.get(cid, 'not restarted')}"
+            log.warning("round %d: %s: %s", round, cid, notes[cid])
+
+    def restarted(self, n: int) -> dict[str, str]:
+        """Waits for Ray to restart actor ``n``: what became of its clients; a RuntimeError when it
+        will not come back (restarted `RESTARTS` times already, or not within `RESTART_WAIT_S`)."""
+        exceptions = self.ray.exceptions
+        deadline = time.monotonic() + RESTART_WAIT_S
+        while True:
+            try:
+                return self.ray.get(self.actors[n].restarted.remote(), timeout=max(deadline - time.monotonic(), 0))
+            except exceptions.ActorUnavailableError:  # restarting: its calls are refused until it is back
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"not back after {RESTART_WAIT_S:g} s") from None
+                time.sleep(0.2)
+            except exceptions.GetTimeoutError:
+                raise RuntimeError(f"not back after {RESTART_WAIT_S:g} s") from None
+            except exceptions.RayActorError as error:
+                raise RuntimeError(f"not restarted ({first_line(error)})") from None
 
     def down(self, message: Message) -> bytes:
         """The server's message, encoded and counted."""
@@ -194,55 +369,152 @@ class RayChannel:
                     message.verb,
                     value,
                 )
-            else:
+            elif kind == "failed":
                 raise RuntimeError(f"{message.receiver} failed on its actor:\n{value}")
         return answers
 
-    def by_actor(self, messages: Sequence[Message]) -> dict[Any, list[Message]]:
-        grouped: dict[Any, list[Message]] = {}
+    def by_actor(self, messages: Sequence[Message]) -> dict[int, list[Message]]:
+        grouped: dict[int, list[Message]] = {}
         for message in messages:
             grouped.setdefault(self.host[message.receiver], []).append(message)
         return grouped
 
     def handle_at_once(self, ordered: list[Message]) -> list[Event]:
         """Every actor answers its clients' messages at the same time as the others."""
+        if not ordered:
+            return []
+        round = ordered[0].round
         grouped = self.by_actor(ordered)
-        pending = {actor: actor.handle.remote([self.down(m) for m in group]) for actor, group in grouped.items()}
-        results = dict(zip(pending, self.ray.get(list(pending.values()))))
-        by_client = {m.receiver: event for actor, group in grouped.items() for m, event in zip(group, results[actor])}
+        pending = {n: self.actors[n].handle.remote([self.down(m) for m in group]) for n, group in grouped.items()}
+        by_client: dict[str, Event] = {}
+        for n, group in grouped.items():
+            events = self.get(n, pending[n], round, "during the round")
+            lost: list[Event] = [("lost", "its actor died")] * len(group)
+            by_client.update({m.receiver: event for m, event in zip(group, events if events is not None else lost)})
         return [by_client[m.receiver] for m in ordered]
 
     def handle_alone(self, message: Message, serve: Serve) -> Event:
         """One client's work, each of its requests answered by ``serve`` as it comes."""
-        actor = self.host[message.receiver]
-        kind, value = self.ray.get(actor.start.remote(self.down(message)))
-        while kind == "ask":
-            reply = serve(self.up(value))
-            kind, value = self.ray.get(actor.resume.remote(self.down(reply)))
-        return kind, value
+        n = self.host[message.receiver]
+        actor = self.actors[n]
+        event = self.get(n, actor.start.remote(self.down(message)), message.round, "during the round")
+        while event is not None and event[0] == "ask":
+            reply = serve(self.up(event[1]))
+            event = self.get(n, actor.resume.remote(self.down(reply)), message.round, "during the round")
+        return ("lost", "its actor died") if event is None else event
 
     def send(self, messages: Sequence[Message]) -> None:
         grouped = self.by_actor(sorted(messages, key=lambda m: m.receiver))
-        self.ray.get([actor.send.remote([self.down(m) for m in group]) for actor, group in grouped.items()])
+        refs = {n: self.actors[n].send.remote([self.down(m) for m in group]) for n, group in grouped.items()}
+        for n, ref in refs.items():
+            try:
+                self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as error:  # the run is over: nothing is lost
+                log.warning("actor %d died while its clients were told the run is over (%s)", n, first_line(error))
 
     def round_bytes(self, round: int) -> tuple[int, int]:
         return self.ledger.total(UP, round), self.ledger.total(DOWN, round)
 
     def client_models(self) -> dict[str, Any]:
-        """Every client's model as it is now, fetched from the actors (at the end: to save them)."""
+        """Every client's model as it is now, fetched from the actors (at the end: to save them);
+        an actor that died since the last round gives them as it restored them."""
         models: dict[str, Any] = {}
-        for part in self.ray.get([actor.models.remote() for actor in self.actors]):
-            models.update(part)
+        for n in self.live():
+            try:
+                models.update(self.ray.get(self.actors[n].models.remote()))
+            except self.ray.exceptions.RayActorError:
+                self.restarted(n)
+                models.update(self.ray.get(self.actors[n].models.remote()))
         return dict(sorted(models.items()))
 
     def close(self) -> None:
-        """Ends the actors, and the local Ray this channel started."""
+        """Ends the actors (their saved states deleted), and the local Ray this channel started."""
+        clearing = [self.actors[n].clear.remote() for n in self.live()]
+        try:
+            self.ray.get(clearing, timeout=60)
+        except (self.ray.exceptions.RayError, self.ray.exceptions.GetTimeoutError) as error:
+            log.warning("some actors' saved states could not be deleted (%s)", first_line(error))
         for actor in self.actors:
-            self.ray.kill(actor)
+            self.ray.kill(actor, no_restart=True)
         self.actors = []
         if self.started_ray:
             self.ray.shutdown()
             self.started_ray = False
+
+
+def place(ray: Any, actors: int, gpus_per_worker: float) -> list[str]:
+    """The node of each actor: the nodes in turn, each taking as many actors as it has CPUs (and
+    GPUs for them); a ValueError naming what is short when the cluster cannot hold them all."""
+    slots: dict[str, int] = {}
+    for node in sorted(ray.nodes(), key=lambda node: node["NodeID"]):
+        if not node.get("Alive"):
+            continue
+        resources = node.get("Resources", {})
+        room = int(resources.get("CPU", 0))
+        if gpus_per_worker > 0:
+            room = min(room, actors_per_gpus(resources.get("GPU", 0), gpus_per_worker))
+        if room > 0:
+            slots[node["NodeID"]] = room
+    if sum(slots.values()) < actors:
+        total = ray.cluster_resources()
+        gpus = f" and {total.get('GPU', 0):g} GPU(s) for actors of {gpus_per_worker:g} GPU" if gpus_per_worker else ""
+        raise ValueError(
+            f"--workers {actors}: the Ray cluster has room for {sum(slots.values())} actor(s) "
+            f"({total.get('CPU', 0):g} CPU(s), one an actor{gpus}); use fewer workers or add nodes"
+        )
+    order: list[str] = []
+    while len(order) < actors:
+        for node, room in slots.items():
+            if room > 0 and len(order) < actors:
+                order.append(node)
+                slots[node] = room - 1
+    return order
+
+
+def actors_per_gpus(gpus: float, each: float) -> int:
+    """How many actors of ``each`` GPU(s) fit on ``gpus`` GPUs (a fraction of one never spans two)."""
+    if each <= 1:
+        return int(gpus + 1e-9) * int(1 / each + 1e-9)
+    return int(gpus // math.ceil(each))
+
+
+def node_affinity(node: str) -> Any:
+    """Run on ``node``, and restart there while it lives (where the actor's saved states are)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+
+
+def on_this_node(config: SimulationConfig) -> SimulationConfig:
+    """The run's config as an actor's clients use it: on the GPU Ray gave the actor, if it gave one
+    and torch sees it (Ray shows the actor only its own: it is cuda:0)."""
+    if config.gpus_per_worker <= 0:
+        return config
+    import dataclasses
+
+    import torch
+
+    if not torch.cuda.is_available():  # declared GPUs (a test's), or a driver-less node: --device decides
+        log.warning("%s: Ray gave this actor a GPU, but torch sees no CUDA device", node_name())
+        return config
+    return dataclasses.replace(config, device="cuda:0")
+
+
+def node_name() -> str:
+    """This machine, as an error names it: host name and, inside Ray, the node's address."""
+    try:
+        import ray
+
+        address = ray.util.get_node_ip_address() if ray.is_initialized() else ""
+    except ImportError:
+        address = ""
+    host = socket.gethostname()
+    return f"node {address} ({host})" if address else f"node {host}"
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def connect(ray: Any, config: SimulationConfig) -> None:

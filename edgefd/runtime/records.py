@@ -38,6 +38,10 @@ class RoundRecord:
     """Clients that held the round open, and how: step requests past the cap their declared data
     makes (refused), or (a deployment) a steps phase still going at its hard deadline, cut there.
     Empty for a round no client held."""
+    faults: dict[str, str] = field(default_factory=dict)
+    """Clients whose host process died during the round (a Ray actor's worker, `--backend ray`),
+    and what became of them: they miss the round, as a straggler does, and go on from their state
+    at the end of an earlier round. Empty for a round without one."""
     lost: list[str] = field(default_factory=list)
     """What the round got from no client at all: LOST_UPLINKS (none of the selected clients'
     uplinks was taken: none arrived in time, or each was refused; round 0: the hellos) and

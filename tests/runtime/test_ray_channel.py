@@ -1,5 +1,7 @@
 """`--backend ray`: every method's run in Ray actors is the in-process run, bit for bit (metrics and
-bytes), and a Ray that cannot be had is a one-line error."""
+bytes), on a cluster of a head and two worker nodes; a worker killed mid-round loses no run; GPUs
+are scheduled (declared ones: this machine has none); a Ray that cannot be had, a cluster too
+small, or a node without the data is a one-line error."""
 
 from __future__ import annotations
 
@@ -8,14 +10,16 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from edgefd.algorithms.base import list_methods
 from edgefd.protocol import decode_message, encode_message
 from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime.build import client_ids_of
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.ray_channel import ClientHost, host_indices
+from edgefd.runtime.ray_channel import ClientHost, RayChannel, host_indices
 from edgefd.simulate import run
 
 try:
@@ -31,12 +35,40 @@ SERVER_TIMING = {"server_seconds", "server_cpu_seconds", "loss_kernel_seconds", 
 """A server's own clock readings (FedZKT's): not results."""
 
 
+NODE_CPUS = 2
+"""Each worker node's CPUs (declared: the machine's 2 cores are shared), and one declared GPU."""
+
+
+@pytest.fixture(scope="module")
+def homes(tmp_path_factory):
+    """Each worker node's home: node A's holds the npz dataset of `npz:~/mine.npz`, node B's is empty."""
+    root = tmp_path_factory.mktemp("homes")
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    np.savez(root / "a" / "mine.npz", **image_arrays())
+    return root
+
+
 @pytest.fixture(scope="module", autouse=True)
-def local_ray():
-    """One local Ray for the module: the channel joins it and leaves it running."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+def cluster(homes):
+    """One Ray cluster for the module: a head without CPUs and two worker nodes, so that every
+    run's actors are spread over two nodes; the channel joins it and leaves it running."""
+    from ray.cluster_utils import Cluster
+
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for name in ("a", "b"):
+        nodes.add_node(num_cpus=NODE_CPUS, num_gpus=1, env_vars={"HOME": str(homes / name)})
+    ray.init(address=nodes.address, log_to_driver=False)
+    yield nodes
     ray.shutdown()
+    nodes.shutdown()
+
+
+def image_arrays(classes: int = 3, n: int = 60) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    y = np.arange(n) % classes
+    x = (rng.normal(size=(n, 1, 8, 8)) + y[:, None, None, None]).astype(np.float32)
+    return {"train_x": x, "train_y": y, "test_x": x, "test_y": y}
 
 
 def results(out):
@@ -113,8 +145,8 @@ def unsendable_apps(config, indices):
 
 
 @pytest.mark.parametrize("serve", [False, True])
-def test_a_message_that_does_not_encode_misses_the_round(serve):
-    host = ClientHost(SimulationConfig(clients=1), [0], unsendable_apps)
+def test_a_message_that_does_not_encode_misses_the_round(serve, tmp_path):
+    host = ClientHost(SimulationConfig(clients=1), [0], unsendable_apps, str(tmp_path))
     data = encode_message(Message("train", SERVER, "client-0", 1))
     if not serve:
         assert host.handle([data]) == [("missed", "NaN in the logits")]
@@ -122,3 +154,137 @@ def test_a_message_that_does_not_encode_misses_the_round(serve):
     kind, request = host.start(data)
     assert kind == "ask" and decode_message(request).sender == "client-0"
     assert host.resume(encode_message(Message("train", SERVER, "client-0", 1))) == ("missed", "NaN in the logits")
+
+
+# ------------------------------------------------------------------ nodes, GPUs, faults
+
+
+def placements(channel):
+    return ray.get([actor.placement.remote() for actor in channel.actors])
+
+
+def test_actors_are_spread_over_the_nodes_and_given_their_declared_gpus():
+    from edgefd.runtime.build import client_apps
+
+    config = SimulationConfig(algo="fd", backend="ray", workers=4, gpus_per_worker=0.5, **SMALL | {"clients": 4})
+    channel = RayChannel(config, client_ids_of(4), client_apps)
+    try:
+        where = placements(channel)
+    finally:
+        channel.close()
+    nodes = [w["node_id"] for w in where]
+    assert sorted(nodes.count(node) for node in set(nodes)) == [2, 2]  # two nodes, two actors each
+    assert all(len(w["gpus"]) == 1 for w in where)  # half of its node's one GPU
+
+
+def test_a_cluster_too_small_for_the_actors_is_an_error_not_a_wait():
+    from edgefd.runtime.build import client_apps
+
+    config = SimulationConfig(algo="fd", backend="ray", workers=4, gpus_per_worker=1, **SMALL | {"clients": 4})
+    with pytest.raises(ValueError, match=r"--workers 4: the Ray cluster has room for 2 actor\(s\)"):
+        RayChannel(config, client_ids_of(4), client_apps)
+    config = SimulationConfig(algo="fd", backend="ray", workers=5, **SMALL | {"clients": 5})
+    with pytest.raises(ValueError, match=r"room for 4 actor\(s\) \(4 CPU\(s\)"):
+        RayChannel(config, client_ids_of(5), client_apps)
+
+
+def test_a_run_on_declared_gpus_is_the_in_process_run(tmp_path):
+    """This machine's GPUs are declared, not real: each actor says so and trains on the CPU."""
+    run(SimulationConfig(algo="fd", out=str(tmp_path / "inprocess"), **SMALL), progress=False)
+    config = SimulationConfig(
+        algo="fd", out=str(tmp_path / "ray"), backend="ray", workers=2, gpus_per_worker=0.5, **SMALL
+    )
+    run(config, progress=False)
+    assert results(tmp_path / "ray") == results(tmp_path / "inprocess")
+
+
+def test_a_node_without_the_data_is_named(homes, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(homes / "a"))  # the driver has the data, as node A does; node B lacks it
+    config = SimulationConfig(
+        algo="fd", dataset="npz:~/mine.npz", out=str(tmp_path), backend="ray", workers=2, **SMALL_NPZ
+    )
+    with pytest.raises(ValueError) as error:
+        run(config, progress=False)
+    message = str(error.value)
+    assert message.startswith("--backend ray: node ") and "lacks their data" in message
+    assert str(homes / "b" / "mine.npz") in message and "every node needs the data" in message
+
+
+SMALL_NPZ = {k: v for k, v in SMALL.items() if k not in ("dataset", "samples_per_client")} | {"clients": 2}
+
+
+class DiesOnce:
+    """A client whose process dies the first time it is sent a message of ``round`` (``marker``
+    remembers it across the restart)."""
+
+    def __init__(self, app, marker: str, round: int) -> None:
+        self.app, self.marker, self.round = app, marker, round
+
+    def __getattr__(self, name):
+        return getattr(self.app, name)
+
+    def handle(self, message, ask=None):
+        if message.round == self.round and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)
+        return self.app.handle(message, ask)
+
+
+def apps_where_one_dies(marker: str, client: str, round: int):
+    def make(config, indices):
+        from edgefd.runtime import build
+
+        apps = build.client_apps(config, indices)
+        if client in apps:
+            apps[client] = DiesOnce(apps[client], marker, round)
+        return apps
+
+    return make
+
+
+@pytest.fixture
+def by_value():
+    """This module's functions and classes go to the actors by value (Ray's workers cannot import it)."""
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.mark.parametrize("algo", ["fd", "fedcache"])  # fedcache: clients called one at a time (its steps)
+def test_a_worker_killed_mid_round_loses_no_run(algo, tmp_path, monkeypatch, by_value):
+    from edgefd.runtime import build
+
+    monkeypatch.setattr(build, "client_apps", apps_where_one_dies(str(tmp_path / "died"), "client-1", 2))
+    config = SimulationConfig(algo=algo, out=str(tmp_path / "run"), backend="ray", workers=2, **SMALL | {"rounds": 3})
+    summary = run(config, progress=False)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["round"] for line in lines] == [0, 1, 2, 3] and summary["rounds"] == 3
+    assert [sorted(line["faults"]) for line in lines] == [[], [], ["client-1"], []]  # client-1 is alone on actor 1
+    fault = lines[2]["faults"]["client-1"]
+    assert "its Ray worker died during the round" in fault and "restored from its state after round 1" in fault
+    assert "client-1" in lines[2]["late"] and "client-1" not in lines[3]["late"]
+    assert "client-1" in lines[3]["client_accuracy"]
+
+
+def test_actors_restarted_between_rounds_go_on_as_if_never_stopped(tmp_path, monkeypatch):
+    """Every actor killed after every round (its saved states written) and restored: the run is
+    the in-process run, bit for bit; so a restored client is the client it was."""
+    run(SimulationConfig(algo="fedict", out=str(tmp_path / "inprocess"), **SMALL), progress=False)
+    finish = RayChannel.finish
+
+    def finish_then_kill(channel, record):
+        record = finish(channel, record)
+        for actor in channel.actors:
+            ray.kill(actor, no_restart=False)
+        for actor in channel.actors:
+            while True:
+                try:
+                    ray.get(actor.restarted.remote())
+                    break
+                except ray.exceptions.RayActorError:
+                    continue
+        return record
+
+    monkeypatch.setattr(RayChannel, "finish", finish_then_kill)
+    run(SimulationConfig(algo="fedict", out=str(tmp_path / "ray"), backend="ray", workers=2, **SMALL), progress=False)
+    assert results(tmp_path / "ray") == results(tmp_path / "inprocess")

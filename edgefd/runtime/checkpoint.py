@@ -46,9 +46,10 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be written or read back into this role (named in the message)."""
 
 
-def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], None], durable: bool = True) -> None:
     """Write `data` (bytes, or a function that writes to the open file) to `path` so that readers
-    see the old file or the new one, whole."""
+    see the old file or the new one, whole. ``durable``: also when the machine loses power (the
+    file and its folder synced to disk); without it, only when the process is killed."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -59,11 +60,14 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], Non
             else:
                 handle.write(data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
+    if not durable:
+        return
     folder = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(folder)  # the rename itself survives a power cut
@@ -154,8 +158,9 @@ def dumps(state: dict[str, Any], references: dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def save(path: str | os.PathLike, state: dict[str, Any], references: dict[str, Any]) -> None:
-    atomic_write(path, lambda file: write(file, state, references))
+def save(path: str | os.PathLike, state: dict[str, Any], references: dict[str, Any], durable: bool = True) -> None:
+    """The checkpoint of `state` into `path`, whole or not at all (``durable``: see `atomic_write`)."""
+    atomic_write(path, lambda file: write(file, state, references), durable)
 
 
 # ---------------------------------------------------------------------------------- reading

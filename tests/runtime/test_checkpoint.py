@@ -13,8 +13,8 @@ import torch
 from light_settings import LIGHT_SETTINGS
 
 from edgefd.algorithms.base import list_methods
-from edgefd.deploy import checkpoint
 from edgefd.protocol.message import SERVER, Message
+from edgefd.runtime import checkpoint
 from edgefd.runtime.build import build_client, build_server, prepare
 from edgefd.runtime.channel import InProcessChannel
 from edgefd.runtime.config import SimulationConfig
@@ -155,7 +155,7 @@ def test_saving_writes_the_arrays_in_pieces_never_a_whole_copy(tmp_path):
     probe = f"""
 import resource
 import numpy as np
-from edgefd.deploy import checkpoint
+from edgefd.runtime import checkpoint
 answer = np.ones((2048, 16384), np.float32)  # 128 MiB
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 checkpoint.save({str(tmp_path / "c.ckpt")!r}, {{"stored_answers": {{"train": answer}}}}, {{}})
