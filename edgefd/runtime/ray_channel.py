@@ -145,7 +145,7 @@ class RayChannel:
         self.ray = ray
         self.started_ray = False
         if not ray.is_initialized():
-            connect(ray, config)
+            connect(ray, config.ray_address, config.workers)
             self.started_ray = config.ray_address is None
         self.client_ids = sorted(client_ids)
         self.run = ""
@@ -245,13 +245,14 @@ class RayChannel:
             self.started_ray = False
 
 
-def connect(ray: Any, config: SimulationConfig) -> None:
-    """Starts a local Ray (``ray_address`` None) or joins a cluster; a cluster that cannot be reached
-    is a ValueError naming it (Ray itself would wait for ever on a HOST:PORT where none listens)."""
-    if config.ray_address is None:
-        ray.init(num_cpus=config.workers, include_dashboard=False, log_to_driver=False)
+def connect(ray: Any, address: str | None, cpus: int) -> None:
+    """Starts a local Ray of ``cpus`` CPUs (``address`` None) or joins the cluster at ``address``
+    (auto or HOST:PORT); a cluster that cannot be reached is a ValueError naming it (Ray itself
+    would wait for ever on a HOST:PORT where none listens). A local Ray is always a new one: Ray's
+    default would join the last cluster started on this machine, even another user's."""
+    if address is None:
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
         return
-    address = config.ray_address
     if address != "auto":
         reachable(address)
     try:
