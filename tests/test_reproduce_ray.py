@@ -7,13 +7,15 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 
-from edgefd import reproduce
+from edgefd import reproduce, results_page
 from edgefd.cli import main
-from edgefd.reproduce import Arm, Recipe
+from edgefd.reproduce import Arm, Recipe, run_recipe, verify
+from edgefd.reproduce_ray import Cluster
 from edgefd.runtime.config import SimulationConfig
 
 try:
@@ -98,6 +100,16 @@ def test_the_ray_backend_gives_the_sequential_table_and_run_folders(tmp_path, mo
     assert main(["reproduce", TINY.name, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
     assert capsys.readouterr().out.count("kept the finished run") == len(TINY.arms) * len(TINY.seeds)
     assert (tmp_path / "ray" / TINY.name / "results.md").read_text() == table
+
+
+def test_verify_runs_on_ray_and_finds_the_sequential_values(tmp_path):
+    recipe = replace(TINY, arms=TINY.arms[1:], seeds=(0,))
+    table = run_recipe(recipe, tmp_path / "seq", (0,))
+    page = tmp_path / "RESULTS.md"
+    page.write_text(f"{results_page.start_marker(recipe.name)}\n{results_page.end_marker(recipe.name)}\n")
+    results_page.write_block(page, recipe.name, results_page.block_text("edgefd reproduce tiny-ray", "abc", 1, table))
+    assert verify(recipe, page, (0,), tmp_path / "verify", Cluster(workers=1)) == []
+    assert (tmp_path / "verify" / recipe.name / "fd-s0" / "summary.json").is_file()  # run again, on Ray
 
 
 def reproduce_command(*args: str) -> subprocess.CompletedProcess:
