@@ -4,7 +4,8 @@ A recipe is a shared simulation setting plus the methods it compares (each with 
 hyperparameters). Every (method, seed) run is an ordinary `edgefd simulate` run written under
 OUT/NAME/METHOD-sSEED, and the table (mean ± std over seeds of the best and final accuracy, the
 bytes, and the bytes each method needed to reach a common target accuracy) is printed and
-written to OUT/NAME/results.md, ready to paste into docs/RESULTS.md.
+written to OUT/NAME/results.md, ready to paste into docs/RESULTS.md. With ``--backend ray`` the
+runs are Ray tasks (`edgefd.reproduce_ray`); the table is the same.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from edgefd import results_page
 from edgefd.claims import METRIC_NAMES, METRICS, Claim, Direction, judge
 from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.reproduce_ray import Cluster, NoRay, run_on_ray
-from edgefd.runtime.config import SimulationConfig, config_to_toml
+from edgefd.runtime.config import BACKENDS, SimulationConfig, config_to_toml
 from edgefd.runtime.process import edgefd_command
 
 
@@ -1188,7 +1189,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=["inprocess", "ray"],
+        choices=BACKENDS,
         default="inprocess",
         help="where the runs go: inprocess (one after another) or ray (each (method, seed) run left to do "
         "is a Ray task, on this machine or a cluster: docs/RAY.md); the table is the same (default: %(default)s)",
