@@ -15,7 +15,7 @@ import torch
 from edgefd import reproduce, results_page
 from edgefd.cli import main
 from edgefd.reproduce import Arm, Recipe, run_recipe, verify
-from edgefd.reproduce_ray import Cluster
+from edgefd.reproduce_ray import Cluster, NoRay, check_room
 from edgefd.runtime.config import SimulationConfig
 
 try:
@@ -129,3 +129,16 @@ def test_an_unreachable_ray_address_is_a_one_line_error(tmp_path):
 def test_the_ray_flags_need_the_ray_backend(capsys):
     assert main(["reproduce", "fedict-watch", "--workers", "2"]) == 2
     assert "--workers and --ray-address are for --backend ray" in capsys.readouterr().err
+
+
+class TwoNodes:
+    """A cluster's `ray.nodes()`: one live node of 2 CPUs, one dead node of 8."""
+
+    def nodes(self):
+        return [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0}}]
+
+
+def test_a_run_that_fits_on_no_live_node_is_refused_rather_than_left_waiting():
+    check_room(TwoNodes(), 2)
+    with pytest.raises(NoRay, match=r"a run needs 4 CPUs .*the largest has 2\)"):
+        check_room(TwoNodes(), 4)
