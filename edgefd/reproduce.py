@@ -4,7 +4,8 @@ A recipe is a shared simulation setting plus the methods it compares (each with 
 hyperparameters). Every (method, seed) run is an ordinary `edgefd simulate` run written under
 OUT/NAME/METHOD-sSEED, and the table (mean ± std over seeds of the best and final accuracy, the
 bytes, and the bytes each method needed to reach a common target accuracy) is printed and
-written to OUT/NAME/results.md, ready to paste into docs/RESULTS.md.
+written to OUT/NAME/results.md, ready to paste into docs/RESULTS.md. With ``--backend ray`` the
+runs are Ray tasks (`edgefd.reproduce_ray`); the table is the same.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any, cast
 from edgefd import results_page
 from edgefd.claims import METRIC_NAMES, METRICS, Claim, Direction, judge
 from edgefd.metrics.results import SUMMARY_FILE
-from edgefd.runtime.config import SimulationConfig, config_to_toml
+from edgefd.reproduce_ray import Cluster, NoRay, run_on_ray
+from edgefd.runtime.config import BACKENDS, SimulationConfig, config_to_toml
 from edgefd.runtime.process import edgefd_command
 
 
@@ -962,6 +964,34 @@ def command_text(recipe: Recipe, seeds: tuple[int, ...], rounds: int | None, thr
     return " ".join(["edgefd reproduce", recipe.name, *options])
 
 
+def recipe_runs(
+    recipe: Recipe, out: Path, seeds: tuple[int, ...], rounds: int | None, threads: int | None
+) -> list[tuple[str, int, SimulationConfig]]:
+    """Every run of a table, as (arm label, seed, config), in the table's order: arm by arm, seed by seed."""
+    return [
+        (
+            arm.label,
+            seed,
+            replace(
+                recipe.base,
+                **arm.config,
+                algo=arm.algo,
+                params=dict(arm.params),
+                seed=seed,
+                out=str(out / recipe.name / f"{arm.folder or arm.algo}-s{seed}"),
+                rounds=rounds or recipe.base.rounds,
+                threads=threads or recipe.base.threads,
+            ),
+        )
+        for arm in recipe.arms
+        for seed in seeds
+    ]
+
+
+def _print_best(label: str, seed: int, summary: dict[str, Any]) -> None:
+    print(f"{label} seed {seed}: best {100 * summary['best_accuracy']:.2f}%", flush=True)
+
+
 def run_recipe(
     recipe: Recipe,
     out: Path,
@@ -969,40 +999,43 @@ def run_recipe(
     rounds: int | None = None,
     rerun: bool = False,
     threads: int | None = None,
+    cluster: Cluster | None = None,
 ) -> str:
     """Runs every arm and seed (keeping a finished run of the same config unless ``rerun``), then
     writes and returns the table. ``threads`` overrides the recipe's CPU threads (not part of the
-    setting: 1 lets two recipes share two cores)."""
+    setting: 1 lets two recipes share two cores). With ``cluster`` the runs left to do are Ray tasks
+    (`edgefd.reproduce_ray`), and the table is the one they would give one after another."""
     from edgefd.simulate import run as run_simulation  # torch: not for --help
 
+    planned = recipe_runs(recipe, out, seeds, rounds, threads)
+    summaries: dict[Path, dict[str, Any]] = {}
+    left: list[SimulationConfig] = []
+    for label, seed, config in planned:
+        folder = config.out_dir()
+        summary = None if rerun else finished_run(folder, config)
+        if summary is not None:
+            print(f"{label} seed {seed}: kept the finished run in {folder} (same config)", flush=True)
+        elif cluster is not None:
+            left.append(config)
+            continue
+        elif recipe.isolated:
+            summary = run_isolated(config)
+        else:
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "run.toml").write_text(config_to_toml(config))
+            summary = run_simulation(config, progress=True)
+        summaries[folder] = summary
+        _print_best(label, seed, summary)
+    if cluster is not None and left:
+        names = {config.out_dir(): (label, seed) for label, seed, config in planned}
+        summaries |= run_on_ray(left, cluster, lambda done, summary: _print_best(*names[done.out_dir()], summary))
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
     by_seed: dict[str, dict[int, tuple[dict, list[dict]]]] = {}
-    for arm in recipe.arms:
-        for seed in seeds:
-            folder = out / recipe.name / f"{arm.folder or arm.algo}-s{seed}"
-            config = replace(
-                recipe.base,
-                **arm.config,
-                algo=arm.algo,
-                params=dict(arm.params),
-                seed=seed,
-                out=str(folder),
-                rounds=rounds or recipe.base.rounds,
-                threads=threads or recipe.base.threads,
-            )
-            summary = None if rerun else finished_run(folder, config)
-            if summary is not None:
-                print(f"{arm.label} seed {seed}: kept the finished run in {folder} (same config)", flush=True)
-            elif recipe.isolated:
-                summary = run_isolated(config)
-            else:
-                folder.mkdir(parents=True, exist_ok=True)
-                (folder / "run.toml").write_text(config_to_toml(config))
-                summary = run_simulation(config, progress=True)
-            lines = [json.loads(text) for text in (folder / "metrics.jsonl").read_text().splitlines()]
-            results.setdefault(arm.label, []).append((summary, lines))
-            by_seed.setdefault(arm.label, {})[seed] = (summary, lines)
-            print(f"{arm.label} seed {seed}: best {100 * summary['best_accuracy']:.2f}%", flush=True)
+    for label, seed, config in planned:
+        summary = summaries[config.out_dir()]
+        lines = [json.loads(text) for text in (config.out_dir() / "metrics.jsonl").read_text().splitlines()]
+        results.setdefault(label, []).append((summary, lines))
+        by_seed.setdefault(label, {})[seed] = (summary, lines)
     best = {label: _mean_std([s["best_accuracy"] for s, _ in runs]) for label, runs in results.items()}
     target = min(best[label][0] for label in recipe.target_from) - 0.01
     rounds_run = rounds or recipe.base.rounds
@@ -1066,10 +1099,10 @@ def _verdict_line(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[di
 RESULTS_PAGE = "docs/RESULTS.md"
 
 
-def verify(recipe: Recipe, page: Path, seeds: tuple[int, ...], out: Path) -> list[str]:
-    """Runs ``recipe`` again at ``seeds`` (afresh, with the thread count its table in ``page`` names)
-    and returns every per-seed value that differs from the page's, as lines; none: the page holds
-    what this code produces."""
+def verify(recipe: Recipe, page: Path, seeds: tuple[int, ...], out: Path, cluster: Cluster | None = None) -> list[str]:
+    """Runs ``recipe`` again at ``seeds`` (afresh, with the thread count its table in ``page`` names,
+    as Ray tasks with ``cluster``) and returns every per-seed value that differs from the page's, as
+    lines; none: the page holds what this code produces."""
     block = results_page.read_blocks(page).get(recipe.name)
     if block is None or block.revision == "none":
         return [f"{page} has no generated table for {recipe.name}"]
@@ -1077,7 +1110,7 @@ def verify(recipe: Recipe, page: Path, seeds: tuple[int, ...], out: Path) -> lis
     missing = [seed for seed in seeds if not any(key[2] == seed for key in expected)]
     if missing:
         return [f"{page}'s table for {recipe.name} has no seed {', '.join(map(str, missing))}"]
-    actual = read_per_seed(run_recipe(recipe, out, seeds, rerun=True, threads=block.threads))
+    actual = read_per_seed(run_recipe(recipe, out, seeds, rerun=True, threads=block.threads, cluster=cluster))
     return [
         f"{label}, {metric}, seed {seed}: the page says {expected.get((label, metric, seed), 'nothing')}, "
         f"this code gives {value}"
@@ -1154,6 +1187,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(its run.toml and summary.json) made with the method params this code would use is kept, so an "
         "interrupted recipe goes on where it stopped",
     )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="inprocess",
+        help="where the runs go: inprocess (one after another) or ray (each (method, seed) run left to do "
+        "is a Ray task, on this machine or a cluster: docs/RAY.md); the table is the same (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="with --backend ray: runs at a time on the local Ray it starts (N x the runs' threads CPUs) (default: 2)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --backend ray: the Ray cluster to join (auto, or HOST:PORT) instead of starting a local Ray; "
+        "its CPUs decide how many runs go at once",
+    )
 
 
 def check_docs(page: Path) -> int:
@@ -1191,12 +1243,35 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and args.threads < 1:
         print(f"edgefd reproduce: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
+    cluster, refusal = cluster_of(args)
+    if refusal is not None:
+        print(f"edgefd reproduce: {refusal}", file=sys.stderr)
+        return 2
+    try:
+        return _run(args, recipe, cluster)
+    except NoRay as error:
+        print(f"edgefd reproduce: {error}", file=sys.stderr)
+        return 2
+
+
+def cluster_of(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
+    """Where the runs go (None: in this process, one after another), or why the flags cannot say."""
+    if args.backend != "ray":
+        if args.workers is not None or args.ray_address is not None:
+            return None, "--workers and --ray-address are for --backend ray"
+        return None, None
+    if args.workers is not None and args.workers < 1:
+        return None, f"--workers must be >= 1, got {args.workers}"
+    return Cluster(workers=args.workers or Cluster.workers, address=args.ray_address), None
+
+
+def _run(args: argparse.Namespace, recipe: Recipe, cluster: Cluster | None) -> int:
     if args.verify is not None:
         page = Path(args.verify)
         if not page.is_file():
             print(f"edgefd reproduce: --verify: no page {page} (run from the repository's root)", file=sys.stderr)
             return 2
-        differences = verify(recipe, page, tuple(args.seeds or recipe.seeds[:1]), Path(args.out) / "verify")
+        differences = verify(recipe, page, tuple(args.seeds or recipe.seeds[:1]), Path(args.out) / "verify", cluster)
         for line in differences:
             print(line)
         print(
@@ -1222,7 +1297,7 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as error:
             print(f"edgefd reproduce: {error}", file=sys.stderr)
             return 2
-    table = run_recipe(recipe, Path(args.out), seeds, args.rounds, args.rerun, args.threads)
+    table = run_recipe(recipe, Path(args.out), seeds, args.rounds, args.rerun, args.threads, cluster)
     print(table)
     if docs_page is not None:
         command = command_text(recipe, seeds, args.rounds, args.threads) + " --write-docs"

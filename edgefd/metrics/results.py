@@ -61,9 +61,15 @@ class RunWriter:
     def write_summary(self, summary: dict[str, Any]) -> Path:
         path = self.out / SUMMARY_FILE
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(_clean(summary), indent=2, sort_keys=True) + "\n")
+        tmp.write_text(summary_text(summary))
         os.replace(tmp, path)
         return path
+
+
+def summary_text(summary: dict[str, Any]) -> str:
+    """summary.json's text: every run's is written so (a recipe's run on Ray is written again from
+    the text it came back with, `edgefd.reproduce_ray`)."""
+    return json.dumps(_clean(summary), indent=2, sort_keys=True) + "\n"
 
 
 def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:

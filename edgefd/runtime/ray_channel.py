@@ -111,7 +111,7 @@ class ClientHost:
         except (DatasetNotFoundError, OSError) as error:  # `ready` says it: a dead actor would only be restarted
             self.apps = {}
             self.error = (
-                f"{node_name()} cannot build its clients, it lacks their data ({first_line(error)}); "
+                f"{node_name()} cannot build its clients, it lacks their data ({one_line(error)}); "
                 "every node needs the data (docs/RAY.md)"
             )
             return
@@ -242,7 +242,7 @@ class RayChannel:
         self.ray = ray
         self.started_ray = False
         if not ray.is_initialized():
-            connect(ray, config)
+            connect(ray, config.ray_address, config.workers)
             self.started_ray = config.ray_address is None
         self.client_ids = sorted(client_ids)
         self.run = ""
@@ -512,18 +512,25 @@ def node_name() -> str:
     return f"node {address} ({host})" if address else f"node {host}"
 
 
+def one_line(error: BaseException, most: int = 600) -> str:
+    """The whole of ``error``'s message on one line (a dataset's says where it looked), cut at ``most``."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 def first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def connect(ray: Any, config: SimulationConfig) -> None:
-    """Starts a local Ray (``ray_address`` None) or joins a cluster; a cluster that cannot be reached
-    is a ValueError naming it (Ray itself would wait for ever on a HOST:PORT where none listens)."""
-    if config.ray_address is None:
-        ray.init(num_cpus=config.workers, include_dashboard=False, log_to_driver=False)
+def connect(ray: Any, address: str | None, cpus: int) -> None:
+    """Starts a local Ray of ``cpus`` CPUs (``address`` None) or joins the cluster at ``address``
+    (auto or HOST:PORT); a cluster that cannot be reached is a ValueError naming it (Ray itself
+    would wait for ever on a HOST:PORT where none listens). A local Ray is always a new one: Ray's
+    default would join the last cluster started on this machine, even another user's."""
+    if address is None:
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False)
         return
-    address = config.ray_address
     if address != "auto":
         reachable(address)
     try:

@@ -9,11 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from edgefd.algorithms.base import list_methods
+from edgefd.data.idx import write_idx
+from edgefd.data.registry import DATA_ROOT_ENV
 from edgefd.protocol import decode_message, encode_message
 from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import SERVER, Message
@@ -40,35 +43,31 @@ NODE_CPUS = 2
 
 
 @pytest.fixture(scope="module")
-def homes(tmp_path_factory):
-    """Each worker node's home: node A's holds the npz dataset of `npz:~/mine.npz`, node B's is empty."""
-    root = tmp_path_factory.mktemp("homes")
-    (root / "a").mkdir()
+def data_roots(tmp_path_factory):
+    """Each worker node's data root: node A's holds a small `kmnist` (its IDX files), node B's is empty."""
+    root = tmp_path_factory.mktemp("data")
     (root / "b").mkdir()
-    np.savez(root / "a" / "mine.npz", **image_arrays())
+    (root / "a").mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 60), ("t10k", 30)):
+        write_idx(root / "a" / f"{split}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8))
+        write_idx(root / "a" / f"{split}-labels-idx1-ubyte", (np.arange(n) % 10).astype(np.uint8))
     return root
 
 
 @pytest.fixture(scope="module", autouse=True)
-def cluster(homes):
+def cluster(data_roots):
     """One Ray cluster for the module: a head without CPUs and two worker nodes, so that every
     run's actors are spread over two nodes; the channel joins it and leaves it running."""
     from ray.cluster_utils import Cluster
 
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for name in ("a", "b"):
-        nodes.add_node(num_cpus=NODE_CPUS, num_gpus=1, env_vars={"HOME": str(homes / name)})
+        nodes.add_node(num_cpus=NODE_CPUS, num_gpus=1, env_vars={DATA_ROOT_ENV: str(data_roots / name)})
     ray.init(address=nodes.address, log_to_driver=False)
     yield nodes
     ray.shutdown()
     nodes.shutdown()
-
-
-def image_arrays(classes: int = 3, n: int = 60) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    y = np.arange(n) % classes
-    x = (rng.normal(size=(n, 1, 8, 8)) + y[:, None, None, None]).astype(np.float32)
-    return {"train_x": x, "train_y": y, "test_x": x, "test_y": y}
 
 
 def results(out):
@@ -198,19 +197,18 @@ def test_a_run_on_declared_gpus_is_the_in_process_run(tmp_path):
     assert results(tmp_path / "ray") == results(tmp_path / "inprocess")
 
 
-def test_a_node_without_the_data_is_named(homes, tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(homes / "a"))  # the driver has the data, as node A does; node B lacks it
-    config = SimulationConfig(
-        algo="fd", dataset="npz:~/mine.npz", out=str(tmp_path), backend="ray", workers=2, **SMALL_NPZ
-    )
+def test_a_node_without_the_data_is_named(data_roots, tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_ROOT_ENV, str(data_roots / "a"))  # the driver has the data, as node A does; B lacks it
+    config = SimulationConfig(algo="fd", dataset="kmnist", out=str(tmp_path), backend="ray", workers=2, **SMALL_KMNIST)
     with pytest.raises(ValueError) as error:
         run(config, progress=False)
     message = str(error.value)
-    assert message.startswith("--backend ray: node ") and "lacks their data" in message
-    assert str(homes / "b" / "mine.npz") in message and "every node needs the data" in message
+    assert message.startswith("--backend ray: node ")
+    assert "lacks their data (Kuzushiji-MNIST ('kmnist') not found" in message
+    assert str(data_roots / "b") in message and message.endswith("every node needs the data (docs/RAY.md)")
 
 
-SMALL_NPZ = {k: v for k, v in SMALL.items() if k not in ("dataset", "samples_per_client")} | {"clients": 2}
+SMALL_KMNIST = {k: v for k, v in SMALL.items() if k not in ("dataset", "samples_per_client")} | {"clients": 2}
 
 
 class DiesOnce:
@@ -276,13 +274,14 @@ def test_actors_restarted_between_rounds_go_on_as_if_never_stopped(tmp_path, mon
         record = finish(channel, record)
         for actor in channel.actors:
             ray.kill(actor, no_restart=False)
+        deadline = time.monotonic() + 120
         for actor in channel.actors:
-            while True:
+            while True:  # calls fail until Ray has noticed the death and restarted the actor
                 try:
                     ray.get(actor.restarted.remote())
                     break
                 except ray.exceptions.RayActorError:
-                    continue
+                    assert time.monotonic() < deadline, "an actor was not restarted within 120 s"
         return record
 
     monkeypatch.setattr(RayChannel, "finish", finish_then_kill)
