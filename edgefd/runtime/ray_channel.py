@@ -285,7 +285,7 @@ class RayChannel:
         started = time.perf_counter()
         saving = {n: self.actors[n].save.remote(record.round) for n in self.live()}
         for n, ref in saving.items():
-            self.get(n, ref, record.round, "while saving its clients' state after the round")
+            self.get(n, ref, record.round, "while saving its clients' state after the round", missed=[])
         record.seconds += time.perf_counter() - started
         record.faults = dict(sorted(self.faults.pop(record.round, {}).items()))
         return record
@@ -293,31 +293,34 @@ class RayChannel:
     def live(self) -> list[int]:
         return [n for n in range(len(self.actors)) if n not in self.gone]
 
-    def get(self, n: int, ref: Any, round: int, when: str) -> Any:
+    def get(self, n: int, ref: Any, round: int, when: str, missed: list[str]) -> Any:
         """The result of actor ``n``'s call ``ref``; None if the actor died meanwhile, which is
-        noted against its clients, and the actor's restart awaited."""
+        noted against its clients (``missed``: those whose answers of the round died with it),
+        and the actor's restart awaited."""
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayActorError as error:
-            self.fault(n, round, f"its Ray worker died {when} ({first_line(error)})")
+            self.fault(n, round, f"its Ray worker died {when} ({first_line(error)})", missed)
             return None
 
-    def fault(self, n: int, round: int, what: str) -> None:
-        """Notes ``what`` happened to actor ``n``'s clients in ``round``, then waits for Ray to
-        restart it and notes what became of them (or that it is gone for good)."""
+    def fault(self, n: int, round: int, what: str, missed: list[str]) -> None:
+        """Notes ``what`` happened to actor ``n``'s clients in ``round`` (``missed``: those that
+        miss the round for it), then waits for Ray to restart the actor and notes what became of
+        each of its clients (or that it is gone for good)."""
         notes = self.faults.setdefault(round, {})
         if n in self.gone:
-            for cid in self.groups[n]:
+            for cid in missed:
                 notes[cid] = "its Ray actor is gone: it misses every round left"
             return
-        log.warning("round %d: actor %d: %s; its clients %s miss the round", round, n, what, ", ".join(self.groups[n]))
+        log.warning("round %d: actor %d: %s", round, n, what)
         try:
             outcome = self.restarted(n)
         except RuntimeError as error:
             self.gone.add(n)
             outcome = {cid: f"{error}: it misses every round left" for cid in self.groups[n]}
         for cid in self.groups[n]:
-            notes[cid] = f"{what}: it missed the round; {outcome.get(cid, 'not restarted')}"
+            missing = ": it missed the round" if cid in missed else ""
+            notes[cid] = f"{what}{missing}; {outcome.get(cid, 'not restarted')}"
             log.warning("round %d: %s: %s", round, cid, notes[cid])
 
     def restarted(self, n: int) -> dict[str, str]:
@@ -388,7 +391,7 @@ class RayChannel:
         pending = {n: self.actors[n].handle.remote([self.down(m) for m in group]) for n, group in grouped.items()}
         by_client: dict[str, Event] = {}
         for n, group in grouped.items():
-            events = self.get(n, pending[n], round, "during the round")
+            events = self.get(n, pending[n], round, "during the round", [m.receiver for m in group])
             lost: list[Event] = [("lost", "its actor died")] * len(group)
             by_client.update({m.receiver: event for m, event in zip(group, events if events is not None else lost)})
         return [by_client[m.receiver] for m in ordered]
@@ -397,10 +400,11 @@ class RayChannel:
         """One client's work, each of its requests answered by ``serve`` as it comes."""
         n = self.host[message.receiver]
         actor = self.actors[n]
-        event = self.get(n, actor.start.remote(self.down(message)), message.round, "during the round")
+        missed = [message.receiver]
+        event = self.get(n, actor.start.remote(self.down(message)), message.round, "during the round", missed)
         while event is not None and event[0] == "ask":
             reply = serve(self.up(event[1]))
-            event = self.get(n, actor.resume.remote(self.down(reply)), message.round, "during the round")
+            event = self.get(n, actor.resume.remote(self.down(reply)), message.round, "during the round", missed)
         return ("lost", "its actor died") if event is None else event
 
     def send(self, messages: Sequence[Message]) -> None:

@@ -259,7 +259,8 @@ def test_a_worker_killed_mid_round_loses_no_run(algo, tmp_path, monkeypatch, by_
     assert [line["round"] for line in lines] == [0, 1, 2, 3] and summary["rounds"] == 3
     assert [sorted(line["faults"]) for line in lines] == [[], [], ["client-1"], []]  # client-1 is alone on actor 1
     fault = lines[2]["faults"]["client-1"]
-    assert "its Ray worker died during the round" in fault and "restored from its state after round 1" in fault
+    assert "its Ray worker died during the round" in fault and "it missed the round" in fault
+    assert "restored from its state after round 1" in fault
     assert "client-1" in lines[2]["late"] and "client-1" not in lines[3]["late"]
     assert "client-1" in lines[3]["client_accuracy"]
 
