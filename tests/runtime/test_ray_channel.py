@@ -188,10 +188,11 @@ def test_a_cluster_too_small_for_the_actors_is_an_error_not_a_wait():
 
 
 def test_a_run_on_declared_gpus_is_the_in_process_run(tmp_path):
-    """This machine's GPUs are declared, not real: each actor says so and trains on the CPU."""
+    """This machine's GPUs are declared, not real: each actor says so and trains on the CPU. Three
+    actors (one client each) on the two nodes: another shape of cluster, the same results."""
     run(SimulationConfig(algo="fd", out=str(tmp_path / "inprocess"), **SMALL), progress=False)
     config = SimulationConfig(
-        algo="fd", out=str(tmp_path / "ray"), backend="ray", workers=2, gpus_per_worker=0.5, **SMALL
+        algo="fd", out=str(tmp_path / "ray"), backend="ray", workers=3, gpus_per_worker=0.5, **SMALL
     )
     run(config, progress=False)
     assert results(tmp_path / "ray") == results(tmp_path / "inprocess")
