@@ -464,6 +464,18 @@ def _names(text: str, known: tuple[str, ...] | list[str], what: str) -> list[str
     return names
 
 
+def machine() -> str:
+    """This machine's CPUs and load: the figures are only comparable within one run on one machine."""
+    model = "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return f"{os.cpu_count()} CPUs ({model}), load average {load} at the start"
+
+
 def run(args: argparse.Namespace) -> int:
     cases = _names(args.cases, CASES, "case(s)")
     arms = ["in-process", *(a for a in _names(args.arms, list(ARMS), "arm(s)") if a != "in-process")]
@@ -473,6 +485,8 @@ def run(args: argparse.Namespace) -> int:
         "compute_rounds": args.compute_rounds,
         "compute_samples": args.compute_samples,
     }
+    where = machine()
+    print(where, flush=True)
     results = []
     for case in cases:
         for arm in arms:
@@ -492,7 +506,12 @@ def run(args: argparse.Namespace) -> int:
     print()
     print("\n".join(goal_lines(results)))
     if args.json:
-        record = {"arms": [asdict(r) for r in results], "flower": asdict(flower), "settings": settings}
+        record = {
+            "machine": where,
+            "arms": [asdict(r) for r in results],
+            "flower": asdict(flower),
+            "settings": settings,
+        }
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
