@@ -112,6 +112,21 @@ BENCHMARKS = {
             "edgefd bench fleet --methods fd --clients 50 --rounds 2   # a quick look",
         ),
     ),
+    "ray": Subcommand(
+        "ray",
+        "edgefd.bench.ray_backend",
+        "--backend ray against in-process: 1 and 2 workers, 2 nodes; and Flower's simulation engine",
+        description="Runs an overhead-bound case (FD, digits, 100 clients) and a compute-bound one (the "
+        "fedcache-demo setting with FD) in-process and through Ray with 1 worker, 2 workers and 2 nodes of 1 worker "
+        "(a local Ray cluster), each arm in a process of its own; prints start-up, median seconds per round, the "
+        "ratio to in-process, and the peak memory of the driver, of each worker and of Ray's other processes, "
+        "then the issue's goals. With --flower-python, the same FD round also runs through Flower's simulation "
+        "engine and as a plain loop, for Flower's overhead beside edgefd's.",
+        examples=(
+            "edgefd bench ray --flower-python ~/flwr-venv/bin/python",
+            "edgefd bench ray --cases overhead --overhead-clients 10 --overhead-rounds 2   # a quick look",
+        ),
+    ),
     "onnx": Subcommand(
         "onnx",
         "edgefd.bench.onnx",

@@ -1,0 +1,521 @@
+"""`edgefd bench ray`: what running the clients in Ray actors (`--backend ray`) costs and gains.
+
+Each case runs in-process and through `RayChannel` with 1 worker, 2 workers, and 2 nodes of 1
+worker each (a `ray.cluster_utils.Cluster` on this machine: a head with no CPUs and two nodes of
+one CPU, so Ray can only put the two actors on different nodes; the table says on how many nodes
+they ran). The cases:
+
+- ``overhead``: FD on digits with 100 clients (about 14 samples each): little training per client,
+  so the cost per message and per client shows;
+- ``compute``: the fedcache-demo recipe's setting (edgefd/reproduce.py: all of Fashion-MNIST over 20
+  clients, ResNet-8/16/20, batch 8, one thread) with its FD arm, whose clients train in parallel
+  (the FedCache arm's per-batch exchange calls its clients one at a time: docs/RAY.md).
+
+Every arm runs in a process of its own, so that its peak memory is its own: the driver's (the
+process's ``ru_maxrss``), each actor's (its own ``ru_maxrss``, asked of it) and the sum of the peaks
+(``VmHWM``) of Ray's other processes (GCS, raylets, idle workers), all descendants of the driver.
+Start-up is building the run (for Ray: joining or starting Ray and every actor building its
+clients, until all are ready); round 0 (the hellos and the first evaluation) is not timed; a round
+is the median of rounds 1..R (train, aggregate, evaluate). Ratios are against the in-process arm of
+the same case in the same run.
+
+With ``--flower-python PYTHON`` (an interpreter with ``flwr[simulation]`` and torch), the same FD
+round of the overhead case (same split, same model, same training) also runs through Flower's
+simulation engine with 1 worker and as a plain loop in one process (edgefd/bench/flower_fd.py), so
+that Flower's overhead over its floor stands beside edgefd's Ray overhead over in-process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgefd.runtime.config import SimulationConfig
+
+ARMS = {
+    "in-process": ("in-process", None, 0),
+    "ray-1": ("ray, 1 worker", 1, 0),
+    "ray-2": ("ray, 2 workers", 2, 0),
+    "ray-2-nodes": ("ray, 2 nodes x 1 worker", 2, 2),
+}
+"""Each arm's name (for ``--arms``), label, workers and nodes: no workers is in-process; no nodes is
+a local Ray of ``workers`` CPUs."""
+
+CASES = ("overhead", "compute")
+
+FEDCACHE_DEMO_FD: dict[str, Any] = {
+    "dataset": "fmnist",
+    "clients": 20,
+    "partition": "dirichlet:1.0",
+    "models": "resnet8,resnet16,resnet20",
+    "batch_size": 8,
+    "lr": 0.01,
+    "momentum": 0.9,
+    "weight_decay": 5e-4,
+    "epochs": 1,
+    "optimizer_lifecycle": "fresh",
+    "batch_order": "fixed",
+    "threads": 1,
+    "algo": "fd",
+    "params": {"beta": 1.5, "temperature": 3.0, "exclude_self": True},
+}
+"""The fedcache-demo recipe's setting and its FD arm (edgefd/reproduce.py; this layer may not import
+it, so tests/bench/test_ray_bench.py checks the copy)."""
+
+GOALS = {
+    "compute_1_worker": 1.10,
+    "overhead_1_worker": 1.25,
+    "compute_2_workers": 0.6,
+    "start_up_seconds": 10.0,
+    "memory_over_in_process_mb": 1024.0,
+}
+"""The goals the Ray backend is held to: a round with 1 worker at most 1.10x (compute) and 1.25x (overhead) the
+in-process round, with 2 workers on 2 cores at most 0.6x (compute); a Ray start-up under 10 s; with
+2 workers at most the in-process peak + 1 GB of memory, everything Ray runs counted."""
+
+
+@dataclass
+class ArmResult:
+    case: str
+    arm: str
+    rounds: int
+    start_up: float
+    """Seconds to build the run: for Ray, starting or joining it and every actor ready."""
+    seconds_per_round: float
+    """Median over rounds 1..R."""
+    driver_mb: float
+    worker_mb: list[float] = field(default_factory=list)
+    ray_other_mb: float = 0.0
+    """The peaks of Ray's other processes (GCS, raylets, idle workers), summed."""
+    nodes: int = 0
+    """On how many Ray nodes the actors ran."""
+    cluster_up: float = 0.0
+    """For the 2-node arm: seconds to start the cluster (before the run, as `ray start` would be)."""
+
+    @property
+    def total_mb(self) -> float:
+        return self.driver_mb + sum(self.worker_mb) + self.ray_other_mb
+
+
+def case_config(case: str, settings: dict[str, Any]) -> SimulationConfig:
+    """The run of ``case`` at the benchmark's settings (``clients``, ``rounds``, ``samples``), in-process."""
+    from edgefd.runtime.config import SimulationConfig
+
+    if case == "overhead":
+        return SimulationConfig(
+            algo="fd",
+            dataset="digits",
+            clients=settings["overhead_clients"],
+            rounds=settings["overhead_rounds"],
+            threads=1,
+            device="cpu",
+            out=None,
+        )
+    return SimulationConfig(
+        **{**FEDCACHE_DEMO_FD, "params": dict(FEDCACHE_DEMO_FD["params"])},
+        rounds=settings["compute_rounds"],
+        samples_per_client=settings["compute_samples"],
+        device="cpu",
+        out=None,
+    )
+
+
+def peak_mb_of(pid: int) -> float:
+    """A process's peak resident memory (``VmHWM``), 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process whose parent chain leads to ``pid`` (from /proc)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def actor_probe(host: Any) -> tuple[int, str, float]:
+    """Run inside an actor: its process id, node and peak resident memory in MB."""
+    import ray
+
+    return (
+        os.getpid(),
+        ray.get_runtime_context().get_node_id(),
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+
+
+def run_arm(case: str, arm: str, settings: dict[str, Any]) -> ArmResult:
+    """One arm of one case, in this process (a process of its own: its peaks are the arm's)."""
+    from edgefd.runtime.build import build
+
+    label, workers, nodes = ARMS[arm]
+    config = case_config(case, settings)
+    cluster, cluster_up = None, 0.0
+    if workers is not None:
+        config = replace(config, backend="ray", workers=workers)
+    if nodes:
+        from ray.cluster_utils import Cluster
+
+        started = time.perf_counter()
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+        for _ in range(nodes):
+            cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        cluster_up = time.perf_counter() - started
+        config = replace(config, ray_address=cluster.address)
+    started = time.perf_counter()
+    if workers is not None and not nodes:
+        # What RayChannel would start, with address "local": a bare ray.init() joins the cluster that
+        # another program started on this machine (its address is in /tmp/ray/ray_current_cluster).
+        import ray
+
+        ray.init(address="local", num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    sim = build(config)
+    start_up = time.perf_counter() - started
+    try:
+        sim.federation.start()
+        seconds = []
+        for r in range(1, config.rounds + 1):
+            began = time.perf_counter()
+            sim.federation.run_round(r)
+            seconds.append(time.perf_counter() - began)
+        result = ArmResult(
+            case,
+            label,
+            config.rounds,
+            round(start_up, 3),
+            round(statistics.median(seconds), 3),
+            0.0,
+            cluster_up=round(cluster_up, 3),
+        )
+        if workers is not None:
+            import ray
+
+            actors = sim.federation.channel.actors  # type: ignore[attr-defined]
+            probes = ray.get([actor.__ray_call__.remote(actor_probe) for actor in actors])
+            pids = {pid for pid, _, _ in probes}
+            result.worker_mb = [round(mb, 1) for _, _, mb in probes]
+            result.nodes = len({node for _, node, _ in probes})
+            others = [pid for pid in descendants(os.getpid()) if pid not in pids]
+            result.ray_other_mb = round(sum(peak_mb_of(pid) for pid in others), 1)
+    finally:
+        sim.close()
+        if workers is not None:
+            import ray
+
+            ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+    result.driver_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return result
+
+
+def spawn_arm(case: str, arm: str, settings: dict[str, Any]) -> ArmResult:
+    """`run_arm` in a new process (this module's ``__main__``); its result is its last line."""
+    spec = json.dumps({"case": case, "arm": arm, "settings": settings})
+    done = subprocess.run(
+        [sys.executable, "-m", "edgefd.bench.ray_backend", spec], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"edgefd bench ray: {case} / {arm} failed:\n{done.stderr[-3000:]}")
+    return ArmResult(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@dataclass
+class FlowerResult:
+    """Flower's row. Its round 1 starts Ray and the client actors (Flower starts them lazily) and the
+    plain loop's round 1 warms up, so with 2 rounds or more the medians are over rounds 2..R (edgefd's
+    round 0 does that warm-up); ``start_up`` is the time until the `ServerApp` sees every SuperNode,
+    plus what round 1 took over the median round."""
+
+    ran: bool
+    why_not: str = ""
+    version: str = ""
+    plain_seconds_per_round: float = 0.0
+    flower_seconds_per_round: float = 0.0
+    start_up: float = 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.flower_seconds_per_round / self.plain_seconds_per_round
+
+
+def write_fd_clients(settings: dict[str, Any], folder: Path) -> None:
+    """The overhead case's clients (their training and test samples, as edgefd splits them) and the
+    round's settings, for edgefd/bench/flower_fd.py."""
+    from edgefd.runtime.build import build
+
+    config = case_config("overhead", settings)
+    sim = build(config)
+    import numpy as np
+
+    roles = [sim.clients[cid] for cid in sorted(sim.clients)]
+    for index, role in enumerate(roles):
+        data = role.data
+        np.savez(
+            folder / f"client-{index}.npz",
+            x=data.train_x.float().numpy(),
+            y=data.train_y.numpy(),
+            test_x=data.test_x.float().numpy(),
+            test_y=data.test_y.numpy(),
+        )
+    params = sim.params
+    meta = {
+        "clients": config.clients,
+        "shape": list(sim.dataset.input_shape),
+        "classes": sim.dataset.num_classes,
+        "workload": {
+            "batch_size": config.batch_size,
+            "lr": config.lr,
+            "momentum": config.momentum,
+            "weight_decay": config.weight_decay,
+            "beta": params.beta,
+            "temperature": params.temperature,
+            "threads": config.threads,
+        },
+    }
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def run_flower(python: str | None, settings: dict[str, Any]) -> FlowerResult:
+    """Flower's row: its simulation engine against its plain loop, or why it did not run."""
+    if not python:
+        return FlowerResult(False, "no --flower-python given")
+    try:
+        check = subprocess.run(
+            [python, "-I", "-c", "import flwr.simulation, ray, torch"], capture_output=True, text=True, check=False
+        )
+    except OSError as error:
+        return FlowerResult(False, f"{python} does not run ({error.strerror})")
+    if check.returncode != 0:
+        last = (check.stderr.strip().splitlines() or ["it did not start"])[-1]
+        return FlowerResult(False, f"{python} cannot import flwr.simulation, ray and torch ({last})")
+    script = Path(__file__).with_name("flower_fd.py")
+    with tempfile.TemporaryDirectory(prefix="edgefd-bench-flower-") as folder:
+        write_fd_clients(settings, Path(folder))
+        command = [python, "-I", str(script), "--data", folder, "--rounds", str(settings["overhead_rounds"])]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"edgefd bench ray: Flower's run failed:\n{done.stderr[-3000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    plain, flower = out["plain"][1:] or out["plain"], out["flower"][1:] or out["flower"]
+    return FlowerResult(
+        True,
+        version=out["flwr"],
+        plain_seconds_per_round=round(statistics.median(plain), 3),
+        flower_seconds_per_round=round(statistics.median(flower), 3),
+        start_up=round(out["start_up"] + out["flower"][0] - statistics.median(flower), 3),
+    )
+
+
+def table(results: list[ArmResult]) -> list[str]:
+    """One row per case and arm, ratios against the case's in-process arm."""
+    base = {r.case: r for r in results if r.arm == "in-process"}
+    lines = [
+        "| case | arm | nodes | start-up s | s / round | x in-process | driver MB | each worker MB "
+        "| Ray's other processes MB | total MB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        ratio = r.seconds_per_round / base[r.case].seconds_per_round
+        workers = ", ".join(f"{mb:,.0f}" for mb in r.worker_mb) or "-"
+        lines.append(
+            f"| {r.case} | {r.arm} | {r.nodes or '-'} | {r.start_up:.1f} | {r.seconds_per_round:.3f} | {ratio:.2f}x "
+            f"| {r.driver_mb:,.0f} | {workers} | {r.ray_other_mb:,.0f} | {r.total_mb:,.0f} |"
+        )
+    return lines
+
+
+def goal_lines(results: list[ArmResult]) -> list[str]:
+    """Each goal (`GOALS`) that this run measured, its figure, and whether it is met."""
+    by = {(r.case, r.arm): r for r in results}
+    lines = ["| goal | measured | met? |", "|---|---|---|"]
+
+    def ratio(case: str, arm: str) -> float | None:
+        if (case, arm) not in by or (case, "in-process") not in by:
+            return None
+        return by[case, arm].seconds_per_round / by[case, "in-process"].seconds_per_round
+
+    for case, arm, goal, text in (
+        ("compute", "ray, 1 worker", GOALS["compute_1_worker"], "compute: 1 worker at most 1.10x in-process"),
+        ("overhead", "ray, 1 worker", GOALS["overhead_1_worker"], "overhead: 1 worker at most 1.25x in-process"),
+        ("compute", "ray, 2 workers", GOALS["compute_2_workers"], "compute: 2 workers at most 0.6x in-process"),
+    ):
+        value = ratio(case, arm)
+        if value is not None:
+            lines.append(f"| {text} | {value:.2f}x | {'yes' if value <= goal else 'no'} |")
+    ray_arms = [r for r in results if r.arm != "in-process"]
+    if ray_arms:
+        worst = max(ray_arms, key=lambda r: r.start_up)
+        met = worst.start_up < GOALS["start_up_seconds"]
+        lines.append(
+            f"| Ray start-up under 10 s | at most {worst.start_up:.1f} s ({worst.case}, {worst.arm}) "
+            f"| {'yes' if met else 'no'} |"
+        )
+    for case in CASES:
+        if (case, "ray, 2 workers") in by and (case, "in-process") in by:
+            extra = by[case, "ray, 2 workers"].total_mb - by[case, "in-process"].total_mb
+            met = extra <= GOALS["memory_over_in_process_mb"]
+            lines.append(
+                f"| {case}: 2 workers at most the in-process peak + 1 GB | +{extra:,.0f} MB (all of Ray's "
+                f"processes counted) | {'yes' if met else 'no'} |"
+            )
+    return lines
+
+
+def flower_lines(flower: FlowerResult, results: list[ArmResult]) -> list[str]:
+    """Flower's overhead over its plain loop beside edgefd's Ray overhead over in-process (overhead case)."""
+    by = {(r.case, r.arm): r for r in results}
+    lines = [
+        "| FD round, 1 worker | reference s / round | s / round | ratio | start-up s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    if ("overhead", "ray, 1 worker") in by and ("overhead", "in-process") in by:
+        ray, base = by["overhead", "ray, 1 worker"], by["overhead", "in-process"]
+        lines.append(
+            f"| edgefd, Ray vs in-process | {base.seconds_per_round:.3f} | {ray.seconds_per_round:.3f} "
+            f"| {ray.seconds_per_round / base.seconds_per_round:.2f}x | {ray.start_up:.1f} |"
+        )
+    if flower.ran:
+        lines.append(
+            f"| Flower {flower.version} simulation vs its plain loop | {flower.plain_seconds_per_round:.3f} "
+            f"| {flower.flower_seconds_per_round:.3f} | {flower.ratio:.2f}x | {flower.start_up:.1f} |"
+        )
+    else:
+        lines.append(f"| Flower: not run ({flower.why_not}) | - | - | - | - |")
+    return lines
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cases",
+        default=",".join(CASES),
+        metavar="LIST",
+        help="which cases: overhead (FD, digits, 100 clients), compute (the fedcache-demo setting, FD) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--arms",
+        default=",".join(ARMS),
+        metavar="LIST",
+        help="which arms, comma-separated: in-process (always run), ray-1 (1 worker), ray-2 (2 workers), "
+        "ray-2-nodes (2 nodes x 1 worker) (default: all)",
+    )
+    parser.add_argument(
+        "--overhead-clients", type=int, default=100, metavar="N", help="clients of the overhead case (default: 100)"
+    )
+    parser.add_argument(
+        "--overhead-rounds",
+        type=int,
+        default=5,
+        metavar="R",
+        help="timed rounds of the overhead case (and of Flower's); the median is reported (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--compute-rounds", type=int, default=1, metavar="R", help="timed rounds of the compute case (default: 1)"
+    )
+    parser.add_argument(
+        "--compute-samples",
+        type=int,
+        metavar="N",
+        help="at most N training samples per client in the compute case, for a quick look (default: all, "
+        "the recipe's 60,000 over 20 clients)",
+    )
+    parser.add_argument(
+        "--flower-python",
+        metavar="PYTHON",
+        help="an interpreter with flwr[simulation] and torch (e.g. a virtual environment's bin/python): the "
+        "overhead case's FD round then also runs through Flower's simulation engine (default: Flower not run)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+
+
+def _names(text: str, known: tuple[str, ...] | list[str], what: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        raise SystemExit(f"edgefd bench ray: unknown {what} {unknown or text!r}; choose from {', '.join(known)}")
+    return names
+
+
+def machine() -> str:
+    """This machine's CPUs and load: the figures are only comparable within one run on one machine."""
+    model = "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    return f"{os.cpu_count()} CPUs ({model}), load average {load} at the start"
+
+
+def run(args: argparse.Namespace) -> int:
+    cases = _names(args.cases, CASES, "case(s)")
+    arms = ["in-process", *(a for a in _names(args.arms, list(ARMS), "arm(s)") if a != "in-process")]
+    settings = {
+        "overhead_clients": args.overhead_clients,
+        "overhead_rounds": args.overhead_rounds,
+        "compute_rounds": args.compute_rounds,
+        "compute_samples": args.compute_samples,
+    }
+    where = machine()
+    print(where, flush=True)
+    results = []
+    for case in cases:
+        for arm in arms:
+            result = spawn_arm(case, arm, settings)
+            print(
+                f"{case} / {arm}: start-up {result.start_up:.1f} s, {result.seconds_per_round:.3f} s/round",
+                flush=True,
+            )
+            results.append(result)
+    flower = (
+        run_flower(args.flower_python, settings) if "overhead" in cases else FlowerResult(False, "no overhead case")
+    )
+    print()
+    print("\n".join(table(results)))
+    print()
+    print("\n".join(flower_lines(flower, results)))
+    print()
+    print("\n".join(goal_lines(results)))
+    if args.json:
+        record = {
+            "machine": where,
+            "arms": [asdict(r) for r in results],
+            "flower": asdict(flower),
+            "settings": settings,
+        }
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    request = json.loads(sys.argv[1])
+    print(json.dumps(asdict(run_arm(request["case"], request["arm"], request["settings"]))))

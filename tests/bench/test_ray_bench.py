@@ -1,0 +1,76 @@
+"""`edgefd bench ray` runs its arms and prints every row; its copies of the fedcache-demo setting and of
+edgefd's cnn2 (for Flower's interpreter) match the originals."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+import torch
+
+from edgefd import cli
+from edgefd.bench import flower_fd
+from edgefd.bench.ray_backend import ARMS, FEDCACHE_DEMO_FD, ArmResult, FlowerResult, flower_lines, goal_lines, table
+from edgefd.models import build_model
+from edgefd.reproduce import RECIPES
+from edgefd.runtime.config import SimulationConfig
+
+try:
+    import ray  # noqa: F401
+except ImportError:
+    if os.environ.get("CI"):  # .ci/run installs edgefd[ray]: there a missing Ray is a failure, not a skip
+        raise
+    ray = None
+
+
+@pytest.mark.skipif(ray is None, reason="ray is not installed (pip install 'edgefd[ray]')")
+def test_ray_benchmark_runs_in_process_and_one_worker(tmp_path, capsys):
+    out = tmp_path / "ray.json"
+    argv = ["bench", "ray", "--cases", "overhead", "--overhead-clients", "2", "--overhead-rounds", "1"]
+    argv += ["--arms", "ray-1", "--flower-python", str(tmp_path / "no-python"), "--json", str(out)]
+    assert cli.main(argv) == 0
+    record = json.loads(out.read_text())
+    in_process, one = record["arms"]
+    assert (in_process["arm"], one["arm"]) == ("in-process", "ray, 1 worker")
+    assert in_process["seconds_per_round"] > 0 and one["seconds_per_round"] > 0 and one["start_up"] > 0
+    assert one["nodes"] == 1 and len(one["worker_mb"]) == 1 and one["worker_mb"][0] > 0 and one["ray_other_mb"] > 0
+    assert not record["flower"]["ran"] and "does not run" in record["flower"]["why_not"]
+    printed = capsys.readouterr().out
+    assert "| overhead | ray, 1 worker | 1 |" in printed and "| Flower: not run (" in printed
+    assert "| overhead: 1 worker at most 1.25x in-process |" in printed
+
+
+def test_the_tables_have_a_row_for_every_arm_and_goal():
+    results = []
+    for case in ("overhead", "compute"):
+        for label, workers, nodes in ARMS.values():
+            results.append(ArmResult(case, label, 2, 1.0, 2.0 if workers is None else 4.0 / workers, 500.0))
+            if workers is not None:
+                results[-1] = replace(results[-1], worker_mb=[600.0] * workers, ray_other_mb=300.0, nodes=nodes or 1)
+    rows = table(results)
+    assert len(rows) == 2 + 8
+    assert "| compute | ray, 2 nodes x 1 worker | 2 | 1.0 | 2.000 | 1.00x | 500 | 600, 600 | 300 | 2,000 |" in rows
+    goals = "\n".join(goal_lines(results))
+    assert "| compute: 1 worker at most 1.10x in-process | 2.00x | no |" in goals
+    assert "| compute: 2 workers at most 0.6x in-process | 1.00x | no |" in goals
+    assert "| overhead: 2 workers at most the in-process peak + 1 GB | +1,500 MB" in goals
+    assert "| Ray start-up under 10 s | at most 1.0 s" in goals
+    flower = FlowerResult(True, version="1.42.0", plain_seconds_per_round=1.0, flower_seconds_per_round=1.3)
+    assert "| Flower 1.42.0 simulation vs its plain loop | 1.000 | 1.300 | 1.30x |" in "\n".join(
+        flower_lines(flower, results)
+    )
+
+
+def test_the_compute_case_is_the_fedcache_demo_recipe_with_its_fd_arm():
+    recipe = RECIPES["fedcache-demo"]
+    (fd,) = [arm for arm in recipe.arms if arm.algo == "fd"]
+    assert replace(recipe.base, algo="fd", params=fd.params) == SimulationConfig(**FEDCACHE_DEMO_FD)
+
+
+def test_flowers_model_is_edgefds_cnn2():
+    ours = build_model("cnn2", in_channels=1, num_classes=10, input_shape=(1, 8, 8))
+    theirs = flower_fd.small_cnn((1, 8, 8), 10)
+    assert [p.shape for p in ours.parameters()] == [p.shape for p in theirs.parameters()]
+    assert theirs(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
