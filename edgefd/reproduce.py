@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -992,6 +993,11 @@ def _print_best(label: str, seed: int, summary: dict[str, Any]) -> None:
     print(f"{label} seed {seed}: best {100 * summary['best_accuracy']:.2f}%", flush=True)
 
 
+def _print_ray_run(label: str, seed: int, summary: dict[str, Any], where: str) -> None:
+    _print_best(label, seed, summary)
+    print(f"{label} seed {seed}: ran on {where}", flush=True)
+
+
 def run_recipe(
     recipe: Recipe,
     out: Path,
@@ -1028,7 +1034,9 @@ def run_recipe(
         _print_best(label, seed, summary)
     if cluster is not None and left:
         names = {config.out_dir(): (label, seed) for label, seed, config in planned}
-        summaries |= run_on_ray(left, cluster, lambda done, summary: _print_best(*names[done.out_dir()], summary))
+        summaries |= run_on_ray(
+            left, cluster, lambda done, summary, where: _print_ray_run(*names[done.out_dir()], summary, where)
+        )
     results: dict[str, list[tuple[dict, list[dict]]]] = {}
     by_seed: dict[str, dict[int, tuple[dict, list[dict]]]] = {}
     for label, seed, config in planned:
@@ -1206,6 +1214,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --backend ray: the Ray cluster to join (auto, or HOST:PORT) instead of starting a local Ray; "
         "its CPUs decide how many runs go at once",
     )
+    parser.add_argument(
+        "--gpus-per-run",
+        type=float,
+        metavar="F",
+        help="with --backend ray: GPUs each run asks Ray for, a fraction to share one (0.25: four runs a GPU); "
+        "the run trains on the GPU Ray gives it (default: none, CPUs only)",
+    )
 
 
 def check_docs(page: Path) -> int:
@@ -1257,12 +1272,15 @@ def run(args: argparse.Namespace) -> int:
 def cluster_of(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
     """Where the runs go (None: in this process, one after another), or why the flags cannot say."""
     if args.backend != "ray":
-        if args.workers is not None or args.ray_address is not None:
-            return None, "--workers and --ray-address are for --backend ray"
+        if args.workers is not None or args.ray_address is not None or args.gpus_per_run is not None:
+            return None, "--workers, --ray-address and --gpus-per-run are for --backend ray"
         return None, None
     if args.workers is not None and args.workers < 1:
         return None, f"--workers must be >= 1, got {args.workers}"
-    return Cluster(workers=args.workers or Cluster.workers, address=args.ray_address), None
+    gpus = args.gpus_per_run or 0.0
+    if not (math.isfinite(gpus) and gpus >= 0) or (gpus > 1 and not gpus.is_integer()):
+        return None, f"--gpus-per-run must be a fraction of one GPU or a whole number of GPUs, got {args.gpus_per_run}"
+    return Cluster(workers=args.workers or Cluster.workers, address=args.ray_address, gpus_per_run=gpus), None
 
 
 def _run(args: argparse.Namespace, recipe: Recipe, cluster: Cluster | None) -> int:

@@ -1,7 +1,9 @@
 """`edgefd reproduce NAME --backend ray`: a recipe's runs as Ray tasks, on this machine or a cluster.
 
 Every (arm, seed) run that is not already finished is one task, all submitted at once. A task asks
-Ray for as many CPUs as the run has threads, so that two runs never share a core, and runs
+Ray for as many CPUs as the run has threads, so that two runs never share a core (and, with
+``gpus_per_run``, for that share of a GPU: Ray then shows the task only its GPU, which the run's
+``--device auto`` takes as cuda:0), and runs
 `edgefd simulate` on the run's config in a process of its own, as `run_isolated` does: torch and
 the kernels start from fresh thread settings, the peak memory is the run's own, and the run's
 clients stay in that process (only the runs are spread, never a run's clients).
@@ -9,7 +11,8 @@ clients stay in that process (only the runs are spread, never a run's clients).
 The task's node need not share the driver's disk: the run writes into a temporary folder there and
 the task returns every file of it, which the driver writes into the run's folder. That folder is
 then a sequential run's: its run.toml, metrics.jsonl, summary.json (naming the driver's folder as
-its ``out``), curves.png and models. The driver prints a line for each run as it arrives;
+its ``out``), curves.png and models. The driver prints two lines for each run as it arrives (its
+best accuracy, and the node and GPU it ran on);
 `edgefd.reproduce` builds the table from the folders in (arm, seed) order, whatever the order of
 arrival.
 """
@@ -32,8 +35,8 @@ from edgefd.runtime.process import edgefd_command
 RunFiles = dict[str, bytes]
 """A finished run's folder: every file's bytes, by its path in the folder ("models/client-0.pt")."""
 
-OnRun = Callable[[SimulationConfig, dict[str, Any]], None]
-"""Told of each run as the driver has written it: its config and its summary."""
+OnRun = Callable[[SimulationConfig, dict[str, Any], str], None]
+"""Told of each run as the driver has written it: its config, its summary and where it ran."""
 
 
 class NoRay(ValueError):
@@ -49,11 +52,17 @@ class Cluster:
     stopped at the end."""
     address: str | None = None
     """The Ray cluster to join instead (auto, or HOST:PORT): its CPUs decide how many runs go at once."""
+    gpus_per_run: float = 0.0
+    """GPUs each run's task asks Ray for; a fraction shares one GPU between runs (0.5: two runs)."""
 
 
-def run_task(config: SimulationConfig) -> RunFiles:
+def run_task(config: SimulationConfig) -> tuple[RunFiles, str]:
     """One run, in a new process on the task's node, in a temporary folder there: its files, as its
-    folder on the driver must hold them."""
+    folder on the driver must hold them, and where it ran (the node, and the GPUs Ray gave it)."""
+    import ray
+
+    gpus = ray.get_gpu_ids()
+    where = socket.gethostname() + (f", GPU {', '.join(map(str, gpus))}" if gpus else "")
     with tempfile.TemporaryDirectory(prefix="edgefd-run-") as tmp:
         folder = Path(tmp) / "run"
         toml = Path(tmp) / "run.toml"
@@ -71,7 +80,7 @@ def run_task(config: SimulationConfig) -> RunFiles:
     summary["config"]["out"] = config.out  # the driver's folder, as a sequential run's summary names it
     files[SUMMARY_FILE] = summary_text(summary).encode()
     files["run.toml"] = config_to_toml(config).encode()
-    return files
+    return files, where
 
 
 def write_run(folder: Path, files: RunFiles) -> None:
@@ -99,22 +108,25 @@ def run_on_ray(configs: Sequence[SimulationConfig], cluster: Cluster, on_run: On
     except ValueError as error:
         raise NoRay(str(error)) from None
     try:
-        check_room(ray, threads)
+        check_room(ray, threads, cluster.gpus_per_run)
         task = ray.remote(run_task)
-        pending = {task.options(num_cpus=config.threads).remote(config): config for config in configs}
+        pending = {
+            task.options(num_cpus=config.threads, num_gpus=cluster.gpus_per_run).remote(config): config
+            for config in configs
+        }
         summaries: dict[Path, dict[str, Any]] = {}
         failed: list[str] = []
         while pending:
             [ready], _ = ray.wait(list(pending), num_returns=1)
             config = pending.pop(ready)
             try:
-                files = ray.get(ready)
+                files, where = ray.get(ready)
             except ray.exceptions.RayError as error:
                 failed.append(f"{config.out_dir()}: {error}")
                 continue
             write_run(config.out_dir(), files)
             summaries[config.out_dir()] = json.loads(files[SUMMARY_FILE])
-            on_run(config, summaries[config.out_dir()])
+            on_run(config, summaries[config.out_dir()], where)
     finally:
         if started:
             ray.shutdown()
@@ -123,12 +135,19 @@ def run_on_ray(configs: Sequence[SimulationConfig], cluster: Cluster, on_run: On
     return summaries
 
 
-def check_room(ray: Any, threads: int) -> None:
-    """`NoRay` unless some node of the cluster has ``threads`` CPUs: Ray would keep a task that
-    fits on no node waiting for ever."""
-    most = max((node["Resources"].get("CPU", 0) for node in ray.nodes() if node["Alive"]), default=0)
+def check_room(ray: Any, threads: int, gpus: float = 0.0) -> None:
+    """`NoRay` unless some node of the cluster has ``threads`` CPUs and ``gpus`` GPUs: Ray would keep
+    a task that fits on no node waiting for ever."""
+    alive = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    most = max((resources.get("CPU", 0) for resources in alive), default=0)
     if most < threads:
         raise NoRay(
             f"--backend ray: a run needs {threads} CPUs (its threads) and no node of the Ray cluster has them "
             f"(the largest has {most:g}): run with fewer --threads"
+        )
+    if gpus > 0 and not any(r.get("CPU", 0) >= threads and r.get("GPU", 0) >= gpus for r in alive):
+        most_gpus = max((resources.get("GPU", 0) for resources in alive), default=0)
+        raise NoRay(
+            f"--gpus-per-run {gpus:g}: no node of the Ray cluster has {gpus:g} GPU(s) beside {threads} CPU(s) "
+            f"(the most GPUs on a node: {most_gpus:g})"
         )

@@ -127,18 +127,44 @@ def test_an_unreachable_ray_address_is_a_one_line_error(tmp_path):
 
 
 def test_the_ray_flags_need_the_ray_backend(capsys):
-    assert main(["reproduce", "fedict-watch", "--workers", "2"]) == 2
-    assert "--workers and --ray-address are for --backend ray" in capsys.readouterr().err
+    assert main(["reproduce", "fedict-watch", "--gpus-per-run", "0.5"]) == 2
+    assert "--workers, --ray-address and --gpus-per-run are for --backend ray" in capsys.readouterr().err
+    assert main(["reproduce", "fedict-watch", "--backend", "ray", "--gpus-per-run", "1.5"]) == 2
+    assert "--gpus-per-run must be a fraction of one GPU or a whole number of GPUs, got 1.5" in capsys.readouterr().err
 
 
-class TwoNodes:
-    """A cluster's `ray.nodes()`: one live node of 2 CPUs, one dead node of 8."""
+def test_each_run_gets_its_share_of_a_gpu(tmp_path, capsys):
+    """On a Ray with one declared GPU (this machine has none: Ray hands out the id, torch sees no CUDA
+    and the run's --device auto takes the CPU), two runs of half a GPU each are given GPU 0."""
+    recipe = replace(TINY, arms=TINY.arms[1:], base=replace(TINY.base, rounds=1))
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        run_recipe(recipe, tmp_path, (0, 1), cluster=Cluster(gpus_per_run=0.5))
+    finally:
+        ray.shutdown()
+    ran = [line for line in capsys.readouterr().out.splitlines() if ": ran on " in line]
+    assert sorted(line.split(": ran on ")[0] for line in ran) == ["FD seed 0", "FD seed 1"]
+    assert all(line.endswith(", GPU 0") for line in ran), ran
+
+
+class ThreeNodes:
+    """A cluster's `ray.nodes()`: a live node of 2 CPUs, a live node of 1 CPU and 1 GPU, a dead node of
+    8 CPUs and 4 GPUs."""
 
     def nodes(self):
-        return [{"Alive": True, "Resources": {"CPU": 2.0}}, {"Alive": False, "Resources": {"CPU": 8.0}}]
+        return [
+            {"Alive": True, "Resources": {"CPU": 2.0}},
+            {"Alive": True, "Resources": {"CPU": 1.0, "GPU": 1.0}},
+            {"Alive": False, "Resources": {"CPU": 8.0, "GPU": 4.0}},
+        ]
 
 
 def test_a_run_that_fits_on_no_live_node_is_refused_rather_than_left_waiting():
-    check_room(TwoNodes(), 2)
+    check_room(ThreeNodes(), 2)
     with pytest.raises(NoRay, match=r"a run needs 4 CPUs .*the largest has 2\)"):
-        check_room(TwoNodes(), 4)
+        check_room(ThreeNodes(), 4)
+    check_room(ThreeNodes(), 1, gpus=0.5)
+    with pytest.raises(NoRay, match=r"--gpus-per-run 2: no node .* has 2 GPU\(s\) beside 1 CPU\(s\) .*: 1\)"):
+        check_room(ThreeNodes(), 1, gpus=2)
+    with pytest.raises(NoRay, match=r"no node of the Ray cluster has 1 GPU\(s\) beside 2 CPU\(s\)"):
+        check_room(ThreeNodes(), 2, gpus=1)  # the GPU's node has 1 CPU

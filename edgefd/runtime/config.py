@@ -204,6 +204,10 @@ class SimulationConfig:
             raise ValueError(f"workers: must be >= 1, got {self.workers}")
         if not (math.isfinite(self.gpus_per_worker) and self.gpus_per_worker >= 0):
             raise ValueError(f"gpus_per_worker: must be >= 0, got {self.gpus_per_worker}")
+        if self.gpus_per_worker > 1 and not float(self.gpus_per_worker).is_integer():  # Ray's rule for GPUs
+            raise ValueError(
+                f"gpus_per_worker: a fraction of one GPU or a whole number of GPUs, got {self.gpus_per_worker}"
+            )
         if self.gpus_per_worker > 0 and self.device == "cpu":
             raise ValueError("gpus_per_worker: the actors would hold GPUs and train on the CPU (--device cpu)")
         if self.attack != "none" and not 0 < self.attackers <= self.clients:

@@ -62,3 +62,18 @@ def test_where_a_run_executes_is_left_out_of_its_toml_at_the_defaults_and_round_
 def test_an_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="backend"):
         SimulationConfig(backend="dask").validate()
+
+
+@pytest.mark.parametrize(
+    "gpus, refusal",
+    [
+        (-0.5, "must be >= 0, got -0.5"),
+        (1.5, "a fraction of one GPU or a whole number of GPUs, got 1.5"),
+        (float("nan"), "must be >= 0"),
+    ],
+)
+def test_a_gpu_share_ray_cannot_give_is_refused(gpus, refusal):
+    SimulationConfig(backend="ray", gpus_per_worker=0.25).validate()
+    SimulationConfig(backend="ray", gpus_per_worker=2).validate()
+    with pytest.raises(ValueError, match=refusal):
+        SimulationConfig(backend="ray", gpus_per_worker=gpus).validate()
