@@ -11,12 +11,15 @@ they ran). The cases:
   clients, ResNet-8/16/20, batch 8, one thread) with its FD arm, whose clients train in parallel
   (the FedCache arm's per-batch exchange calls its clients one at a time: docs/RAY.md).
 
-Every arm runs in a process of its own, so that its memory is its own. Two figures: the peak of the
-memory the arm's processes hold together (the driver and all its descendants: Ray's GCS, raylets,
-agents, the actors), sampled every half second as the sum of their proportional set sizes (PSS:
-a page shared by k processes, such as torch's libraries, counts 1/k in each, so it counts once);
-and each process's own peak resident set (the driver's and each actor's ``ru_maxrss``, the others'
-``VmHWM``), whose sum counts every shared page once per process and is an upper bound.
+Every arm runs in a process of its own, so that its memory is its own. Two figures: each process's
+own peak resident set (the driver's and each actor's ``ru_maxrss``, the others' ``VmHWM``), whose
+sum counts every shared page once per process and is an upper bound; and, for the arms the memory
+goal compares (in-process and 2 workers), the peak of the memory the arm's processes hold together
+(the driver and all its descendants: Ray's GCS, raylets, agents, the actors), sampled every half
+second as the sum of their proportional set sizes (PSS: a page shared by k processes, such as
+torch's libraries, counts 1/k in each, so it counts once). Reading the PSS of a dozen processes
+costs about a sixth of a second of CPU, so it is sampled in a second run of the arm, whose times
+are not used.
 Start-up is building the run (for Ray: joining or starting Ray and every actor building its
 clients, until all are ready); round 0 (the hellos and the first evaluation) is not timed; a round
 is the median of rounds 1..R (train, aggregate, evaluate). Ratios are against the in-process arm of
@@ -106,7 +109,8 @@ class ArmResult:
     cluster_up: float = 0.0
     """For the 2-node arm: seconds to start the cluster (before the run, as `ray start` would be)."""
     memory_mb: float = 0.0
-    """The peak of the summed PSS of the arm's processes (the driver and its descendants), sampled."""
+    """The peak of the summed PSS of the arm's processes (the driver and its descendants), sampled in
+    a run of its own; 0 for an arm not in `MEMORY_ARMS`."""
 
     @property
     def total_mb(self) -> float:
@@ -253,18 +257,23 @@ def run_arm(case: str, arm: str, settings: dict[str, Any]) -> ArmResult:
 
 
 SAMPLE_SECONDS = 0.5
-"""How often `spawn_arm` sums the PSS of an arm's processes."""
+"""How often `spawn_arm` sums the PSS of an arm's processes, when it samples them."""
+
+MEMORY_ARMS = ("in-process", "ray-2")
+"""The arms whose peak PSS is measured (in a run of their own): those the memory goal compares."""
 
 
-def spawn_arm(case: str, arm: str, settings: dict[str, Any]) -> ArmResult:
-    """`run_arm` in a new process (this module's ``__main__``); its result is its last line. While it
-    runs, the peak of the summed PSS of it and its descendants is sampled from here."""
+def spawn_arm(case: str, arm: str, settings: dict[str, Any], sample: bool = False) -> ArmResult:
+    """`run_arm` in a new process (this module's ``__main__``); its result is its last line. With
+    ``sample``, the peak of the summed PSS of it and its descendants is sampled from here while it
+    runs (which takes CPU from it: its times are then not the arm's)."""
     spec = json.dumps({"case": case, "arm": arm, "settings": settings})
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen([sys.executable, "-m", "edgefd.bench.ray_backend", spec], stdout=out, stderr=err)
         peak = 0.0
         while child.poll() is None:
-            peak = max(peak, sum(pss_mb_of(pid) for pid in [child.pid, *descendants(child.pid)]))
+            if sample:
+                peak = max(peak, sum(pss_mb_of(pid) for pid in [child.pid, *descendants(child.pid)]))
             time.sleep(SAMPLE_SECONDS)
         out.seek(0)
         err.seek(0)
@@ -374,7 +383,8 @@ def table(results: list[ArmResult]) -> list[str]:
         workers = ", ".join(f"{mb:,.0f}" for mb in r.worker_mb) or "-"
         lines.append(
             f"| {r.case} | {r.arm} | {r.nodes or '-'} | {r.start_up:.1f} | {r.seconds_per_round:.3f} | {ratio:.2f}x "
-            f"| {r.driver_mb:,.0f} | {workers} | {r.ray_other_mb:,.0f} | {r.total_mb:,.0f} | {r.memory_mb:,.0f} |"
+            f"| {r.driver_mb:,.0f} | {workers} | {r.ray_other_mb:,.0f} | {r.total_mb:,.0f} "
+            f"| {f'{r.memory_mb:,.0f}' if r.memory_mb else '-'} |"
         )
     return lines
 
@@ -524,6 +534,9 @@ def run(args: argparse.Namespace) -> int:
                 f"{case} / {arm}: start-up {result.start_up:.1f} s, {result.seconds_per_round:.3f} s/round",
                 flush=True,
             )
+            if arm in MEMORY_ARMS:
+                result = replace(result, memory_mb=spawn_arm(case, arm, settings, sample=True).memory_mb)
+                print(f"{case} / {arm}: peak PSS {result.memory_mb:,.0f} MB (a second run, sampled)", flush=True)
             results.append(result)
     flower = (
         run_flower(args.flower_python, settings) if "overhead" in cases else FlowerResult(False, "no overhead case")

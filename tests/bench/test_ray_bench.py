@@ -26,24 +26,24 @@ except ImportError:
 
 
 @pytest.mark.skipif(ray is None, reason="ray is not installed (pip install 'edgefd[ray]')")
-def test_ray_benchmark_runs_in_process_and_one_worker(tmp_path, capsys):
+def test_ray_benchmark_runs_in_process_and_two_workers(tmp_path, capsys):
     out = tmp_path / "ray.json"
     argv = ["bench", "ray", "--cases", "overhead", "--overhead-clients", "2", "--overhead-rounds", "1"]
-    argv += ["--arms", "ray-1", "--flower-python", str(tmp_path / "no-python"), "--json", str(out)]
+    argv += ["--arms", "ray-2", "--flower-python", str(tmp_path / "no-python"), "--json", str(out)]
     assert cli.main(argv) == 0
     record = json.loads(out.read_text())
-    in_process, one = record["arms"]
-    assert (in_process["arm"], one["arm"]) == ("in-process", "ray, 1 worker")
-    assert in_process["seconds_per_round"] > 0 and one["seconds_per_round"] > 0 and one["start_up"] > 0
-    assert one["nodes"] == 1 and len(one["worker_mb"]) == 1 and one["worker_mb"][0] > 0 and one["ray_other_mb"] > 0
-    # the sampled peak PSS counts the actor and Ray's processes: more than the in-process arm's, and
+    in_process, two = record["arms"]
+    assert (in_process["arm"], two["arm"]) == ("in-process", "ray, 2 workers")
+    assert in_process["seconds_per_round"] > 0 and two["seconds_per_round"] > 0 and two["start_up"] > 0
+    assert two["nodes"] == 1 and len(two["worker_mb"]) == 2 and min(two["worker_mb"]) > 0 and two["ray_other_mb"] > 0
+    # the sampled peak PSS counts the actors and Ray's processes: more than the in-process arm's, and
     # at most the sum of every process's peak resident set, which counts shared pages once per process
-    sum_of_peaks = one["driver_mb"] + one["worker_mb"][0] + one["ray_other_mb"]
-    assert 0 < in_process["memory_mb"] < one["memory_mb"] <= sum_of_peaks
+    sum_of_peaks = two["driver_mb"] + sum(two["worker_mb"]) + two["ray_other_mb"]
+    assert 0 < in_process["memory_mb"] < two["memory_mb"] <= sum_of_peaks
     assert not record["flower"]["ran"] and "does not run" in record["flower"]["why_not"]
     printed = capsys.readouterr().out
-    assert "| overhead | ray, 1 worker | 1 |" in printed and "| Flower: not run (" in printed
-    assert "| overhead: 1 worker at most 1.25x in-process |" in printed
+    assert "| overhead | ray, 2 workers | 1 |" in printed and "| Flower: not run (" in printed
+    assert "| overhead: 2 workers at most the in-process peak + 1 GB |" in printed
 
 
 def test_the_tables_have_a_row_for_every_arm_and_goal():
@@ -53,13 +53,15 @@ def test_the_tables_have_a_row_for_every_arm_and_goal():
             results.append(ArmResult(case, label, 2, 1.0, 2.0 if workers is None else 4.0 / workers, 500.0))
             results[-1] = replace(results[-1], memory_mb=400.0)
             if workers is not None:
+                memory = 1500.0 if (workers, nodes) == (2, 0) else 0.0  # measured for MEMORY_ARMS only
                 results[-1] = replace(
-                    results[-1], worker_mb=[600.0] * workers, ray_other_mb=300.0, nodes=nodes or 1, memory_mb=1500.0
+                    results[-1], worker_mb=[600.0] * workers, ray_other_mb=300.0, nodes=nodes or 1, memory_mb=memory
                 )
     rows = table(results)
     assert len(rows) == 2 + 8
-    row = "| compute | ray, 2 nodes x 1 worker | 2 | 1.0 | 2.000 | 1.00x | 500 | 600, 600 | 300 | 2,000 | 1,500 |"
+    row = "| compute | ray, 2 nodes x 1 worker | 2 | 1.0 | 2.000 | 1.00x | 500 | 600, 600 | 300 | 2,000 | - |"
     assert row in rows
+    assert "| overhead | ray, 2 workers | 1 | 1.0 | 2.000 | 1.00x | 500 | 600, 600 | 300 | 2,000 | 1,500 |" in rows
     goals = "\n".join(goal_lines(results))
     assert "| compute: 1 worker at most 1.10x in-process | 2.00x | no |" in goals
     assert "| compute: 2 workers at most 0.6x in-process | 1.00x | no |" in goals
