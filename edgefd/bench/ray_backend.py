@@ -271,10 +271,10 @@ def spawn_arm(case: str, arm: str, settings: dict[str, Any], sample: bool = Fals
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen([sys.executable, "-m", "edgefd.bench.ray_backend", spec], stdout=out, stderr=err)
         peak = 0.0
-        while child.poll() is None:
-            if sample:
-                peak = max(peak, sum(pss_mb_of(pid) for pid in [child.pid, *descendants(child.pid)]))
+        while sample and child.poll() is None:
+            peak = max(peak, sum(pss_mb_of(pid) for pid in [child.pid, *descendants(child.pid)]))
             time.sleep(SAMPLE_SECONDS)
+        child.wait()
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
