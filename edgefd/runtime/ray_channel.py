@@ -16,7 +16,8 @@ work in a thread that stops at each request, and the driver answers it (`ClientH
 `ClientHost.resume`). Either way the results are those of `InProcessChannel`, bit for bit.
 
 Faults: at the end of every round each actor writes the state of the clients that worked in it
-(the project's safe checkpoint format, `edgefd.runtime.checkpoint`) to a folder on its node. A
+(the project's safe checkpoint format, `edgefd.runtime.checkpoint`) to a folder on its node, in
+one file for all of them (`SavedStates`: a hundred small files a round cost more than the round). A
 worker process that dies takes its clients' answers of the round with it: they miss the round, as
 stragglers do; Ray restarts the actor (up to `RESTARTS` times, on the same node while it lives),
 which restores its clients from those files, and the round's record says so (`RoundRecord.faults`).
@@ -39,9 +40,10 @@ import threading
 import time
 import traceback
 import uuid
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from edgefd.data.dataset import DatasetNotFoundError
 from edgefd.protocol import decode_message, encode_message
@@ -91,14 +93,86 @@ def host_indices(clients: int, workers: int) -> list[list[int]]:
     return [list(range(actor, clients, workers)) for actor in range(min(workers, clients))]
 
 
+class SavedStates:
+    """The saved states of one actor's clients, on its node: a file a round, a zip archive of the
+    checkpoints of the clients that worked in it (``NAME-round-R.zip``, one member a client,
+    each member `checkpoint.write`'s format). A client's state is in the newest file that holds
+    it; a file that holds no client's newest state is deleted. Files are written whole or not at
+    all (`checkpoint.atomic_write`), and not synced to disk: they guard against a process that
+    dies, not a machine that loses power."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.folder = folder
+        self.name = name
+        self.where: dict[str, Path] = {}
+        """The file that holds each client's newest saved state."""
+        for path in sorted(folder.glob(f"{name}-round-*.zip"), reverse=True):  # newest first
+            try:
+                with zipfile.ZipFile(path) as bundle:
+                    members = bundle.namelist()
+            except (zipfile.BadZipFile, OSError) as error:
+                log.warning("%s: unreadable, its states are not used (%s)", path, error)
+                continue
+            for cid in members:
+                self.where.setdefault(cid, path)
+        for left in folder.glob(f".{name}-round-*.tmp"):  # a save the process died in
+            left.unlink(missing_ok=True)
+        self.forget_old()
+
+    def save(self, round: int, roles: dict[str, Any]) -> None:
+        """The states of ``roles`` (by client id) as they are at the end of ``round``."""
+        if not roles:
+            return
+        path = self.folder / f"{self.name}-round-{round:06d}.zip"
+
+        def write(handle: BinaryIO) -> None:
+            with zipfile.ZipFile(handle, "w", zipfile.ZIP_STORED) as bundle:
+                for cid, role in roles.items():
+                    with bundle.open(cid, "w", force_zip64=True) as member:
+                        checkpoint.write(member, {"round": round, "role": role}, {"data": role.context.data})
+
+        checkpoint.atomic_write(path, write, durable=False)
+        self.where.update(dict.fromkeys(roles, path))
+        self.forget_old()
+
+    def load(self, cid: str, references: dict[str, Any]) -> checkpoint.Checkpoint:
+        """Client ``cid``'s newest saved state (a `checkpoint.CheckpointError` if it cannot be read)."""
+        path = self.where[cid]
+        try:
+            with zipfile.ZipFile(path) as bundle:
+                data = bundle.read(cid)
+        except (zipfile.BadZipFile, KeyError, OSError) as error:
+            raise checkpoint.CheckpointError(f"{path}: {cid}: {error}") from None
+        return checkpoint.Checkpoint(data, references, f"{path.name}:{cid}")
+
+    def forget_old(self) -> None:
+        """Deletes this actor's files that hold no client's newest state."""
+        newest = set(self.where.values())
+        for path in self.folder.glob(f"{self.name}-round-*.zip"):
+            if path not in newest:
+                path.unlink(missing_ok=True)
+
+    def clear(self) -> None:
+        """Deletes all of this actor's files, and the folder once no actor has any there."""
+        for path in self.folder.glob(f"{self.name}-round-*.zip"):
+            path.unlink(missing_ok=True)
+        self.where.clear()
+        try:
+            self.folder.rmdir()
+        except OSError:  # another actor's files are still there (it deletes the folder), or it did already
+            pass
+
+
 class ClientHost:
     """One actor's clients: built here from the config, kept between rounds, answering encoded
     messages, and saved at each round's end into ``state_dir`` (on this actor's node), from where
     the actor restores them when Ray restarts it."""
 
-    def __init__(self, config: SimulationConfig, indices: list[int], make_apps: MakeApps, state_dir: str) -> None:
+    def __init__(
+        self, config: SimulationConfig, indices: list[int], make_apps: MakeApps, state_dir: str, name: str = "actor"
+    ) -> None:
         self.threads = config.threads
-        self.state_dir = Path(state_dir)
+        self.saved = SavedStates(Path(state_dir), name)
         self.session: tuple[queue.Queue[Event], queue.Queue[bytes]] | None = None
         self.dirty: set[str] = set()
         """Clients that worked since their state was last saved."""
@@ -122,18 +196,14 @@ class ClientHost:
         for index, cid in zip(indices, list(self.apps)):
             self.restored[cid] = self.restore(cid, index)
 
-    def state_path(self, cid: str) -> Path:
-        return self.state_dir / f"{cid}.npz"
-
     def restore(self, cid: str, index: int) -> str:
         """Client ``cid`` (the run's client ``index``) as it was saved on this node, if it was;
         what became of it, in words."""
-        path = self.state_path(cid)
-        if not path.exists():
+        if cid not in self.saved.where:
             return f"started afresh (no state of it saved on {node_name()})"
         role = self.apps[cid].role
         try:
-            saved = checkpoint.load(path, {"data": role.context.data})
+            saved = self.saved.load(cid, {"data": role.context.data})
             saved.restore("role", role)
         except checkpoint.CheckpointError as error:  # never half-restored: rebuilt, as a device does
             self.apps[cid] = self.rebuild(index)[cid]
@@ -141,11 +211,8 @@ class ClientHost:
         return f"restored from its state after round {saved.value('round')}"
 
     def save(self, round: int) -> None:
-        """The state of every client that worked since the last save, as it is at the end of ``round``.
-        Not synced to disk: this guards against a process that dies, not a machine that loses power."""
-        for cid in sorted(self.dirty):
-            role = self.apps[cid].role
-            checkpoint.save(self.state_path(cid), {"round": round, "role": role}, {"data": role.context.data}, False)
+        """The state of every client that worked since the last save, as it is at the end of ``round``."""
+        self.saved.save(round, {cid: self.apps[cid].role for cid in sorted(self.dirty)})
         self.dirty.clear()
 
     def restarted(self) -> dict[str, str]:
@@ -165,10 +232,7 @@ class ClientHost:
 
     def clear(self) -> None:
         """Deletes this actor's saved states (the run is over)."""
-        for cid in self.apps:
-            self.state_path(cid).unlink(missing_ok=True)
-        if self.state_dir.is_dir() and not any(self.state_dir.iterdir()):
-            self.state_dir.rmdir()
+        self.saved.clear()
 
     def ready(self) -> list[str] | str:
         """This actor's client ids once they are built, or why they cannot be."""
@@ -263,8 +327,8 @@ class RayChannel:
                 max_task_retries=0,  # a call that dies with its actor is not run again: its clients miss the round
                 scheduling_strategy=node_affinity(node),
             )
-            .remote(config, indices, make_apps, state_dir)
-            for node, indices in zip(nodes, groups)
+            .remote(config, indices, make_apps, state_dir, f"actor-{n}")
+            for n, (node, indices) in enumerate(zip(nodes, groups))
         ]
         self.groups = {n: [client_ids[i] for i in indices] for n, indices in enumerate(groups)}
         self.host = {cid: n for n, cids in self.groups.items() for cid in cids}

@@ -112,10 +112,12 @@ class _RunsCode:
         return os.system, (f"touch {self.marker}",)
 
 
-def crafted(tmp_path, tree: dict) -> Path:
+def crafted(tmp_path, tree: dict, arrays: list | None = None, body: bytes = b"") -> Path:
+    """A file laid out as a checkpoint, with whatever header entries and bytes a test chooses."""
+    header = json.dumps({"format": checkpoint.FORMAT, "arrays": arrays or [], "state": tree}).encode()
+    head = checkpoint.MAGIC + len(header).to_bytes(8, "little") + header
     path = tmp_path / "crafted.ckpt"
-    with open(path, "wb") as handle:
-        np.savez(handle, __json__=np.array(json.dumps({"format": checkpoint.FORMAT, "state": tree})))
+    path.write_bytes(head + bytes(-len(head) % checkpoint.ALIGN) + body)
     return path
 
 
@@ -125,13 +127,11 @@ def test_a_crafted_checkpoint_cannot_run_code(tmp_path):
     (tmp_path / "evil.ckpt").write_bytes(pickle.dumps({"role": _RunsCode(marker)}))
     with pytest.raises(checkpoint.CheckpointError):
         checkpoint.load(tmp_path / "evil.ckpt", {})
-    # 2. the same pickle hidden as an array of objects inside the archive: np.load refuses pickles
-    evil = np.empty(1, dtype=object)
-    evil[0] = _RunsCode(marker)
-    with open(tmp_path / "evil.npz", "wb") as handle:
-        np.savez(handle, __json__=np.array(json.dumps({"format": checkpoint.FORMAT, "state": {}})), a0=evil)
-    with pytest.raises(checkpoint.CheckpointError):
-        checkpoint.load(tmp_path / "evil.npz", {})
+    # 2. the same pickle's bytes declared as an array of Python objects: such a dtype is never read
+    evil = pickle.dumps(_RunsCode(marker))
+    path = crafted(tmp_path, {"x": {"$": "array", "n": 0, "i": 0}}, [["|O", [1], 0, 8]], evil)
+    with pytest.raises(checkpoint.CheckpointError, match="holds Python objects"):
+        checkpoint.load(path, {})
     # 3. a tree naming callables: only edgefd classes are made, with __new__ and nothing else
     names = ("os:system", "builtins:eval", "edgefd.deploy.broker:start_broker", "subprocess:Popen", "edgefd.cli:main")
     names += ("edgefd.never_imported_module:Thing",)  # importing a module runs it: never done
@@ -147,6 +147,57 @@ def test_a_crafted_checkpoint_cannot_run_code(tmp_path):
     ).value("x")
     assert type(made).__name__ == "RunningBroker" and vars(made) == {}  # no __init__: nothing started
     assert not marker.exists()
+
+
+def test_an_npz_checkpoint_of_an_older_edgefd_is_refused_by_name(tmp_path):
+    with open(tmp_path / "old.ckpt", "wb") as handle:
+        np.savez(handle, __json__=np.array(json.dumps({"format": "edgefd-checkpoint/3", "state": {}})))
+    with pytest.raises(checkpoint.CheckpointError, match="older edgefd .an .npz archive.*without --resume"):
+        checkpoint.load(tmp_path / "old.ckpt", {})
+
+
+@pytest.mark.parametrize(
+    "place, why",
+    [
+        (["<f4", [4], 0, 16], "past the file's end"),  # the body holds 8 bytes
+        (["<f4", [-1], 0, 0], "malformed"),
+        (["<f4", [True], 0, 4], "malformed"),
+        (["<f4", [2], 0, 12], "malformed"),  # a size that is not the shape's
+        (["<f4", [2], -8, 8], "malformed"),
+        (["not a dtype", [2], 0, 8], "malformed"),
+        (["<f4", 2, 0, 8], "malformed"),
+    ],
+)
+def test_a_malformed_array_entry_is_a_clear_error(tmp_path, place, why):
+    path = crafted(tmp_path, {"x": {"$": "array", "n": 0, "i": 0}}, [place], bytes(8))
+    with pytest.raises(checkpoint.CheckpointError, match=why):
+        checkpoint.load(path, {}).value("x")
+
+
+def test_a_file_cut_short_is_a_clear_error(tmp_path):
+    checkpoint.save(tmp_path / "c.ckpt", {"x": np.arange(100, dtype=np.float64)}, {})
+    whole = (tmp_path / "c.ckpt").read_bytes()
+    for cut in (10, 30, len(whole) - 8):
+        (tmp_path / "cut.ckpt").write_bytes(whole[:cut])
+        with pytest.raises(checkpoint.CheckpointError, match="not an edgefd checkpoint|cut short"):
+            checkpoint.load(tmp_path / "cut.ckpt", {}).value("x")
+
+
+def test_arrays_keep_their_shape_dtype_and_values(tmp_path):
+    parts = {
+        "scalar": np.float32(2.5),
+        "empty": np.zeros((0, 3), np.int64),
+        "bools": np.array([[True, False]]),
+        "strided": np.arange(12, dtype=np.int16).reshape(3, 4)[:, ::2],
+        "half": np.linspace(0, 1, 5, dtype=np.float16),
+    }
+    checkpoint.save(tmp_path / "c.ckpt", parts, {})
+    back = checkpoint.load(tmp_path / "c.ckpt", {})
+    for key, value in parts.items():
+        got = back.value(key)
+        assert np.asarray(got).shape == np.asarray(value).shape and np.asarray(got).dtype == np.asarray(value).dtype
+        assert np.array_equal(got, value), key
+    assert np.isscalar(back.value("scalar"))
 
 
 def test_saving_writes_the_arrays_in_pieces_never_a_whole_copy(tmp_path):

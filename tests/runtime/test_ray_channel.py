@@ -22,7 +22,7 @@ from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.build import client_ids_of
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.ray_channel import ClientHost, RayChannel, host_indices
+from edgefd.runtime.ray_channel import ClientHost, RayChannel, SavedStates, host_indices
 from edgefd.simulate import run
 
 try:
@@ -155,6 +155,34 @@ def test_a_message_that_does_not_encode_misses_the_round(serve, tmp_path):
     assert host.resume(encode_message(Message("train", SERVER, "client-0", 1))) == ("missed", "NaN in the logits")
 
 
+def test_saved_states_keep_each_clients_newest_state_in_one_file_a_round(tmp_path):
+    from edgefd.runtime.build import client_apps
+
+    roles = {cid: app.role for cid, app in client_apps(SimulationConfig(algo="fd", **SMALL), [0, 1, 2]).items()}
+
+    def files():
+        return sorted(path.name for path in tmp_path.iterdir())
+
+    saved = SavedStates(tmp_path, "actor-0")
+    saved.save(1, roles)
+    saved.save(2, {cid: roles[cid] for cid in ("client-0", "client-1")})  # client-2 sat round 2 out
+    assert files() == ["actor-0-round-000001.zip", "actor-0-round-000002.zip"]  # round 1's holds client-2's
+    saved.save(3, {"client-2": roles["client-2"]})
+    assert files() == ["actor-0-round-000002.zip", "actor-0-round-000003.zip"]
+    SavedStates(tmp_path, "actor-1").save(3, {"client-1": roles["client-1"]})  # another actor on the node
+    (tmp_path / ".actor-0-round-000004.zip.99.tmp").write_bytes(b"half")  # a save its process died in
+
+    restarted = SavedStates(tmp_path, "actor-0")
+    assert restarted.where == saved.where
+    rounds = {cid: restarted.load(cid, {"data": role.context.data}).value("round") for cid, role in roles.items()}
+    assert rounds == {"client-0": 2, "client-1": 2, "client-2": 3}
+    assert ".actor-0-round-000004.zip.99.tmp" not in files()
+    restarted.clear()
+    assert files() == ["actor-1-round-000003.zip"]  # the other actor's are its own to delete
+    SavedStates(tmp_path, "actor-1").clear()
+    assert not tmp_path.exists()
+
+
 # ------------------------------------------------------------------ nodes, GPUs, faults
 
 
@@ -274,16 +302,19 @@ def test_actors_restarted_between_rounds_go_on_as_if_never_stopped(tmp_path, mon
 
     def finish_then_kill(channel, record):
         record = finish(channel, record)
+        killed = [where["pid"] for where in placements(channel)]
         for actor in channel.actors:
             ray.kill(actor, no_restart=False)
         deadline = time.monotonic() + 120
-        for actor in channel.actors:
-            while True:  # calls fail until Ray has noticed the death and restarted the actor
+        for actor, pid in zip(channel.actors, killed):
+            while True:  # calls fail, or reach the dying process, until Ray has restarted the actor
                 try:
-                    ray.get(actor.restarted.remote())
-                    break
+                    if ray.get(actor.placement.remote())["pid"] != pid:
+                        break
                 except ray.exceptions.RayActorError:
-                    assert time.monotonic() < deadline, "an actor was not restarted within 120 s"
+                    pass
+                assert time.monotonic() < deadline, "an actor was not restarted within 120 s"
+                time.sleep(0.1)
         return record
 
     monkeypatch.setattr(RayChannel, "finish", finish_then_kill)
