@@ -14,12 +14,15 @@ they ran). The cases:
 Every arm runs in a process of its own, so that its memory is its own. Two figures: each process's
 own peak resident set (the driver's and each actor's ``ru_maxrss``, the others' ``VmHWM``), whose
 sum counts every shared page once per process and is an upper bound; and, for the arms the memory
-goal compares (in-process and 2 workers), the peak of the memory the arm's processes hold together
-(the driver and all its descendants: Ray's GCS, raylets, agents, the actors), sampled every half
-second as the sum of their proportional set sizes (PSS: a page shared by k processes, such as
-torch's libraries, counts 1/k in each, so it counts once). Reading the PSS of a dozen processes
-costs about a sixth of a second of CPU, so it is sampled in a second run of the arm, whose times
-are not used.
+goal compares (in-process and 2 workers), the peak of the memory the arm's processes (the driver
+and all its descendants: Ray's GCS, raylets, agents, the actors) hold together: their distinct
+resident pages, each physical page counted once however many processes map it (torch's libraries
+are mapped by the driver and every actor), read from /proc/PID/pagemap. A page the arm shares with
+a process outside it counts whole, so the figure does not move with what else runs on the machine,
+as a sum of proportional set sizes (PSS) does. Reading the pages of a dozen processes takes most
+of a second of CPU, so they are sampled in a second run of the arm, whose times are not used.
+Reading where pages lie needs root; elsewhere the figure is the sum of the processes' PSS, and the
+table says which it is.
 Start-up is building the run (for Ray: joining or starting Ray and every actor building its
 clients, until all are ready); round 0 (the hellos and the first evaluation) is not timed; a round
 is the median of rounds 1..R (train, aggregate, evaluate). Ratios are against the in-process arm of
@@ -45,6 +48,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from edgefd.runtime.config import SimulationConfig
@@ -88,7 +93,7 @@ GOALS = {
 }
 """The goals the Ray backend is held to: a round with 1 worker at most 1.10x (compute) and 1.25x (overhead) the
 in-process round, with 2 workers on 2 cores at most 0.6x (compute); a Ray start-up under 10 s; with
-2 workers at most the in-process peak + 1 GB of memory (the peak PSS of every process of the arm)."""
+2 workers at most the in-process peak + 1 GB of memory (the peak of what every process of the arm holds)."""
 
 
 @dataclass
@@ -109,8 +114,10 @@ class ArmResult:
     cluster_up: float = 0.0
     """For the 2-node arm: seconds to start the cluster (before the run, as `ray start` would be)."""
     memory_mb: float = 0.0
-    """The peak of the summed PSS of the arm's processes (the driver and its descendants), sampled in
-    a run of its own; 0 for an arm not in `MEMORY_ARMS`."""
+    """The peak of the memory the arm's processes (the driver and its descendants) hold together,
+    sampled in a run of its own (`memory_of`); 0 for an arm not in `MEMORY_ARMS`."""
+    memory_measure: str = ""
+    """How `memory_mb` was counted: `RESIDENT_PAGES`, or `PSS` where pages cannot be read."""
 
     @property
     def total_mb(self) -> float:
@@ -160,6 +167,45 @@ def pss_mb_of(pid: int) -> float:
     except (OSError, ValueError):
         pass
     return 0.0
+
+
+RESIDENT_PAGES = "resident pages"
+PSS = "PSS"
+PAGE = 4096
+_PRESENT = np.uint64(1 << 63)
+_FRAME = np.uint64((1 << 55) - 1)
+_READ = 1 << 23
+"""Bytes of /proc/PID/pagemap read at a time (a mapping of GBs, as Ray's object store, is read in pieces)."""
+
+
+def frames_of(pid: int) -> np.ndarray | None:
+    """The physical frame numbers of ``pid``'s resident pages (empty if it is gone), or None when
+    the kernel hides them (frames read as 0 without root)."""
+    frames, hidden = [], False
+    try:
+        with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                if line.endswith("[vsyscall]"):
+                    continue
+                first, last = (int(bound, 16) // PAGE for bound in line.split()[0].split("-"))
+                for start in range(first, last, _READ // 8):
+                    pagemap.seek(start * 8)
+                    entries = np.frombuffer(pagemap.read(min(last - start, _READ // 8) * 8), dtype=np.uint64)
+                    present = entries[(entries & _PRESENT) != 0] & _FRAME
+                    hidden = hidden or bool(present.size and not present.any())
+                    frames.append(present)
+    except OSError:
+        return np.zeros(0, dtype=np.uint64)
+    return None if hidden else np.concatenate(frames) if frames else np.zeros(0, dtype=np.uint64)
+
+
+def memory_of(pids: list[int]) -> tuple[float, str]:
+    """MB that ``pids`` hold together: their distinct resident pages, each physical page once
+    (`RESIDENT_PAGES`); where the pages cannot be read, the sum of their PSS (`PSS`)."""
+    frames = [frames_of(pid) for pid in pids]
+    if any(f is None for f in frames):
+        return sum(pss_mb_of(pid) for pid in pids), PSS
+    return len(np.unique(np.concatenate([f for f in frames if f is not None]))) * PAGE / 2**20, RESIDENT_PAGES
 
 
 def descendants(pid: int) -> list[int]:
@@ -256,23 +302,24 @@ def run_arm(case: str, arm: str, settings: dict[str, Any]) -> ArmResult:
     return result
 
 
-SAMPLE_SECONDS = 0.5
-"""How often `spawn_arm` sums the PSS of an arm's processes, when it samples them."""
+SAMPLE_SECONDS = 0.1
+"""The pause between two samples of an arm's memory (`memory_of`), when `spawn_arm` samples it."""
 
 MEMORY_ARMS = ("in-process", "ray-2")
-"""The arms whose peak PSS is measured (in a run of their own): those the memory goal compares."""
+"""The arms whose peak memory is measured (in a run of their own): those the memory goal compares."""
 
 
 def spawn_arm(case: str, arm: str, settings: dict[str, Any], sample: bool = False) -> ArmResult:
     """`run_arm` in a new process (this module's ``__main__``); its result is its last line. With
-    ``sample``, the peak of the summed PSS of it and its descendants is sampled from here while it
-    runs (which takes CPU from it: its times are then not the arm's)."""
+    ``sample``, the peak of what it and its descendants hold together (`memory_of`) is sampled from
+    here while it runs (which takes CPU from it: its times are then not the arm's)."""
     spec = json.dumps({"case": case, "arm": arm, "settings": settings})
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         child = subprocess.Popen([sys.executable, "-m", "edgefd.bench.ray_backend", spec], stdout=out, stderr=err)
-        peak = 0.0
+        peak, measure = 0.0, ""
         while sample and child.poll() is None:
-            peak = max(peak, sum(pss_mb_of(pid) for pid in [child.pid, *descendants(child.pid)]))
+            mb, measure = memory_of([child.pid, *descendants(child.pid)])
+            peak = max(peak, mb)
             time.sleep(SAMPLE_SECONDS)
         child.wait()
         out.seek(0)
@@ -280,7 +327,8 @@ def spawn_arm(case: str, arm: str, settings: dict[str, Any], sample: bool = Fals
         stdout, stderr = out.read(), err.read()
     if child.returncode != 0:
         raise RuntimeError(f"edgefd bench ray: {case} / {arm} failed:\n{stderr[-3000:]}")
-    return replace(ArmResult(**json.loads(stdout.strip().splitlines()[-1])), memory_mb=round(peak, 1))
+    result = ArmResult(**json.loads(stdout.strip().splitlines()[-1]))
+    return replace(result, memory_mb=round(peak, 1), memory_measure=measure)
 
 
 @dataclass
@@ -375,7 +423,7 @@ def table(results: list[ArmResult]) -> list[str]:
     base = {r.case: r for r in results if r.arm == "in-process"}
     lines = [
         "| case | arm | nodes | start-up s | s / round | x in-process | driver MB | each worker MB "
-        "| Ray's other processes MB | sum of peaks MB | memory MB (peak PSS) |",
+        "| Ray's other processes MB | sum of peaks MB | memory MB (peak, all processes) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -384,7 +432,7 @@ def table(results: list[ArmResult]) -> list[str]:
         lines.append(
             f"| {r.case} | {r.arm} | {r.nodes or '-'} | {r.start_up:.1f} | {r.seconds_per_round:.3f} | {ratio:.2f}x "
             f"| {r.driver_mb:,.0f} | {workers} | {r.ray_other_mb:,.0f} | {r.total_mb:,.0f} "
-            f"| {f'{r.memory_mb:,.0f}' if r.memory_mb else '-'} |"
+            f"| {f'{r.memory_mb:,.0f} ({r.memory_measure})' if r.memory_mb else '-'} |"
         )
     return lines
 
@@ -422,8 +470,9 @@ def goal_lines(results: list[ArmResult]) -> list[str]:
             bound = ray.total_mb - base.total_mb
             met = extra <= GOALS["memory_over_in_process_mb"]
             lines.append(
-                f"| {case}: 2 workers at most the in-process peak + 1 GB | +{extra:,.0f} MB peak PSS, every "
-                f"process of the arm (sum of each one's peak RSS: +{bound:,.0f} MB) | {'yes' if met else 'no'} |"
+                f"| {case}: 2 workers at most the in-process peak + 1 GB | +{extra:,.0f} MB at the peak, every "
+                f"process of the arm, {ray.memory_measure} (sum of each one's peak RSS: +{bound:,.0f} MB) "
+                f"| {'yes' if met else 'no'} |"
             )
     return lines
 
@@ -535,8 +584,13 @@ def run(args: argparse.Namespace) -> int:
                 flush=True,
             )
             if arm in MEMORY_ARMS:
-                result = replace(result, memory_mb=spawn_arm(case, arm, settings, sample=True).memory_mb)
-                print(f"{case} / {arm}: peak PSS {result.memory_mb:,.0f} MB (a second run, sampled)", flush=True)
+                sampled = spawn_arm(case, arm, settings, sample=True)
+                result = replace(result, memory_mb=sampled.memory_mb, memory_measure=sampled.memory_measure)
+                print(
+                    f"{case} / {arm}: peak memory {result.memory_mb:,.0f} MB, {result.memory_measure} "
+                    "(a second run, sampled)",
+                    flush=True,
+                )
             results.append(result)
     flower = (
         run_flower(args.flower_python, settings) if "overhead" in cases else FlowerResult(False, "no overhead case")

@@ -45,6 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from edgefd.data import registry
 from edgefd.data.dataset import DatasetNotFoundError
 from edgefd.protocol import decode_message, encode_message
 from edgefd.protocol.errors import ProtocolError
@@ -195,6 +196,7 @@ class ClientHost:
             return
         for index, cid in zip(indices, list(self.apps)):
             self.restored[cid] = self.restore(cid, index)
+        registry.clear_cache()  # the clients hold their shares: the whole dataset the cache keeps is not needed here
 
     def restore(self, cid: str, index: int) -> str:
         """Client ``cid`` (the run's client ``index``) as it was saved on this node, if it was;
