@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -34,6 +34,9 @@ from edgefd.runtime.loop import Federation
 from edgefd.runtime.transport import InProcessTransport
 from edgefd.runtime.verbs import ClientApp
 from edgefd.training import evaluate_model, for_method, place_model
+
+if TYPE_CHECKING:
+    from edgefd.runtime.ray_channel import RayChannel
 
 
 @dataclass
@@ -253,8 +256,20 @@ def without_training_arrays(dataset: Any) -> Any:
 
 def build(config: SimulationConfig) -> Simulation:
     """Loads the data, splits it, builds every client's model and role, and the server."""
-    pieces = prepare(config, on_demand=True)  # 8-bit images stay bytes: each client keeps its share so
     in_process = config.backend == "inprocess"  # else the clients are built where they run (ray_channel)
+    actors = None if in_process else ray_channel(config)  # they build their clients while this builds the rest
+    try:
+        return build_with(config, actors)
+    except BaseException:
+        if actors is not None:
+            actors.close()
+        raise
+
+
+def build_with(config: SimulationConfig, actors: RayChannel | None) -> Simulation:
+    """`build`, with the clients either built here (``actors`` None) or by those Ray actors."""
+    pieces = prepare(config, on_demand=True)  # 8-bit images stay bytes: each client keeps its share so
+    in_process = actors is None
     clients = (
         {pieces.client_ids[i]: build_client(config, pieces, i) for i in range(config.clients)} if in_process else {}
     )
@@ -268,7 +283,12 @@ def build(config: SimulationConfig) -> Simulation:
         whole_test = (pieces.dataset.test_rows(everything), pieces.dataset.test_y)
         full_test = whole_test if config.score_full_test else None
         server_test = whole_test if scores_server_models else None
-    channel = in_process_channel(config, pieces, clients, full_test) if in_process else ray_channel(config, pieces)
+    channel: Channel
+    if actors is None:
+        channel = in_process_channel(config, pieces, clients, full_test)
+    else:
+        actors.wait_ready()
+        channel = actors
     scorer = None if server_test is None else scorer_on(*server_test)
     federation = Federation(server, channel, config.loop_config(), selection_rng(config), scorer)
     return Simulation(
@@ -297,11 +317,12 @@ def in_process_channel(
     return InProcessChannel(clients, InProcessTransport(), full_test, attacking)
 
 
-def ray_channel(config: SimulationConfig, pieces: RunPieces) -> Channel:
-    """The clients in Ray actors, which build them from the config (`--backend ray`)."""
+def ray_channel(config: SimulationConfig) -> RayChannel:
+    """The clients in Ray actors, which build them from the config (`--backend ray`); returns while
+    they build them (`RayChannel.wait_ready`)."""
     from edgefd.runtime.ray_channel import RayChannel  # imports Ray: only a Ray run needs it installed
 
-    return RayChannel(config, list(pieces.client_ids), client_apps)
+    return RayChannel(config, client_ids_of(config.clients), client_apps, wait=False)
 
 
 def client_apps(config: SimulationConfig, indices: list[int]) -> dict[str, ClientApp]:

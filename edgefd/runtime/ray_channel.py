@@ -300,10 +300,11 @@ class ClientHost:
 class RayChannel:
     """The clients of a simulation in Ray actors (see the module's docstring)."""
 
-    def __init__(self, config: SimulationConfig, client_ids: list[str], make_apps: MakeApps) -> None:
+    def __init__(self, config: SimulationConfig, client_ids: list[str], make_apps: MakeApps, wait: bool = True) -> None:
         """Joins the cluster at ``config.ray_address``, or starts a local Ray of ``config.workers``
         CPUs (stopped by `close`), and starts the actors, which build their clients with
-        ``make_apps`` (a module's function: Ray sends it by name)."""
+        ``make_apps`` (a module's function: Ray sends it by name). Without ``wait`` it returns
+        while they build them (the caller does its own part meanwhile), and `wait_ready` waits."""
         ray = import_ray()
         self.ray = ray
         self.started_ray = False
@@ -334,11 +335,17 @@ class RayChannel:
         ]
         self.groups = {n: [client_ids[i] for i in indices] for n, indices in enumerate(groups)}
         self.host = {cid: n for n, cids in self.groups.items() for cid in cids}
-        for answer in ray.get([actor.ready.remote() for actor in self.actors]):
+        self.building = [actor.ready.remote() for actor in self.actors]
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Waits until every actor has built its clients; a ValueError (the actors ended) if one cannot."""
+        for answer in self.ray.get(self.building):
             if isinstance(answer, str):
                 self.close()
                 raise ValueError(f"--backend ray: {answer}")
-        for n, where in enumerate(ray.get([actor.placement.remote() for actor in self.actors])):
+        for n, where in enumerate(self.ray.get([actor.placement.remote() for actor in self.actors])):
             gpus = f", GPU {','.join(where['gpus'])}" if where["gpus"] else ""
             log.info("actor %d (%d clients) on %s, pid %d%s", n, len(self.groups[n]), where["node"], where["pid"], gpus)
 
