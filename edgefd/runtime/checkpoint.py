@@ -251,7 +251,10 @@ class Checkpoint:
                 raise CheckpointError(f"{self.name}: array {index} is malformed ({place!r})")
             if body + start + size > len(data):
                 raise CheckpointError(f"{self.name}: array {index} lies past the file's end (cut short?)")
-            arrays.append(np.frombuffer(data, dtype, math.prod(shape), body + start).reshape(shape))
+            try:
+                arrays.append(np.frombuffer(data, dtype, math.prod(shape), body + start).reshape(shape))
+            except ValueError as error:  # a dtype numpy cannot lay out in a buffer (one of no size)
+                raise CheckpointError(f"{self.name}: array {index} is malformed ({error})") from None
         return arrays
 
     @classmethod

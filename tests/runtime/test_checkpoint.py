@@ -166,6 +166,7 @@ def test_an_npz_checkpoint_of_an_older_edgefd_is_refused_by_name(tmp_path):
         (["<f4", [2], -8, 8], "malformed"),
         (["not a dtype", [2], 0, 8], "malformed"),
         (["<f4", 2, 0, 8], "malformed"),
+        (["V0", [2], 0, 0], "malformed"),  # a dtype of no size: numpy cannot lay it out
     ],
 )
 def test_a_malformed_array_entry_is_a_clear_error(tmp_path, place, why):
