@@ -1107,10 +1107,18 @@ def _verdict_line(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[di
 RESULTS_PAGE = "docs/RESULTS.md"
 
 
+CROSS_PLATFORM_POINTS = 2.0
+"""On a machine of another numeric platform (`results_page.numeric_platform`) than the page's, a value
+counts as the page's when it is within this many points of it, or within twice the spread (standard
+deviation) of the page's seeds for that arm and metric where that is wider: rounding differences grow
+over a run's rounds into differences of the size of a change of seed, never into a new result."""
+
+
 def verify(recipe: Recipe, page: Path, seeds: tuple[int, ...], out: Path, cluster: Cluster | None = None) -> list[str]:
     """Runs ``recipe`` again at ``seeds`` (afresh, with the thread count its table in ``page`` names,
     as Ray tasks with ``cluster``) and returns every per-seed value that differs from the page's, as
-    lines; none: the page holds what this code produces."""
+    lines; none: the page holds what this code produces. On the page's numeric platform every value
+    must be the page's exactly; on another, within `cross_platform_tolerance` (`verify_rule` says which)."""
     block = results_page.read_blocks(page).get(recipe.name)
     if block is None or block.revision == "none":
         return [f"{page} has no generated table for {recipe.name}"]
@@ -1119,12 +1127,55 @@ def verify(recipe: Recipe, page: Path, seeds: tuple[int, ...], out: Path, cluste
     if missing:
         return [f"{page}'s table for {recipe.name} has no seed {', '.join(map(str, missing))}"]
     actual = read_per_seed(run_recipe(recipe, out, seeds, rerun=True, threads=block.threads, cluster=cluster))
-    return [
-        f"{label}, {metric}, seed {seed}: the page says {expected.get((label, metric, seed), 'nothing')}, "
-        f"this code gives {value}"
-        for (label, metric, seed), value in actual.items()
-        if expected.get((label, metric, seed)) != value
-    ]
+    exact = block.platform == results_page.numeric_platform()
+    differences = []
+    for (label, metric, seed), value in actual.items():
+        wanted = expected.get((label, metric, seed))
+        if wanted == value:
+            continue
+        if not exact and wanted is not None:
+            allowed = cross_platform_tolerance(expected, label, metric)
+            try:
+                if abs(float(value) - float(wanted)) <= allowed:
+                    continue
+            except ValueError:  # not a number ("not reached"): only the same text is the same
+                pass
+            differences.append(
+                f"{label}, {metric}, seed {seed}: the page says {wanted}, this code gives {value} "
+                f"(more than {allowed:.2f} points apart)"
+            )
+            continue
+        differences.append(
+            f"{label}, {metric}, seed {seed}: the page says {wanted or 'nothing'}, this code gives {value}"
+        )
+    return differences
+
+
+def cross_platform_tolerance(expected: dict[tuple[str, str, int], str], label: str, metric: str) -> float:
+    """How far a value of ``label``'s ``metric`` may be from the page's on another numeric platform:
+    `CROSS_PLATFORM_POINTS`, or twice the standard deviation of the page's seeds where wider."""
+    values = []
+    for (arm, name, _), value in expected.items():
+        if (arm, name) == (label, metric):
+            try:
+                values.append(float(value))
+            except ValueError:
+                pass
+    spread = 2 * statistics.stdev(values) if len(values) > 1 else 0.0
+    return max(CROSS_PLATFORM_POINTS, spread)
+
+
+def verify_rule(recipe: Recipe, page: Path) -> str:
+    """How `verify` compares ``recipe``'s values with ``page``'s on this machine, in words."""
+    block = results_page.read_blocks(page).get(recipe.name)
+    here = results_page.numeric_platform()
+    if block is None or block.platform == here:
+        return f"this machine ({here}) is the page's numeric platform: every value must be the page's exactly"
+    made_on = f"on {block.platform}" if block.platform else "on a platform it does not record"
+    return (
+        f"the page's table was made {made_on}, this machine is {here}: values are compared within "
+        f"{CROSS_PLATFORM_POINTS:g} points or twice the page's seed spread (docs/REPRODUCIBILITY.md)"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -1289,6 +1340,7 @@ def _run(args: argparse.Namespace, recipe: Recipe, cluster: Cluster | None) -> i
         if not page.is_file():
             print(f"edgefd reproduce: --verify: no page {page} (run from the repository's root)", file=sys.stderr)
             return 2
+        print(f"{recipe.name}: {verify_rule(recipe, page)}")
         differences = verify(recipe, page, tuple(args.seeds or recipe.seeds[:1]), Path(args.out) / "verify", cluster)
         for line in differences:
             print(line)
@@ -1320,7 +1372,8 @@ def _run(args: argparse.Namespace, recipe: Recipe, cluster: Cluster | None) -> i
     if docs_page is not None:
         command = command_text(recipe, seeds, args.rounds, args.threads) + " --write-docs"
         revision = results_page.code_revision(Path(__file__).resolve().parents[1])
-        text = results_page.block_text(command, revision, args.threads or recipe.base.threads, table)
+        threads = args.threads or recipe.base.threads
+        text = results_page.block_text(command, revision, threads, table, results_page.numeric_platform())
         results_page.write_block(docs_page, recipe.name, text)
         print(f"wrote the table into {docs_page} (revision {revision})")
     return 0

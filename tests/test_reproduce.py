@@ -1,12 +1,24 @@
 """`edgefd reproduce`: the table is computed from the runs it made."""
 
 import json
+import statistics
 from dataclasses import asdict, replace
 
 import pytest
 
 from edgefd import reproduce, results_page
-from edgefd.reproduce import Arm, Recipe, bytes_to_reach, read_per_seed, rounds_to_reach, run_recipe, verify
+from edgefd.reproduce import (
+    CROSS_PLATFORM_POINTS,
+    Arm,
+    Recipe,
+    bytes_to_reach,
+    cross_platform_tolerance,
+    read_per_seed,
+    rounds_to_reach,
+    run_recipe,
+    verify,
+    verify_rule,
+)
 from edgefd.runtime.build import local_training_of
 from edgefd.runtime.config import SimulationConfig
 
@@ -296,7 +308,10 @@ def test_verify_reruns_a_recipe_and_names_every_per_seed_value_the_page_does_not
     assert verify(recipe, page, (0,), tmp_path / "verify") == [f"{page} has no generated table for checked"]
 
     table = run_recipe(recipe, tmp_path / "runs", recipe.seeds)
-    results_page.write_block(page, "checked", results_page.block_text("edgefd reproduce checked", "abc", 1, table))
+    here = results_page.numeric_platform()
+    results_page.write_block(
+        page, "checked", results_page.block_text("edgefd reproduce checked", "abc", 1, table, here)
+    )
     values = read_per_seed(table)
     assert set(values) == {
         (arm, metric, seed)
@@ -317,3 +332,21 @@ def test_verify_reruns_a_recipe_and_names_every_per_seed_value_the_page_does_not
         f"FD, best accuracy (MAUA), seed 1: the page says 1.00, this code gives {best}"
     ]
     assert verify(recipe, page, (7,), tmp_path / "verify") == [f"{page}'s table for checked has no seed 7"]
+
+    # Made on another numeric platform: a value within the rule's tolerance is the page's, one past it is not.
+    other = page.read_text().replace(f"on `{here}`", "on `GenuineIntel AVX512, torch 0`")
+    near = f"{float(best) + 1.5:.2f}"
+    page.write_text(other.replace("/ 1.00 |", f"/ {near} |", 1))
+    assert "GenuineIntel AVX512, torch 0" in verify_rule(recipe, page)
+    assert verify(recipe, page, (1,), tmp_path / "verify") == []
+    far = f"{float(best) + 30:.2f}"
+    page.write_text(other.replace("/ 1.00 |", f"/ {far} |", 1))
+    (difference,) = verify(recipe, page, (1,), tmp_path / "verify")
+    assert difference.startswith(f"FD, best accuracy (MAUA), seed 1: the page says {far}, this code gives {best}")
+
+
+def test_the_cross_platform_tolerance_is_two_points_or_twice_the_seed_spread():
+    tight = {("A", "best", 0): "80.00", ("A", "best", 1): "80.50", ("A", "best", 2): "not reached"}
+    assert cross_platform_tolerance(tight, "A", "best") == CROSS_PLATFORM_POINTS
+    wide = {("A", "best", 0): "84.60", ("A", "best", 1): "83.11", ("A", "best", 2): "79.80"}
+    assert cross_platform_tolerance(wide, "A", "best") == pytest.approx(2 * statistics.stdev([84.60, 83.11, 79.80]))

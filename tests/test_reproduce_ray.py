@@ -107,7 +107,11 @@ def test_verify_runs_on_ray_and_finds_the_sequential_values(tmp_path):
     table = run_recipe(recipe, tmp_path / "seq", (0,))
     page = tmp_path / "RESULTS.md"
     page.write_text(f"{results_page.start_marker(recipe.name)}\n{results_page.end_marker(recipe.name)}\n")
-    results_page.write_block(page, recipe.name, results_page.block_text("edgefd reproduce tiny-ray", "abc", 1, table))
+    results_page.write_block(
+        page,
+        recipe.name,
+        results_page.block_text("edgefd reproduce tiny-ray", "abc", 1, table, results_page.numeric_platform()),
+    )
     assert verify(recipe, page, (0,), tmp_path / "verify", Cluster(workers=1)) == []
     assert (tmp_path / "verify" / recipe.name / "fd-s0" / "summary.json").is_file()  # run again, on Ray
 

@@ -47,18 +47,25 @@ def test_a_block_is_written_between_its_markers_and_read_back_with_its_stamp(rep
     page = repo / "docs" / "RESULTS.md"
     revision = results_page.code_revision(repo)
     assert revision == git(repo, "rev-parse", "--short=12", "HEAD")
-    text = results_page.block_text("edgefd reproduce fedcache --write-docs", revision, 2, "| a | b |\n|---|---|\n")
+    text = results_page.block_text(
+        "edgefd reproduce fedcache --write-docs", revision, 2, "| a | b |\n|---|---|\n", "GenuineIntel AVX512, torch 9"
+    )
     results_page.write_block(page, "fedcache", text)
     content = page.read_text()
     assert "an old table" not in content and "Hand-written prose stays." in content and "More prose." in content
     block = results_page.read_blocks(page)["fedcache"]
-    assert (block.command, block.revision, block.threads) == ("edgefd reproduce fedcache --write-docs", revision, 2)
+    assert (block.command, block.revision, block.threads, block.platform) == (
+        "edgefd reproduce fedcache --write-docs",
+        revision,
+        2,
+        "GenuineIntel AVX512, torch 9",
+    )
     assert "| a | b |" in block.text
 
 
 def test_a_table_goes_stale_when_the_code_changes_and_not_when_the_docs_do(repo):
     page = repo / "docs" / "RESULTS.md"
-    text = results_page.block_text("cmd", results_page.code_revision(repo), 2, "| table |")
+    text = results_page.block_text("cmd", results_page.code_revision(repo), 2, "| table |", "any")
     results_page.write_block(page, "fedcache", text)
     commit(repo, "table")
     block = results_page.read_blocks(page)["fedcache"]
