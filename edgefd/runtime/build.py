@@ -117,6 +117,10 @@ def prepare(config: SimulationConfig, dataset: Any = None, on_demand: bool = Fal
     if config.kernels:
         kernels.set_backend(config.kernels)
     kernels.set_num_threads(config.threads)
+    # oneDNN (torch's convolutions on the CPU) may otherwise choose implementations built on atomic
+    # updates, whose result changes from run to run with more than one thread; on this project's
+    # reference machines the implementations are the same either way (docs/REPRODUCIBILITY.md).
+    torch.backends.mkldnn.deterministic = True  # type: ignore[assignment]  # a module property (torch types it so)
     method = get_method(config.algo)
     params = make_params(method.params, config.params)
     splits = []

@@ -34,6 +34,15 @@ except ImportError:
 
 METHODS = [method.name for method in list_methods()]
 SMALL = dict(dataset="digits", clients=3, rounds=2, samples_per_client=40, threads=1, seed=1)
+PARALLEL = dict(
+    dataset="mnist5k", clients=3, rounds=1, samples_per_client=150, partition="dirichlet:0.5", threads=2, seed=1
+)
+"""Each method's own models and batch size on real 28x28 images at the default two threads: torch's
+intra-op parallelism and the kernels' OpenMP loops run on two threads, and a client that ran at
+another thread count would give other numbers (`test_the_parallel_case_depends_on_the_thread_count`)."""
+THREAD_SENSITIVE = ("fedcache", "fedd2s")
+"""Methods whose numbers on the `PARALLEL` case change with the thread count (FD's, FedAvg's and
+DFL's small models give the same numbers at one and two threads there)."""
 SERVER_TIMING = {"server_seconds", "server_cpu_seconds", "loss_kernel_seconds", "loss_kernel_share"}
 """A server's own clock readings (FedZKT's): not results."""
 
@@ -78,18 +87,55 @@ def results(out):
     return lines
 
 
+BOTH_SHAPES = ("fedcache", "fedd2s", "fedict")
+"""Methods run on both shapes of cluster; each other method runs on one, in turn (a Ray run's actors
+take about 12 s to start on two cores: every method on both would cost the suite minutes)."""
+
+
+def cluster_shapes(algo: str) -> tuple[int, ...]:
+    """Two workers (an actor of two clients beside one of one) or three (a client per actor)."""
+    return (2, 3) if algo in BOTH_SHAPES else ((2, 3)[METHODS.index(algo) % 2],)
+
+
 @pytest.mark.parametrize("algo", METHODS)
-def test_ray_run_is_the_in_process_run(algo, tmp_path):
-    ours = run(SimulationConfig(algo=algo, out=str(tmp_path / "inprocess"), **SMALL), progress=False)
-    theirs = run(
-        SimulationConfig(algo=algo, out=str(tmp_path / "ray"), backend="ray", workers=2, **SMALL), progress=False
-    )
-    assert results(tmp_path / "ray") == results(tmp_path / "inprocess")
-    assert (theirs["bytes_up_total"], theirs["bytes_down_total"]) == (ours["bytes_up_total"], ours["bytes_down_total"])
+def test_ray_run_is_the_in_process_run_at_two_threads(algo, tmp_path):
+    """On the two nodes, at the default two threads, with the actors' clients one after another in
+    one process (two workers) or each in a process of its own (three)."""
+    ours = run(SimulationConfig(algo=algo, out=str(tmp_path / "inprocess"), **PARALLEL), progress=False)
+    for workers in cluster_shapes(algo):
+        out = tmp_path / f"ray-{workers}"
+        theirs = run(
+            SimulationConfig(algo=algo, out=str(out), backend="ray", workers=workers, **PARALLEL), progress=False
+        )
+        assert results(out) == results(tmp_path / "inprocess"), f"{workers} workers"
+        assert (theirs["bytes_up_total"], theirs["bytes_down_total"]) == (
+            ours["bytes_up_total"],
+            ours["bytes_down_total"],
+        )
+        assert sorted(p.name for p in (out / "models").iterdir()) == sorted(
+            p.name for p in (tmp_path / "inprocess" / "models").iterdir()
+        )
     assert ours["bytes_up_total"] > 0 or algo == "local"
-    assert sorted(p.name for p in (tmp_path / "ray" / "models").iterdir()) == sorted(
-        p.name for p in (tmp_path / "inprocess" / "models").iterdir()
-    )
+
+
+@pytest.mark.parametrize("algo", THREAD_SENSITIVE)
+def test_the_parallel_case_depends_on_the_thread_count(algo, tmp_path):
+    """The control of the test above: on its case these methods' numbers at one thread are not
+    those at two, so a client that ran at one thread in an actor would be seen."""
+    run(SimulationConfig(algo=algo, out=str(tmp_path / "two"), **PARALLEL), progress=False)
+    run(SimulationConfig(algo=algo, out=str(tmp_path / "one"), **PARALLEL | {"threads": 1}), progress=False)
+    assert results(tmp_path / "one") != results(tmp_path / "two")
+
+
+def test_one_thread_runs_are_the_in_process_runs_too(tmp_path):
+    """--threads 1 (the suite's default, and a user's who runs two simulations side by side)."""
+    for algo in ("fd", "fedcache"):
+        run(SimulationConfig(algo=algo, out=str(tmp_path / algo / "inprocess"), **SMALL), progress=False)
+        run(
+            SimulationConfig(algo=algo, out=str(tmp_path / algo / "ray"), backend="ray", workers=2, **SMALL),
+            progress=False,
+        )
+        assert results(tmp_path / algo / "ray") == results(tmp_path / algo / "inprocess")
 
 
 def test_attack_and_full_test_scoring_are_the_in_process_ones(tmp_path):
