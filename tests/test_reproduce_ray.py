@@ -33,6 +33,18 @@ TINY = Recipe(
     target_from=["FD"],
     seeds=(0, 1),
 )
+TWO_THREADS = Recipe(
+    "two-threads-ray",
+    "test",
+    SimulationConfig(
+        dataset="mnist5k", clients=3, rounds=1, samples_per_client=150, partition="dirichlet:0.5", threads=2
+    ),
+    [Arm("FedD2S", "fedd2s")],
+    target_from=["FedD2S"],
+    seeds=(0,),
+)
+"""A method's own models on real images at two threads, where its numbers change with the thread
+count (tests/runtime/test_ray_channel.py)."""
 TIMING_COLUMNS = {"start-up s", "s / round"}
 """The table's clock readings: the only cells that differ between two runs of one recipe."""
 TIMING_KEYS = {"wall_seconds", "startup_seconds", "peak_rss_mb"}
@@ -100,6 +112,17 @@ def test_the_ray_backend_gives_the_sequential_table_and_run_folders(tmp_path, mo
     assert main(["reproduce", TINY.name, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
     assert capsys.readouterr().out.count("kept the finished run") == len(TINY.arms) * len(TINY.seeds)
     assert (tmp_path / "ray" / TINY.name / "results.md").read_text() == table
+
+
+def test_a_recipe_at_two_threads_on_ray_is_the_sequential_recipe(tmp_path, monkeypatch):
+    monkeypatch.setitem(reproduce.RECIPES, TWO_THREADS.name, TWO_THREADS)
+    assert main(["reproduce", TWO_THREADS.name, "--out", str(tmp_path / "seq")]) == 0
+    assert main(["reproduce", TWO_THREADS.name, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
+    for arm in TWO_THREADS.arms:
+        name = f"{arm.algo}-s0"
+        ours = folder_contents(tmp_path / "seq" / TWO_THREADS.name / name, tmp_path / "seq")
+        assert ours["summary"]["config"]["threads"] == 2
+        assert folder_contents(tmp_path / "ray" / TWO_THREADS.name / name, tmp_path / "ray") == ours
 
 
 def test_verify_runs_on_ray_and_finds_the_sequential_values(tmp_path):
