@@ -57,7 +57,7 @@ def test_ray_benchmark_runs_in_process_and_two_workers(tmp_path, capsys):
     assert not record["flower"]["ran"] and "does not run" in record["flower"]["why_not"]
     printed = capsys.readouterr().out
     assert "| overhead | ray, 2 workers | 1 |" in printed and "| Flower: not run (" in printed
-    assert "| overhead: 2 workers at most the in-process peak + 1 GB |" in printed
+    assert "| overhead: 2 workers at most the in-process peak + 1,100 MB |" in printed
 
 
 def test_the_tables_have_a_row_for_every_arm_and_goal():
@@ -81,8 +81,11 @@ def test_the_tables_have_a_row_for_every_arm_and_goal():
     goals = "\n".join(goal_lines(results))
     assert "| compute: 1 worker at most 1.10x in-process | 2.00x | no |" in goals
     assert "| compute: 2 workers at most 0.6x in-process | 1.00x | no |" in goals
-    assert "| overhead: 2 workers at most the in-process peak + 1 GB | +1,100 MB at the peak, every process" in goals
-    assert "(sum of each one's peak RSS: +1,500 MB) | no |" in goals
+    assert (
+        "| overhead: 2 workers at most the in-process peak + 1,100 MB | +1,100 MB at the peak, every process" in goals
+    )
+    assert "| compute: 2 workers at most the in-process peak + 1,400 MB | +1,100 MB at the peak, every process" in goals
+    assert "(sum of each one's peak RSS: +1,500 MB) | yes |" in goals
     assert "| Ray start-up under 10 s | at most 1.0 s" in goals
     flower = FlowerResult(True, version="1.42.0", plain_seconds_per_round=1.0, flower_seconds_per_round=1.3)
     assert "| Flower 1.42.0 simulation vs its plain loop | 1.000 | 1.300 | 1.30x |" in "\n".join(
