@@ -58,7 +58,6 @@ def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
         run=args.run,
         broker=broker_settings(args),
         chunk_size=args.chunk_size,
-        max_message_bytes=args.max_message_bytes,
         **settings_from_args(DeploymentSettings, args, DEPLOYMENT_FLAGS),
     )
 
