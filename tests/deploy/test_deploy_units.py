@@ -143,6 +143,30 @@ def test_a_client_sent_its_config_again_says_again_that_it_is_online(monkeypatch
     ]  # not rebuilt; said so again
 
 
+def test_a_device_takes_what_its_server_may_send_it_under_the_runs_cap_and_its_own(monkeypatch):
+    """Until the config comes a device takes 64 MiB (a config is a few KB); then what the run's server
+    may send it (`client_limit`: its model's weights and knowledge), under the run's cap and its own."""
+    from edgefd.runtime.limits import OPEN_MESSAGE_BYTES, client_limit
+
+    def device_for(run_cap, own_cap):
+        device = ClientRuntime(
+            ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), max_message_bytes=own_cap)
+        )
+        monkeypatch.setattr(device.endpoint, "publish", lambda *a, **k: None)
+        assert device.endpoint.max_message_bytes == (own_cap or OPEN_MESSAGE_BYTES)
+        config = SimulationConfig(dataset="digits", clients=2, rounds=1, threads=1, max_message_bytes=run_cap)
+        message = deploy_messages.config_message(config, "client-1", "u")
+        device._handle(Incoming("down", "client-1", "config", message, nbytes=0))
+        return device
+
+    device = device_for(None, None)
+    largest = client_limit(device.role.model, None)
+    assert largest > OPEN_MESSAGE_BYTES and device.endpoint.max_message_bytes == largest
+    assert device.endpoint.inbox.max_bytes == 4 * largest and device.endpoint.budget.max_bytes == 2 * largest
+    assert device_for(500_000, None).endpoint.max_message_bytes == 500_000
+    assert device_for(500_000, 300_000).endpoint.max_message_bytes == 300_000
+
+
 def test_a_password_file_others_can_read_is_refused(tmp_path):
     from edgefd.deploy.flags import read_password
 
