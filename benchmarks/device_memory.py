@@ -44,7 +44,6 @@ import numpy as np
 
 SYNTHETIC_MARK = "SYNTHETIC"
 PEAK_LINE = re.compile(r"peak_rss_mb=([0-9.]+)")
-GIB = 2**30
 
 
 @dataclass(frozen=True)
@@ -58,8 +57,6 @@ class Case:
     batch_size: int
     why: str
     params: tuple[str, ...] = ()
-    max_message_bytes: int | None = None
-    """Raised above the 64 MiB default where the case's messages are larger."""
 
 
 CASES = (
@@ -98,7 +95,6 @@ CASES = (
         256,
         "A^C_3, the largest client; CIFAR-10 over 10 clients (uploads 16x32x32 fp32 features of every sample); "
         "batch 256",
-        max_message_bytes=GIB,
     ),
     Case(
         "fedict-int8",
@@ -109,7 +105,6 @@ CASES = (
         256,
         "as above, the features sent as int8 (feature_precision=int8: a quarter of the bytes)",
         ("feature_precision=int8",),
-        max_message_bytes=GIB,
     ),
     Case(
         "fedd2s",
@@ -137,7 +132,6 @@ CASES = (
         500,
         50,
         "torchvision VGG-16 (134 M parameters), the largest of DFL's zoo; CIFAR-10, 500 per device; batch 50",
-        max_message_bytes=2 * GIB,
     ),
     Case(
         "fedzkt",
@@ -284,13 +278,12 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
     )
     (folder / "logs").mkdir(parents=True, exist_ok=True)
     (folder / "run.toml").write_text(config_to_toml(config))
-    limit = [] if case.max_message_bytes is None else ["--max-message-bytes", str(case.max_message_bytes)]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     # Mosquitto queues at most 1,000 QoS 1 messages per session by default and drops the rest with
     # a warning in its log: two FedICT uploads of 5,000 CIFAR-10 samples are 2,504 frames of 256 KiB
     # on their way to the server. Unbounded here (loopback, one round); see docs/DEPLOYMENT.md.
     broker = start_broker(kind="mosquitto", workdir=folder / "broker", extra_config="max_queued_messages 0")
-    shared = ["--broker", broker.url, "--run", f"memory-{case.name}", *limit]
+    shared = ["--broker", broker.url, "--run", f"memory-{case.name}"]
     processes: dict[str, subprocess.Popen] = {}
     polled: dict[str, float] = {}
     started = time.perf_counter()

@@ -8,6 +8,11 @@ Settings come from, in increasing priority: the defaults of `SimulationConfig`, 
 (`--config`, same keys, method hyperparameters in a `[params]` table), then the command line.
 The out folder receives `metrics.jsonl`, `summary.json`, `curves.png` and `models/<client>.pt`
 (each client's final model, for `edgefd export`).
+
+Exit status: 0 when the run completed; 2 for a setting it cannot run with; 4 (REFUSED_EXIT) when
+it completed but every round refused something a selected client sent (too large for what the run
+takes, or not what the method accepts): the last line and summary.json's ``refused_clients`` name
+the clients.
 """
 
 from __future__ import annotations
@@ -133,7 +138,11 @@ EXAMPLES = """examples:
   edgefd simulate --algo fd --param beta=2 --param temperature=3
   edgefd simulate --config run.toml                  # the same keys in TOML, method params in [params]
 
-methods: `edgefd methods` lists them, `edgefd methods NAME` gives one's --param NAME=VALUE"""
+methods: `edgefd methods` lists them, `edgefd methods NAME` gives one's --param NAME=VALUE
+
+exit status: 0 when the run completed; 2 for a setting it cannot run with; 4 when every round
+  refused something a selected client sent, e.g. an uplink larger than --max-message-bytes (the last
+  line and summary.json's refused_clients name the clients)"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     from edgefd.data import DatasetNotFoundError
+    from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, refusals_said
 
     try:
         config = config_from_args(args)
@@ -161,6 +171,9 @@ def run_cli(args: argparse.Namespace) -> int:
         f"(best {'none' if best is None else f'{100 * best:.2f}%'}), "
         f"{progress_bars.megabytes(summary['bytes_up_total'])} up, "
         f"{progress_bars.megabytes(summary['bytes_down_total'])} down, "
-        f"{summary['wall_seconds']:.1f} s -> {config.out_dir()}"
+        f"{summary['wall_seconds']:.1f} s -> {config.out_dir()}{refusals_said(summary)}"
     )
+    if summary["refused_every_round"]:
+        print(f"edgefd simulate: {REFUSED_NOTE}", file=sys.stderr)
+        return REFUSED_EXIT
     return 0

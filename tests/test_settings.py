@@ -78,7 +78,7 @@ def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_pr
     assert actions["broker"].required and actions["log_level"].choices == ("DEBUG", "INFO", "WARNING", "ERROR")
 
     # a value other than the default for every setting: the child process parses what this one had
-    others = {"tls_insecure": True, "log_level": "DEBUG", "keepalive": 7, "chunk_size": 1000, "max_message_bytes": 9}
+    others = {"tls_insecure": True, "log_level": "DEBUG", "keepalive": 7, "chunk_size": 1000}
     args = parser.parse_args(["--broker", "mqtt://here:1883"])
     for name in fields:
         setattr(args, name, others.get(name, f"{name}.value"))

@@ -68,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where this device trains: auto (its CUDA GPU when torch sees one, e.g. a Jetson with NVIDIA's torch; "
         "else the CPU), cpu, cuda or cuda:N (default: %(default)s)",
     )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        metavar="BYTES",
+        help="the largest message this device takes from the server, whatever the run allows (default: what the "
+        "run's server may send it: 64 MiB plus twice its model's weights, or the run's --max-message-bytes)",
+    )
     add_broker_arguments(parser, required=False, broker_help=BROKER_HELP + " (required here or in --config)")
 
 

@@ -61,6 +61,7 @@ from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime import checkpoint
 from edgefd.runtime.build import build_client, prepare
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.limits import client_limit
 from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.verbs import VERBS, ClientApp, scores_of
 from edgefd.training import device_choice, resolve_device
@@ -85,7 +86,9 @@ class ClientSettings:
     data_dir: str | None = None
     """Folder with the device's own data (data.npz); None: the run's dataset share of this client."""
     chunk_size: int = DEFAULT_CHUNK_SIZE
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_message_bytes: int | None = None
+    """The largest message this device takes, whatever the run allows (None: what the run's server
+    may send it, `receive_limit`)."""
     device: str = "auto"
     """Where this device trains (auto, cpu, cuda, cuda:N): its own choice, whatever the server uses."""
     models_dir: str | None = None
@@ -148,7 +151,7 @@ class ClientRuntime:
             self.topics,
             f"edgefd-{settings.run}-{self.cid}",
             chunk_size=settings.chunk_size,
-            max_message_bytes=settings.max_message_bytes,
+            max_message_bytes=settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,  # until the config comes
             will=(self.topics.status(self.cid), will),
         )
         self.endpoint.subscribe(f"{self.topics.root}/down/{self.cid}/+")
@@ -386,6 +389,7 @@ class ClientRuntime:
         if poisoning is not None:
             log.warning("%s: this device attacks (--attack %s): its uplinks are poisoned", self.cid, config.attack)
         self.app = ClientApp(self.role, poisoning=poisoning)
+        self.endpoint.resize(self.receive_limit())
         if data is None:  # a device's own data says nothing of its normalisation: no model file for it
             card = client_checkpoint(config, pieces.dataset, self.cid, pieces.model_names[index], pieces.splits[index])
             self.model_card = card
@@ -451,6 +455,14 @@ class ClientRuntime:
             "stored_answers": self.stored_answers,
         }
         checkpoint.save(self.checkpoint_path, state, {"data": self.role.context.data})
+
+    def receive_limit(self) -> int:
+        """The largest message this client takes from the server of its run: what that server may
+        send it (`edgefd.runtime.limits.client_limit`, what a simulation's client takes too), under
+        the run's --max-message-bytes and this device's own."""
+        assert self.config is not None and self.role is not None  # the config has come
+        caps = [cap for cap in (self.config.max_message_bytes, self.settings.max_message_bytes) if cap is not None]
+        return client_limit(self.role.model, min(caps) if caps else None)
 
     def _restore(self) -> None:
         path = self.checkpoint_path

@@ -9,7 +9,7 @@ import logging
 import os
 from pathlib import Path
 
-from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, DEFAULT_MAX_MESSAGE_BYTES, BrokerSettings
+from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, BrokerSettings
 from edgefd.settings import add_setting_arguments, setting, setting_flags, settings_from_args
 
 PASSWORD_ENV = "EDGEFD_MQTT_PASSWORD"
@@ -58,11 +58,6 @@ class BrokerFlags:
         "largest MQTT message this side sends, in bytes, chunk header included; larger payloads are split into "
         f"chunks (default: {DEFAULT_CHUNK_SIZE} = {DEFAULT_CHUNK_SIZE / 1024:g} KiB)",
     )
-    max_message_bytes: int = setting(
-        DEFAULT_MAX_MESSAGE_BYTES,
-        "refuse (and count) reassembled payloads larger than this many bytes "
-        f"(default: {DEFAULT_MAX_MESSAGE_BYTES} = {DEFAULT_MAX_MESSAGE_BYTES / 2**20:g} MiB)",
-    )
     log_level: str = setting(
         "INFO", f"least severe log messages printed (to stderr): {', '.join(LOG_LEVELS)}", choices=LOG_LEVELS
     )
@@ -80,7 +75,6 @@ BROKER_METAVARS = {
     "client_key": "FILE",
     "keepalive": "SECONDS",
     "chunk_size": "BYTES",
-    "max_message_bytes": "BYTES",
 }
 
 

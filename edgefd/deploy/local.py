@@ -8,7 +8,9 @@ one `edgefd server` and K `edgefd client` processes, shows the server's rounds a
 (`--quiet`: only the final line), waits for the server to finish, and leaves
 the same outputs as `edgefd simulate` in the out folder (plus run.toml, the resolved config the
 server ran; logs/ with every process's log; clients/ with the clients' checkpoints; models/ with
-each client's final model, which the clients write when the run ends).
+each client's final model, which the clients write when the run ends). Its exit status is its
+server's (`edgefd.deploy.server`: 4 when every round refused a selected client's message, else 3
+for a round lost entirely), 2 for a setting it cannot run with.
 """
 
 from __future__ import annotations
@@ -26,14 +28,15 @@ from edgefd import progress
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
 from edgefd.deploy.mqtt_transport import BrokerSettings
-from edgefd.deploy.server import LOST_ROUNDS_EXIT, add_deployment_arguments, deployment_flags
-from edgefd.metrics.results import METRICS_FILE
+from edgefd.deploy.server import EXIT_STATUS, LOST_ROUNDS_EXIT, add_deployment_arguments, deployment_flags
+from edgefd.metrics.results import METRICS_FILE, REFUSED_EXIT, REFUSED_NOTE, refusals_said
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.runtime.process import edgefd_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_STATUS
     add_config_arguments(parser)
     parser.add_argument(
         "--run",
@@ -168,16 +171,20 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return code
-    if code != 0:
+    if code not in (0, REFUSED_EXIT):
         print(f"edgefd deploy-local: the server exited with {code}; see {out / 'logs' / 'server.log'}", file=sys.stderr)
         return code
     summary = json.loads((out / "summary.json").read_text())
     deployment = summary["deployment"]
     where = broker.kind if broker else BrokerSettings(url).shown_url
+    final = summary["final_accuracy"]
     print(
         f"{config.algo} on {config.dataset} over MQTT ({where}): final accuracy "
-        f"{100 * summary['final_accuracy']:.2f}%, {summary['bytes_up_total']} B up, {summary['bytes_down_total']} B "
+        f"{'none' if final is None else f'{100 * final:.2f}%'}, {summary['bytes_up_total']} B up, "
+        f"{summary['bytes_down_total']} B "
         f"down (wire {deployment['wire_bytes_up_total']} B up, {deployment['wire_bytes_down_total']} B down), "
-        f"{time.perf_counter() - started:.1f} s -> {out}"
+        f"{time.perf_counter() - started:.1f} s -> {out}{refusals_said(summary)}"
     )
-    return 0
+    if code == REFUSED_EXIT:
+        print(f"edgefd deploy-local: {REFUSED_NOTE}; see {out / 'logs' / 'server.log'}", file=sys.stderr)
+    return code

@@ -16,7 +16,7 @@ round and which step. Around them a deployment needs three messages of its own:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import Any
 
 from edgefd.protocol import Payload
@@ -31,8 +31,13 @@ AGAIN = "again"
 
 
 def config_message(config: Any, client_id: str, run: str) -> Message:
-    """The run's resolved config (a SimulationConfig), as JSON: every client builds from it."""
-    content = Payload(CONFIG, SERVER, -1, scalars={"json": json.dumps(asdict(config), sort_keys=True)})
+    """The run's resolved config (a SimulationConfig), as JSON: every client builds from it. A
+    setting at None whose default is None is left out (the client's default is the same), so that a
+    device of the previous edgefd, which lacks a newer such setting (``max_message_bytes``), reads
+    the config of a run that does not use it."""
+    defaults = {f.name: f.default for f in fields(config)}
+    values = {k: v for k, v in asdict(config).items() if v is not None or defaults[k] is not None}
+    content = Payload(CONFIG, SERVER, -1, scalars={"json": json.dumps(values, sort_keys=True)})
     return Message(CONFIG, SERVER, client_id, -1, content, run=run)
 
 

@@ -53,7 +53,6 @@ import numpy as np
 from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_CHUNK_SIZE,
-    DEFAULT_MAX_MESSAGE_BYTES,
     BrokerSettings,
     Incoming,
     MqttEndpoint,
@@ -62,6 +61,7 @@ from edgefd.deploy.mqtt_transport import (
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import Serve
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.limits import OPEN_MESSAGE_BYTES, Bounds, MessageLimits
 from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, RoundRecord
 from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
@@ -92,12 +92,6 @@ MAX_STEP_RESENDS = 3
 after STEP_RESEND_SECONDS without an answer): a device repeating a request gets no more copies."""
 STATUS_MAX_BYTES = 4 * 1024
 """Largest status message the server takes (an online/offline payload is ~100 bytes)."""
-SMALL_ANSWER_MAX_BYTES = 64 * 1024
-"""Largest answer the server takes on a verb whose answer is small (scores; an acknowledgement)."""
-WRAPPING_BYTES = 1024
-"""What a message adds to a method's content (its metadata): also the largest message taken on a
-verb whose content the method bounds at 0 (it has no schema for it: FD's and FedAvg's hello and
-step), an answer without content; anything larger is refused before it is buffered."""
 VERB_NOT_EXPECTED = "verb-not-expected"
 """The reason a message on such a verb is counted under in a round's ``rejected``."""
 
@@ -147,7 +141,6 @@ class DeploymentSettings:
         "at least twice)",
     )
     chunk_size: int = DEFAULT_CHUNK_SIZE
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     connect_timeout: float = 60.0
 
     def validate(self) -> None:
@@ -242,13 +235,13 @@ class MqttChannel:
         settings: DeploymentSettings,
         client_ids: list[str],
         topics: Topics,
-        bounds: Callable[[str], dict[str, int | None]] | None = None,
+        bounds: Bounds | None = None,
     ) -> None:
-        """``bounds``: for a client, the largest message (encoded bytes) the method can accept from it
-        on each up verb, None where open (``edgefd.algorithms.schema.message_bound``); asked at the
-        start of every round, after which larger messages are refused before they are buffered."""
-        self.bounds = bounds
-        self._largest: dict[str, dict[str, int | None]] = {}
+        """``bounds``: for a client, the largest content the method can accept from it on each up
+        verb, None where open (`edgefd.runtime.limits.method_bounds`); asked at the start of every
+        round, after which larger messages are refused before they are buffered (the rule, with the
+        run's --max-message-bytes: `edgefd.runtime.limits`, the rule a simulation applies too)."""
+        self.limits = MessageLimits(config.max_message_bytes, bounds)
         self.config = config
         self.settings = settings
         self.run = settings.run
@@ -261,7 +254,7 @@ class MqttChannel:
             topics,
             f"edgefd-server-{settings.run}",
             chunk_size=settings.chunk_size,
-            max_message_bytes=settings.max_message_bytes,
+            max_message_bytes=config.max_message_bytes or OPEN_MESSAGE_BYTES,
             limit=self._largest_message,
             stale_retained=("up", "status"),
         )
@@ -283,34 +276,32 @@ class MqttChannel:
 
     def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
         """What the server takes on a topic, decided from the topic alone, before any byte of the
-        message is buffered: nothing from a client not in the run, small statuses and small
-        answers (scores, acknowledgements), method messages up to --max-message-bytes."""
+        message is buffered: nothing from a client not in the run, small statuses, and what the
+        run's limits take from that client on that verb (`edgefd.runtime.limits`)."""
         if cid not in self.stats or direction not in ("up", "status"):
             return None
         if direction == "status":
             return STATUS_MAX_BYTES
-        if verb not in VERBS or VERBS[verb].small_answer:
-            return SMALL_ANSWER_MAX_BYTES
-        bound = self._largest.get(cid, {}).get(verb)
-        if bound is None:
-            return self.settings.max_message_bytes
-        return min(bound + WRAPPING_BYTES, self.settings.max_message_bytes)
+        return self.limits.largest(cid, verb)
 
     def _budget_share(self, cid: str) -> int:
         """A client's share of the reassembly budget: twice the largest message it may send on any
         of its topics (the frames' overhead, and a resend beside an unfinished first copy). Each
         client gets its own, and the whole budget is their sum: a device that starts messages and
         never finishes them exhausts only its share, and every other device's messages still fit.
-        The cost: the server may hold every client's share at once, so where a method's messages
-        have no bound, --max-message-bytes bounds the server's memory (twice it per client)."""
+        The cost: the server may hold every client's share at once, what the run's messages need
+        (twice each client's largest; where a size is open, twice 64 MiB or --max-message-bytes)."""
         verbs = [("status", "")] + [("up", verb) for verb in VERBS if VERBS[verb].answers]
         return 2 * max(self._largest_message(direction, cid, verb) or 0 for direction, verb in verbs)
 
     # ------------------------------------------------------------------ the Channel protocol
     def begin(self, round: int) -> None:
-        if self.bounds is not None:  # replaced whole: paho's thread reads it
-            self._largest = {cid: self.bounds(cid) for cid in self.client_ids}
-        self.endpoint.size_budget({cid: self._budget_share(cid) for cid in self.client_ids})
+        self.limits.update(self.client_ids)
+        shares = {cid: self._budget_share(cid) for cid in self.client_ids}
+        self.endpoint.size_budget(shares)
+        # room for four of the largest messages waiting for this thread: at least as for open sizes
+        largest = max(shares.values(), default=0) // 2
+        self.endpoint.size_inbox(max(largest, self.config.max_message_bytes or OPEN_MESSAGE_BYTES))
         self._wire_at_begin = self._wire_totals()
         if round != HELLO_ROUND:
             self._wait_online(self.settings.min_clients)
@@ -393,7 +384,7 @@ class MqttChannel:
         for (cid, verb, reason), n in self.endpoint.take_refused().items():
             if cid not in self.stats:
                 continue
-            if reason == "OversizedError" and self._largest.get(cid, {}).get(verb) == 0:
+            if reason == "OversizedError" and self.limits.bound(cid, verb) == 0:
                 reason = VERB_NOT_EXPECTED
             per_client.setdefault(cid, Counter())[reason] += n
             verbs.setdefault((cid, reason), set()).add(verb)

@@ -42,6 +42,7 @@ from edgefd.protocol import (
     encode_message_buffers,
     split,
 )
+from edgefd.runtime.limits import OPEN_MESSAGE_BYTES
 from edgefd.runtime.verbs import VERBS
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ def up_verbs() -> set[str]:
 
 QOS = 1
 DEFAULT_CHUNK_SIZE = 256 * 1024
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES = OPEN_MESSAGE_BYTES
+"""What an endpoint takes on every topic unless told otherwise (its `limit`, `resize`)."""
 REJECTION_LOG_SECONDS = 10.0
 """At most one log line per topic and reason this often: a flood of bad frames is counted in full
 (`WireStats.rejected`) but writing a line for each would stall the process that reads them."""
@@ -496,6 +498,19 @@ class MqttEndpoint:
             for cid, share in self._shares.items():
                 share.max_bytes = self._share_bytes.get(cid, self.budget.max_bytes)
 
+    def size_inbox(self, largest: int) -> None:
+        """Room in the inbox for four messages of ``largest`` bytes waiting for the runtime's thread
+        (the largest a sender may send now: the receiver's limits follow the run)."""
+        self.inbox.max_bytes = 4 * largest
+
+    def resize(self, max_message_bytes: int) -> None:
+        """Take messages of up to ``max_message_bytes`` on every topic (an endpoint without `limit`),
+        with room for twice that in partial messages and four times that in the inbox."""
+        with self._lock:
+            self.max_message_bytes = max_message_bytes
+        self.size_budget({}, total=2 * max_message_bytes)
+        self.size_inbox(max_message_bytes)
+
     def _share(self, client_id: str) -> ReassemblyBudget:
         """The share of the reassembly budget ``client_id``'s topics hold their partial messages in.
         Lock held."""
@@ -559,6 +574,10 @@ class MqttEndpoint:
             self.reject("unexpected-topic", topic, "not a topic this receiver takes messages on", len(data))
             return
         reassembler = self._reassemblers.get(topic)
+        if reassembler is not None and reassembler.max_message_bytes != largest:
+            with self._lock:  # the topic's limit moved with the run (a round's bounds; a client's config)
+                reassembler.max_total_bytes = max(2 * largest, reassembler.max_total_bytes)
+                reassembler.max_message_bytes = largest
         if reassembler is None:
             # A status is a state, not an event, and a client's last will is the same frame every
             # time that client dies: status topics keep no memory of messages already taken.

@@ -4,9 +4,11 @@
         --clients 3 --rounds 5 --round-timeout 60 --out runs/demo
     edgefd server ... --resume        # after a crash: continue from the last round's checkpoint
 
-Exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker); 3
-(LOST_ROUNDS_EXIT) when it completed but some round got no client's uplink or no client's
-evaluation: summary.json's ``lost_rounds`` and the log name them.
+Exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker); 4
+(REFUSED_EXIT) when it completed but every round refused something a selected client sent (too
+large for what the run takes, or not what the method accepts): the last line and summary.json's
+``refused_clients`` name the clients; else 3 (LOST_ROUNDS_EXIT) when some round got no client's
+uplink or no client's evaluation: summary.json's ``lost_rounds`` and the log name them.
 
 Takes every `edgefd simulate` setting (flags or `--config run.toml`): the clients receive the
 resolved config from the server and build their roles from it. The out folder gets what
@@ -22,12 +24,19 @@ import sys
 
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
 from edgefd.deploy.mqtt_channel import DeploymentSettings
+from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, refusals_said
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.settings import add_setting_arguments, setting_flags, settings_from_args
 
 LOST_ROUNDS_EXIT = 3
 """The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
 (summary.json's ``lost_rounds``): its results are not those of the run that was asked for."""
+
+EXIT_STATUS = """exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker);
+  4 when every round refused something a selected client sent, e.g. an uplink larger than
+  --max-message-bytes (the last line and summary.json's refused_clients name the clients); else 3
+  when some round got no client's uplink or no client's accuracy (summary.json's lost_rounds)"""
+"""The end of `--help` of `edgefd server` and `edgefd deploy-local` (whose status is its server's)."""
 
 
 DEPLOYMENT_FLAGS = (
@@ -58,12 +67,12 @@ def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
         run=args.run,
         broker=broker_settings(args),
         chunk_size=args.chunk_size,
-        max_message_bytes=args.max_message_bytes,
         **settings_from_args(DeploymentSettings, args, DEPLOYMENT_FLAGS),
     )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_STATUS
     add_config_arguments(parser)
     parser.add_argument(
         "--run",
@@ -99,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     log = logging.getLogger(__name__)
     final = summary["final_accuracy"]
     log.info(
-        "%s on %s over MQTT: final accuracy %s, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s",
+        "%s on %s over MQTT: final accuracy %s, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s%s",
         config.algo,
         config.dataset,
         "none (its last evaluation got no scores)" if final is None else f"{100 * final:.2f}%",
@@ -109,9 +118,12 @@ def run(args: argparse.Namespace) -> int:
         summary["deployment"]["wire_bytes_down_total"],
         summary["wall_seconds"],
         config.out_dir(),
+        refusals_said(summary),
     )
     if summary["lost_rounds"]:
         lost = "; ".join(f"round {r}: {', '.join(what)}" for r, what in summary["lost_rounds"].items())
         log.error("rounds lost entirely: %s (summary.json's lost_rounds)", lost)
-        return LOST_ROUNDS_EXIT
-    return 0
+    if summary["refused_every_round"]:  # the cause, where the refusals also lost rounds: as `simulate` says
+        log.error("%s", REFUSED_NOTE)
+        return REFUSED_EXIT
+    return LOST_ROUNDS_EXIT if summary["lost_rounds"] else 0

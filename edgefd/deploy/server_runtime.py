@@ -13,19 +13,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from edgefd.algorithms.schema import message_bound
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
 from edgefd.deploy.mqtt_transport import Topics
 from edgefd.metrics.results import RunWriter, run_summary
 from edgefd.runtime import checkpoint
 from edgefd.runtime.build import build_server, local_training_of, prepare, selection_rng
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.limits import method_bounds
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.records import RoundRecord
@@ -130,23 +130,9 @@ class ServerRuntime:
         return summary
 
     def _bounds(self, cid: str) -> dict[str, int | None]:
-        """The largest content the method accepts from ``cid`` now, per up verb (None: open). A verb
-        the method declares no schema for takes no content (0: FD's and FedAvg's hello, every
-        method's step but FedCache's per-batch exchange), and a method's round uplink comes on
-        ``steps`` or on ``train``, never both: left open, such a topic would take messages of
-        --max-message-bytes the method would only refuse once whole."""
-        role = self.federation.server
-
-        def bound(schemas) -> int | None:
-            return message_bound(schemas) if schemas else 0
-
-        uplink = bound(role.uplink_schemas(cid))
-        return {
-            "hello": bound(role.hello_schemas(cid)),
-            "train": 0 if role.step_exchange else uplink,
-            "steps": uplink if role.step_exchange else 0,
-            "step": bound(role.request_schemas(cid)),
-        }
+        """The largest content the method accepts from ``cid`` now, per up verb (None: open):
+        `edgefd.runtime.limits.method_bounds`, which a simulation asks too."""
+        return method_bounds(self.federation.server, cid)
 
     # ------------------------------------------------------------------ checkpoints
     def _references(self) -> dict[str, Any]:
@@ -187,11 +173,13 @@ class ServerRuntime:
 def same_run_config(saved: dict[str, Any], config: SimulationConfig) -> bool:
     """Whether a checkpoint's config is this run's. Local epochs left to the method count as the
     method's: a checkpoint written when ``epochs`` defaulted to 1 resumes under the same flags
-    wherever the method's paper also trains one epoch a round."""
+    wherever the method's paper also trains one epoch a round. A setting the checkpoint's edgefd
+    did not have yet counts as at its default (``max_message_bytes``: none)."""
     epochs = local_training_of(config)["epochs"]
+    defaults = {f.name: f.default for f in fields(SimulationConfig) if f.default is not MISSING}
 
     def resolved(values: dict[str, Any]) -> dict[str, Any]:
-        return {**values, "epochs": epochs if values.get("epochs") is None else values["epochs"]}
+        return {**defaults, **values, "epochs": epochs if values.get("epochs") is None else values["epochs"]}
 
     return resolved(saved) == resolved(asdict(config))
 

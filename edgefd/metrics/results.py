@@ -16,6 +16,18 @@ from edgefd.runtime.records import LOST_EVALUATION, RoundRecord
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 TIMING_FIELDS = ("seconds",)
+REFUSED_EXIT = 4
+"""The exit status of `edgefd simulate`, `edgefd server` and `edgefd deploy-local` for a run that
+ended, but in none of whose rounds every selected client's uplink was taken for a reason other than
+time: in each round something a selected client sent was refused (too large for what the run takes,
+or not what the method accepts: summary.json's ``refused_every_round``, ``refused_clients``). Its
+results are not those of the federation that was asked for."""
+REFUSED_NOTE = (
+    "every round refused something a selected client sent (too large for what the run takes: "
+    "--max-message-bytes, docs/DEPLOYMENT.md#message-sizes; or not what the method accepts), "
+    "so no round learnt from all the clients it selected (exit status 4)"
+)
+"""What those commands print for such a run, after the line that names the clients."""
 
 
 def _clean(value: Any) -> Any:
@@ -73,9 +85,9 @@ def summary_text(summary: dict[str, Any]) -> str:
 
 
 def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
-    """Final and best accuracy, byte totals and the rounds that lost something entirely, over the
-    round lines. The final accuracy is the last evaluation's: None when that evaluation got no
-    scores (an earlier round's accuracy is not the final models')."""
+    """Final and best accuracy, byte totals, the rounds that lost something entirely and the
+    clients refused, over the round lines. The final accuracy is the last evaluation's: None when
+    that evaluation got no scores (an earlier round's accuracy is not the final models')."""
     evaluated = [line for line in lines if line.get("accuracy") is not None or LOST_EVALUATION in lost_of(line)]
     last = evaluated[-1] if evaluated else {}
     scored = [line for line in evaluated if line.get("accuracy") is not None and line["round"] > 0]
@@ -86,12 +98,46 @@ def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "bytes_up_total": sum(line["bytes_up"] for line in lines),
         "bytes_down_total": sum(line["bytes_down"] for line in lines),
         "lost_rounds": {str(line["round"]): lost_of(line) for line in lines if lost_of(line)},
+        "refused_clients": refused_clients(lines),
+        "refused_every_round": refused_every_round(lines),
     }
     full = [line for line in evaluated if line.get("accuracy_full") is not None]
     if full:  # the run scored every client on the whole test set too (--score-full-test)
         summary["final_accuracy_full"] = full[-1]["accuracy_full"]
         summary["best_accuracy_full"] = max((line["accuracy_full"] for line in full if line["round"] > 0), default=None)
     return summary
+
+
+def _refused_in(line: dict[str, Any]) -> list[str]:
+    """The clients selected in a training round whose message of that round was refused (its
+    ``rejected``: too large, or not what the method accepts), not those that were only late."""
+    selected = set(line.get("selected") or [])
+    return [cid for cid in line.get("rejected") or {} if cid in selected] if line["round"] > 0 else []
+
+
+def refused_clients(lines: list[dict[str, Any]]) -> dict[str, int]:
+    """Per client, the training rounds in which something it sent was refused."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        for cid in _refused_in(line):
+            counts[cid] = counts.get(cid, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def refused_every_round(lines: list[dict[str, Any]]) -> bool:
+    """Whether every training round refused some selected client (`REFUSED_EXIT`): no round
+    aggregated all it selected for a reason other than time."""
+    rounds = [line for line in lines if line["round"] > 0]
+    return bool(rounds) and all(_refused_in(line) for line in rounds)
+
+
+def refusals_said(summary: dict[str, Any]) -> str:
+    """The clients refused and in how many rounds, for a run's last line ("" when none was)."""
+    refused = summary.get("refused_clients") or {}
+    if not refused:
+        return ""
+    said = ", ".join(f"{cid} in {n}/{summary['rounds']} rounds" for cid, n in refused.items())
+    return f"; refused: {said} (metrics.jsonl's rejected says why)"
 
 
 def lost_of(line: dict[str, Any]) -> list[str]:

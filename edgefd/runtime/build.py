@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from edgefd.data.registry import clear_cache as clear_dataset_cache
 from edgefd.models import assign_models, build_model, in_channels_of
 from edgefd.runtime.channel import Channel, InProcessChannel
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.limits import MessageLimits, method_bounds
 from edgefd.runtime.loop import Federation
 from edgefd.runtime.transport import InProcessTransport
 from edgefd.runtime.verbs import ClientApp
@@ -289,7 +291,7 @@ def build_with(config: SimulationConfig, actors: RayChannel | None) -> Simulatio
         server_test = whole_test if scores_server_models else None
     channel: Channel
     if actors is None:
-        channel = in_process_channel(config, pieces, clients, full_test)
+        channel = in_process_channel(config, pieces, clients, full_test, server)
     else:
         actors.wait_ready()
         channel = actors
@@ -313,12 +315,15 @@ def in_process_channel(
     pieces: RunPieces,
     clients: dict[str, ClientRole],
     full_test: tuple[torch.Tensor, torch.Tensor] | None,
+    server: ServerRole,
 ) -> Channel:
-    """The clients called in this process, the attacking ones poisoning their messages."""
+    """The clients called in this process, the attacking ones poisoning their messages; a message
+    larger than a deployment of the run takes is refused as there (`edgefd.runtime.limits`)."""
     ids = list(pieces.client_ids)
     poisonings = {cid: config.poisoning(cid, ids, role.model.state_dict()) for cid, role in clients.items()}
     attacking = {cid: poisoning for cid, poisoning in poisonings.items() if poisoning is not None}
-    return InProcessChannel(clients, InProcessTransport(), full_test, attacking)
+    limits = MessageLimits(config.max_message_bytes, partial(method_bounds, server))
+    return InProcessChannel(clients, InProcessTransport(), full_test, attacking, limits)
 
 
 def ray_channel(config: SimulationConfig) -> RayChannel:

@@ -15,8 +15,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from edgefd.protocol.errors import ProtocolError
+from edgefd.protocol.errors import OversizedError, ProtocolError
 from edgefd.protocol.message import Message
+from edgefd.runtime.limits import MessageLimits, client_limit, record_refusals
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger, InProcessTransport
 from edgefd.runtime.verbs import ClientApp, Deadline
@@ -70,11 +71,24 @@ class Channel(Protocol):
         ...
 
 
+class Refused(Exception):
+    """A message larger than its receiver takes (`MessageLimits`); ``reason`` says so as a round's
+    ``rejected`` does."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class InProcessChannel:
     """The clients of a simulation, called in this process one after another, in client-id order.
 
     Every message goes through :class:`InProcessTransport` (encoded, counted, decoded), so the
-    bytes are the wire's and no Python object is shared between a client and the server."""
+    bytes are the wire's and no Python object is shared between a client and the server. With
+    ``limits`` a message larger than a deployment of the same run takes is refused as there: a
+    client's answer or request (the client misses the round, and the round's ``rejected`` names it
+    and why, with a warning), or the server's message (the client refuses it, and misses the round
+    as a device would, which the server sees as a late client)."""
 
     def __init__(
         self,
@@ -82,35 +96,57 @@ class InProcessChannel:
         transport: InProcessTransport | None = None,
         full_test: tuple[torch.Tensor, torch.Tensor] | None = None,
         poisonings: dict[str, Poisoning] | None = None,
+        limits: MessageLimits | None = None,
     ) -> None:
         """``full_test`` (x, y): also score every client on it (the whole test set), besides its own split.
-        ``poisonings``: the attacking clients' (edgefd.runtime.attack), by client id."""
+        ``poisonings``: the attacking clients' (edgefd.runtime.attack), by client id. ``limits``: the
+        largest message taken from each client, and the run's cap (None: messages of any size)."""
         poisonings = poisonings or {}
         self.apps = {cid: ClientApp(role, full_test, poisonings.get(cid)) for cid, role in clients.items()}
         self.client_ids = sorted(clients)
         self.run = ""
         self.transport = transport if transport is not None else InProcessTransport()
+        self.limits = limits
+        self._client_limits: dict[str, int] = {}
+        self._refused: dict[int, dict[str, str]] = {}
+        """Per round, the clients whose answer was refused for its size, and why (see `finish`)."""
 
     @property
     def ledger(self) -> ByteLedger:
         return self.transport.ledger
 
     def begin(self, round: int) -> None:
-        """Every client is always there."""
+        """Every client is always there; the limits follow what the method knows now."""
+        if self.limits is not None:
+            self.limits.update(self.client_ids)
 
     def finish(self, record: RoundRecord) -> RoundRecord:
+        """The record, with the clients whose messages were refused for their size under
+        ``rejected`` (each named in a warning, as a deployment names what it refused on the wire)."""
+        record_refusals(record, self._refused.pop(record.round, {}))
         return record
 
     def send_and_receive(
         self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
     ) -> dict[str, Message]:
-        carry = self.transport.carry
-        ask = None if serve is None else (lambda request: carry(serve(carry(request))))
+        ask = None if serve is None else (lambda request: self._deliver(serve(self._take(request))))
         answers = {}
         for message in sorted(messages, key=lambda m: m.receiver):
-            received = carry(message)  # the server's message: an error in it is the server's, and ends the run
             try:
-                answers[message.receiver] = carry(self.apps[message.receiver].handle(received, ask))
+                received = self._deliver(message)  # another error in it is the server's, and ends the run
+            except OversizedError as error:
+                log.warning(
+                    "round %d: %s refuses the server's %s (%s): it misses the round, as a device would",
+                    message.round,
+                    message.receiver,
+                    message.verb,
+                    error,
+                )
+                continue
+            try:
+                answers[message.receiver] = self._take(self.apps[message.receiver].handle(received, ask))
+            except Refused as refused:
+                self._refused.setdefault(message.round, {})[message.receiver] = refused.reason
             except ProtocolError as error:  # its answer or request does not encode (a diverged model's NaN)
                 log.warning(
                     "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",
@@ -120,6 +156,28 @@ class InProcessChannel:
                     error,
                 )
         return answers
+
+    def _deliver(self, message: Message) -> Message:
+        """The server's message as its client takes it: OversizedError when it is larger than the
+        client takes (`client_limit`)."""
+        if self.limits is None:
+            return self.transport.carry(message)
+        cid = message.receiver
+        if cid not in self._client_limits:
+            self._client_limits[cid] = client_limit(self.apps[cid].role.model, self.limits.cap)
+        return self.transport.carry(message, self._client_limits[cid])
+
+    def _take(self, message: Message) -> Message:
+        """A client's message as the server takes it: Refused when it is larger than a deployment
+        of the run takes from that client on that verb (it is then not counted, as it is not there)."""
+        if self.limits is None:
+            return self.transport.carry(message)
+        largest = self.limits.largest(message.sender, message.verb)
+        try:
+            return self.transport.carry(message, largest)
+        except OversizedError:
+            size = message.metadata_bytes + message.content_bytes
+            raise Refused(self.limits.refusal(message.sender, message.verb, size) or f"{size} bytes") from None
 
     def send(self, messages: Sequence[Message]) -> None:
         for message in sorted(messages, key=lambda m: m.receiver):

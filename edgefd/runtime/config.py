@@ -135,6 +135,13 @@ class SimulationConfig:
         choices=ATTACKS,
     )
     attackers: int = setting(1, "with --attack: how many clients attack (the first in client-id order)")
+    max_message_bytes: int | None = setting(
+        None,
+        "the largest message, in bytes, the server takes from a client and a client from the server, e.g. "
+        "100000000; a client whose uplink is larger misses the round, named under the round's rejected (default: "
+        "each message's own bound, from the method's schemas for this run's data and models; 64 MiB where a "
+        "size is open: docs/DEPLOYMENT.md, Message sizes)",
+    )
     backend: str = setting(
         "inprocess",
         "where the clients run: inprocess (this process, one after another) or ray (Ray actors, on this machine "
@@ -212,6 +219,9 @@ class SimulationConfig:
             raise ValueError("gpus_per_worker: the actors would hold GPUs and train on the CPU (--device cpu)")
         if self.attack != "none" and not 0 < self.attackers <= self.clients:
             raise ValueError(f"attackers: must be in [1, {self.clients}] (--clients), got {self.attackers}")
+        from edgefd.runtime.limits import check_cap
+
+        check_cap(self.max_message_bytes)
 
     def check_in_process(self, command: str) -> None:
         """A ValueError if this config asks for Ray: ``command`` runs its clients otherwise (a

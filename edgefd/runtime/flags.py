@@ -30,6 +30,7 @@ METAVARS = {
     "channels_last": "BOOL",
     "optimizer_lifecycle": "WHEN",
     "batch_order": "ORDER",
+    "max_message_bytes": "BYTES",
 }
 
 

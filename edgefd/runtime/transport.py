@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from edgefd.protocol import decode_message, encode_message
+from edgefd.protocol import DEFAULT_MAX_BYTES, OversizedError, decode_message, encode_message
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.verbs import verb
 
@@ -60,8 +60,23 @@ class InProcessTransport:
         self.ledger = ledger if ledger is not None else ByteLedger()
         self.max_bytes = max_bytes
 
-    def carry(self, message: Message) -> Message:
+    def carry(self, message: Message, max_bytes: int | None = None) -> Message:
+        """The message as its receiver decodes it. ``max_bytes``: the largest the receiver takes;
+        a larger one raises OversizedError. The ledger counts what the server sends and what it
+        takes, as a deployed server does: a server's message even when its receiver refuses it, a
+        client's only when it is taken."""
         data = encode_message(message)
+        from_server = message.sender == SERVER
+        if from_server:
+            self._count(message, len(data))
+        largest = self.max_bytes if max_bytes is None else max_bytes
+        if largest is not None and len(data) > largest:
+            what = f"a {message.verb} message of {len(data)} bytes; at most {largest} taken"
+            raise OversizedError(what, field="size")
+        if not from_server:
+            self._count(message, len(data))
+        return decode_message(data, max_bytes=DEFAULT_MAX_BYTES if largest is None else largest)
+
+    def _count(self, message: Message, size: int) -> None:
         metadata_bytes = message.metadata_bytes
-        self.ledger.add(message, len(data) - metadata_bytes, metadata_bytes)
-        return decode_message(data) if self.max_bytes is None else decode_message(data, max_bytes=self.max_bytes)
+        self.ledger.add(message, size - metadata_bytes, metadata_bytes)

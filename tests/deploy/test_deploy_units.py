@@ -2,7 +2,7 @@
 
 import argparse
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -36,6 +36,9 @@ def test_a_checkpoint_from_when_epochs_defaulted_to_one_resumes_where_the_method
     assert not same_run_config({**old_default, "algo": "dfl"}, SimulationConfig(algo="dfl"))  # DFL now trains 5
     assert same_run_config(asdict(SimulationConfig(algo="dfl")), SimulationConfig(algo="dfl"))
     assert not same_run_config(asdict(SimulationConfig(algo="fd", rounds=3)), SimulationConfig(algo="fd"))
+    before_caps = {k: v for k, v in asdict(SimulationConfig(algo="fd")).items() if k != "max_message_bytes"}
+    assert same_run_config(before_caps, SimulationConfig(algo="fd"))  # written before the setting existed
+    assert not same_run_config(before_caps, SimulationConfig(algo="fd", max_message_bytes=10**6))
 
 
 def down(verb: str, round: int, content: Payload | None = None, client: str = "client-1", run: str = "u") -> Message:
@@ -45,10 +48,12 @@ def down(verb: str, round: int, content: Payload | None = None, client: str = "c
 
 def test_config_travels_whole():
     config = SimulationConfig(algo="fedavg", clients=4, precision="int8", params={"beta": 2.0})
-    assert (
-        SimulationConfig(**deploy_messages.config_from(deploy_messages.config_message(config, "client-0", "u")))
-        == config
-    )
+    sent = deploy_messages.config_from(deploy_messages.config_message(config, "client-0", "u"))
+    assert SimulationConfig(**sent) == config
+    assert "max_message_bytes" not in sent  # at its default, None: a device of the previous edgefd reads it
+    capped = replace(config, max_message_bytes=10**6)
+    sent = deploy_messages.config_from(deploy_messages.config_message(capped, "client-0", "u"))
+    assert SimulationConfig(**sent) == capped
     with pytest.raises(ValueError, match="expected a config"):
         deploy_messages.config_from(down("config", 1))
 
@@ -138,6 +143,30 @@ def test_a_client_sent_its_config_again_says_again_that_it_is_online(monkeypatch
     ]  # not rebuilt; said so again
 
 
+def test_a_device_takes_what_its_server_may_send_it_under_the_runs_cap_and_its_own(monkeypatch):
+    """Until the config comes a device takes 64 MiB (a config is a few KB); then what the run's server
+    may send it (`client_limit`: its model's weights and knowledge), under the run's cap and its own."""
+    from edgefd.runtime.limits import OPEN_MESSAGE_BYTES, client_limit
+
+    def device_for(run_cap, own_cap):
+        device = ClientRuntime(
+            ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), max_message_bytes=own_cap)
+        )
+        monkeypatch.setattr(device.endpoint, "publish", lambda *a, **k: None)
+        assert device.endpoint.max_message_bytes == (own_cap or OPEN_MESSAGE_BYTES)
+        config = SimulationConfig(dataset="digits", clients=2, rounds=1, threads=1, max_message_bytes=run_cap)
+        message = deploy_messages.config_message(config, "client-1", "u")
+        device._handle(Incoming("down", "client-1", "config", message, nbytes=0))
+        return device
+
+    device = device_for(None, None)
+    largest = client_limit(device.role.model, None)
+    assert largest > OPEN_MESSAGE_BYTES and device.endpoint.max_message_bytes == largest
+    assert device.endpoint.inbox.max_bytes == 4 * largest and device.endpoint.budget.max_bytes == 2 * largest
+    assert device_for(500_000, None).endpoint.max_message_bytes == 500_000
+    assert device_for(500_000, 300_000).endpoint.max_message_bytes == 300_000
+
+
 def test_a_password_file_others_can_read_is_refused(tmp_path):
     from edgefd.deploy.flags import read_password
 
@@ -163,44 +192,59 @@ def test_credentials_in_a_broker_url_are_used_and_never_shown():
 
 def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it():
     """Each round begins by asking the method's bounds; a topic's limit is then the bound plus the
-    deployment's wrapping (the method's message is never larger)."""
-    from edgefd.deploy.mqtt_channel import WRAPPING_BYTES, DeploymentSettings, MqttChannel
+    deployment's wrapping (the method's message is never larger), whatever its size (FedICT's
+    uplink of 1,381 MNIST samples: ~69 MB), and under --max-message-bytes where one is set."""
+    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
     from edgefd.runtime.config import SimulationConfig
+    from edgefd.runtime.limits import OPEN_MESSAGE_BYTES, WRAPPING_BYTES
 
-    bounds = {"train": 700, "step": None}
+    bounds = {"train": 700, "step": None, "hello": 69_000_000}
     clients = ["client-0", "client-1"]
     settings = DeploymentSettings(run="b")
     channel = MqttChannel(SimulationConfig(clients=2), settings, clients, Topics("b"), lambda cid: bounds)
     largest = channel._largest_message
-    assert largest("up", "client-0", "train") == channel.settings.max_message_bytes  # no round begun yet
+    assert largest("up", "client-0", "train") == OPEN_MESSAGE_BYTES  # no round begun yet
     channel.begin(0)
     assert largest("up", "client-0", "train") == 700 + WRAPPING_BYTES
-    assert largest("up", "client-0", "step") == channel.settings.max_message_bytes  # open
+    assert largest("up", "client-0", "hello") == 69_000_000 + WRAPPING_BYTES  # above 64 MiB: the bound's
+    assert largest("up", "client-0", "step") == OPEN_MESSAGE_BYTES  # open
     assert largest("up", "client-7", "train") is None  # not in the run
+    assert channel.endpoint.inbox.max_bytes == 4 * (69_000_000 + WRAPPING_BYTES)  # four of the largest wait
+
+    capped = MqttChannel(
+        SimulationConfig(clients=2, max_message_bytes=1_000_000), settings, clients, Topics("b"), lambda cid: bounds
+    )
+    capped.begin(0)
+    largest = capped._largest_message
+    assert largest("up", "client-0", "train") == 700 + WRAPPING_BYTES
+    assert largest("up", "client-0", "hello") == largest("up", "client-0", "step") == 1_000_000
+    assert capped.endpoint.inbox.max_bytes == 4 * 1_000_000
 
 
 def test_each_client_has_a_share_of_the_reassembly_budget_and_the_budget_holds_every_share():
     """A client's share is twice its largest message on any of its topics (a verb left open: up to
     --max-message-bytes), and the whole budget their sum: one device cannot take the others' room."""
-    from edgefd.deploy.mqtt_channel import SMALL_ANSWER_MAX_BYTES, WRAPPING_BYTES, DeploymentSettings, MqttChannel
+    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
     from edgefd.deploy.mqtt_transport import Topics
     from edgefd.runtime.config import SimulationConfig
+    from edgefd.runtime.limits import SMALL_ANSWER_MAX_BYTES, WRAPPING_BYTES
 
     clients = [f"client-{i}" for i in range(50)]
-    settings = DeploymentSettings(run="r", max_message_bytes=1_000_000)
+    settings = DeploymentSettings(run="r")
+    config = SimulationConfig(clients=50, max_message_bytes=1_000_000)
     bounded = {"hello": 0, "train": 300_000, "steps": 0, "step": 0}
 
     def bounds(cid):
         return bounded if cid != "client-7" else {**bounded, "hello": None}  # client-7's hello is open
 
-    channel = MqttChannel(SimulationConfig(clients=50), settings, clients, Topics("r"), bounds)
+    channel = MqttChannel(config, settings, clients, Topics("r"), bounds)
     channel.begin(0)
     share = 2 * (300_000 + WRAPPING_BYTES)
     assert channel.endpoint._share_bytes == {cid: 2 * 1_000_000 if cid == "client-7" else share for cid in clients}
     assert channel.endpoint.budget.max_bytes == 49 * share + 2 * 1_000_000
     small = {"hello": 0, "train": 500, "steps": 0, "step": 0}  # FD: the eval answers' cap is the largest
-    channel = MqttChannel(SimulationConfig(clients=50), settings, clients, Topics("r"), lambda cid: small)
+    channel = MqttChannel(config, settings, clients, Topics("r"), lambda cid: small)
     channel.begin(0)
     assert channel.endpoint.budget.max_bytes == 50 * 2 * SMALL_ANSWER_MAX_BYTES
 

@@ -1,6 +1,7 @@
 """Every registered method deploys: one round over a real Mosquitto (a server process and a
 process per client, `edgefd deploy-local`) gives exactly the metrics of the same run in-process,
-and each device saves the same model file as the simulation (what `edgefd export` reads)."""
+nothing refused on either side, and each device saves the same model file as the simulation (what
+`edgefd export` reads)."""
 
 import pytest
 import torch
@@ -56,6 +57,7 @@ def test_one_round_over_mqtt_equals_the_simulation(tmp_path, broker, algo):
     simulated, deployed = lines_of(tmp_path / "sim"), lines_of(tmp_path / "deploy")
     assert len(deployed) == 2  # round 0 (the hellos) and round 1
     assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated]
+    assert all(line["rejected"] == {} for line in simulated + deployed)  # each message within its method's bound
     simulated_models, deployed_models = list_checkpoints(tmp_path / "sim"), list_checkpoints(tmp_path / "deploy")
     assert deployed_models.keys() == simulated_models.keys()
     for cid, path in simulated_models.items():

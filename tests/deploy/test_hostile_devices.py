@@ -1,6 +1,7 @@
 """A device with valid credentials that sends payloads which decode but are not what the method
 accepts, over a real Mosquitto: the server refuses each one (counted by reason, the device named in
-the log), the round goes on with the honest devices, and the run completes.
+the log), the round goes on with the honest devices, and the run completes, with exit status 4
+(every round refused a selected device's uplink).
 
 The hostile device is a real `edgefd client` process whose uplinks and eval answers are replaced,
 round by round, with one attack each (tests/deploy/hostile_client.py). Meanwhile its topics are
@@ -19,6 +20,7 @@ from mqtt_helpers import ENV, client, finish, lines_of, needs_mosquitto, server,
 
 from edgefd.bench.fleet import BROKER_LIMITS
 from edgefd.deploy.broker import start_broker
+from edgefd.metrics.results import REFUSED_EXIT
 
 pytestmark = needs_mosquitto
 
@@ -100,7 +102,7 @@ def test_the_server_survives_a_hostile_device_and_the_honest_ones_finish(tmp_pat
         flood(broker.url, "hostile")
         finish(processes, timeout=300)
     logs = {p.name: p.read_text() for p in tmp_path.glob("*.log")}
-    assert processes[0].returncode == 0, logs["server.log"][-3000:]
+    assert processes[0].returncode == REFUSED_EXIT, logs["server.log"][-3000:]  # client-2, every round
     lines = lines_of(out)
     assert [line["round"] for line in lines] == list(range(8))  # round 0 and all seven rounds
     assert all(list(line["rejected"]) == ["client-2"] for line in lines[1:])
@@ -142,7 +144,7 @@ def test_foreign_sample_ids_are_refused_over_mqtt(tmp_path):
                 subprocess.Popen([*command, "--client-id", "client-2"], stdout=log, stderr=subprocess.STDOUT, env=ENV)
             )
         finish(processes, timeout=300)
-    assert processes[0].returncode == 0, (tmp_path / "server.log").read_text()[-3000:]
+    assert processes[0].returncode == REFUSED_EXIT, (tmp_path / "server.log").read_text()[-3000:]  # client-2
     lines = lines_of(out)
     assert [line["rejected"] for line in lines] == [{}, {"client-2": "foreign-ids"}, {"client-2": "shape"}]
     assert all(line["server"]["cache_rows_updated"] > 0 for line in lines[1:])  # the honest uplinks were taken

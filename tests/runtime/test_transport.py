@@ -42,3 +42,24 @@ def test_a_message_without_content_counts_no_content_and_an_evaluation_is_not_co
     transport.carry(Message("evaluate", "c", SERVER, 1, scores, is_answer=True))
     assert transport.ledger.total(UP) == 0 and transport.ledger.total(DOWN) == 0
     assert sum(transport.ledger.content.values()) == len(encode(scores))  # kept, under its verb
+
+
+def test_a_message_larger_than_its_receiver_takes_is_refused_and_counted_where_a_server_counts_it():
+    """A client's message over the limit never reaches the server, so it is not counted; the server's
+    is counted as sent, as a deployed server counts it, though its client refuses it."""
+    import pytest
+
+    from edgefd.protocol import OversizedError
+
+    transport = InProcessTransport()
+    weights = Payload("weights", "c", 1, {"w": np.zeros(1000, np.float32)})
+    down = Message("train", SERVER, "c", 1, weights)
+    with pytest.raises(OversizedError, match="a train message of"):
+        transport.carry(down, 1000)
+    assert transport.ledger.total(DOWN, 1) == len(encode(weights))
+    with pytest.raises(OversizedError):
+        transport.carry(down.answer(weights), 1000)
+    assert transport.ledger.total(UP, 1) == 0
+    size = len(encode_message(down.answer(weights)))
+    assert transport.carry(down.answer(weights), size).content.arrays["w"].shape == (1000,)
+    assert transport.ledger.total(UP, 1) == len(encode(weights))
