@@ -294,6 +294,7 @@ def build_with(config: SimulationConfig, actors: RayChannel | None) -> Simulatio
         channel = in_process_channel(config, pieces, clients, full_test, server)
     else:
         actors.wait_ready()
+        actors.limits = MessageLimits(config.max_message_bytes, partial(method_bounds, server))
         channel = actors
     scorer = None if server_test is None else scorer_on(*server_test)
     federation = Federation(server, channel, config.loop_config(), selection_rng(config), scorer)

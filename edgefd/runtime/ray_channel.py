@@ -47,11 +47,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from edgefd.data import registry
 from edgefd.data.dataset import DatasetNotFoundError
-from edgefd.protocol import decode_message, encode_message
+from edgefd.protocol import DEFAULT_MAX_BYTES, decode_message, encode_message
 from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import Message
 from edgefd.runtime import checkpoint
 from edgefd.runtime.channel import Serve
+from edgefd.runtime.limits import MessageLimits, client_limit, record_refusals
 from edgefd.runtime.process import thread_environment
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger
@@ -174,6 +175,7 @@ class ClientHost:
         self, config: SimulationConfig, indices: list[int], make_apps: MakeApps, state_dir: str, name: str = "actor"
     ) -> None:
         self.threads = config.threads
+        self.cap = config.max_message_bytes
         self.saved = SavedStates(Path(state_dir), name)
         self.session: tuple[queue.Queue[Event], queue.Queue[bytes]] | None = None
         self.dirty: set[str] = set()
@@ -245,10 +247,15 @@ class ClientHost:
         """Each message's answer, one client after another (no ``serve``)."""
         events: list[Event] = []
         for data in messages:
-            message = decode_message(data)
+            message = decode_message(data, max_bytes=None)
+            app = self.apps[message.receiver]
+            largest = client_limit(app.role.model, self.cap)
+            if len(data) > largest:  # the client refuses it, as a device does (InProcessChannel)
+                events.append(("missed", f"a {message.verb} message of {len(data)} bytes; at most {largest} taken"))
+                continue
             self.dirty.add(message.receiver)
             try:
-                events.append(("done", encode_message(self.apps[message.receiver].handle(message))))
+                events.append(("done", encode_message(app.handle(message))))
             except ProtocolError as error:
                 events.append(("missed", str(error)))
         return events
@@ -315,6 +322,10 @@ class RayChannel:
         self.client_ids = sorted(client_ids)
         self.run = ""
         self.ledger = ByteLedger()
+        self.limits = MessageLimits(config.max_message_bytes)
+        """The run's message limits: the method's bounds once `edgefd.runtime.build` gives them."""
+        self.refused: dict[int, dict[str, str]] = {}
+        """Per round, the clients whose answer was refused for its size, and why."""
         self.faults: dict[int, dict[str, str]] = {}
         """What befell clients in each round not yet finished (`RoundRecord.faults`)."""
         self.gone: set[int] = set()
@@ -352,7 +363,8 @@ class RayChannel:
             log.info("actor %d (%d clients) on %s, pid %d%s", n, len(self.groups[n]), where["node"], where["pid"], gpus)
 
     def begin(self, round: int) -> None:
-        """Every client is always there."""
+        """Every client is always there; the limits follow what the method knows now."""
+        self.limits.update(self.client_ids)
 
     def finish(self, record: RoundRecord) -> RoundRecord:
         """Has every actor save its clients as they are at the end of the round (the time it takes
@@ -363,6 +375,7 @@ class RayChannel:
             self.get(n, ref, record.round, "while saving its clients' state after the round", missed=[])
         record.seconds += time.perf_counter() - started
         record.faults = dict(sorted(self.faults.pop(record.round, {}).items()))
+        record_refusals(record, self.refused.pop(record.round, {}))
         return record
 
     def live(self) -> list[int]:
@@ -421,9 +434,10 @@ class RayChannel:
         self.ledger.add(message, len(data) - message.metadata_bytes, message.metadata_bytes)
         return data
 
-    def up(self, data: bytes) -> Message:
-        """A client's message, counted and decoded."""
-        message = decode_message(data)
+    def up(self, data: bytes, max_bytes: int | None = DEFAULT_MAX_BYTES) -> Message:
+        """A client's message, counted and decoded (``max_bytes``: None for an answer whose size the
+        limits took)."""
+        message = decode_message(data, max_bytes=max_bytes)
         self.ledger.add(message, len(data) - message.metadata_bytes, message.metadata_bytes)
         return message
 
@@ -438,7 +452,11 @@ class RayChannel:
         answers = {}
         for message, (kind, value) in zip(ordered, events):
             if kind == "done":
-                answers[message.receiver] = self.up(value)
+                refusal = self.limits.refusal(message.receiver, message.verb, len(value))
+                if refusal is None:
+                    answers[message.receiver] = self.up(value, max_bytes=None)
+                else:  # not counted: it never reaches the server (InProcessChannel)
+                    self.refused.setdefault(message.round, {})[message.receiver] = refusal
             elif kind == "missed":
                 log.warning(
                     "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",

@@ -138,6 +138,19 @@ def test_one_thread_runs_are_the_in_process_runs_too(tmp_path):
         assert results(tmp_path / algo / "ray") == results(tmp_path / algo / "inprocess")
 
 
+def test_an_answer_over_the_runs_cap_is_refused_as_in_process(tmp_path):
+    """FedICT with a size skew under a 1 MB --max-message-bytes: client-0's 5.5 MB of features is
+    refused in every round, in process and on Ray alike (tests/runtime/test_channel.py)."""
+    capped = dict(
+        algo="fedict", dataset="digits", clients=2, rounds=2, seed=3, threads=1, partition="quantity:0.5"
+    ) | dict(models="fedict_c1", max_message_bytes=1_000_000)
+    run(SimulationConfig(out=str(tmp_path / "inprocess"), **capped), progress=False)
+    run(SimulationConfig(out=str(tmp_path / "ray"), backend="ray", workers=2, **capped), progress=False)
+    lines = results(tmp_path / "ray")
+    assert lines == results(tmp_path / "inprocess")
+    assert all(list(line["rejected"]) == ["client-0"] for line in lines[1:])
+
+
 def test_attack_and_full_test_scoring_are_the_in_process_ones(tmp_path):
     extra = dict(algo="fd", attack="scaled", attackers=1, score_full_test=True)
     run(SimulationConfig(out=str(tmp_path / "inprocess"), **extra, **SMALL), progress=False)
