@@ -55,6 +55,7 @@ NOT_SHARED = (
     "backend",
     "workers",
     "ray_address",
+    "gpus_per_worker",
 )
 """Config fields that are not part of a comparison's setting: the method itself, and where it runs."""
 
@@ -847,6 +848,8 @@ def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
     settings = {name: str(config[name]) for name in in_field_order if name not in NOT_SHARED}
     if config.get("attack", "none") == "none":
         settings.pop("attackers", None)  # how many attack, in a run where none does
+    if config.get("max_message_bytes") is None:
+        settings.pop("max_message_bytes", None)  # no cap: each message's own bound, which refuses nothing
     if config.get("optimizer") != "sgd":
         settings.pop("momentum", None)  # SGD's alone: Adam never reads it
     settings["models"] = ", ".join(dict.fromkeys(summary["models"].values()))
