@@ -17,6 +17,11 @@ from edgefd.simulate import run
 pytestmark = needs_mosquitto
 
 CONFIG = dict(dataset="digits", clients=2, rounds=1, seed=3, threads=1, samples_per_client=60)
+PARALLEL = dict(
+    dataset="mnist5k", clients=2, rounds=1, seed=1, threads=2, samples_per_client=150, partition="dirichlet:0.5"
+)
+"""The methods' own models on real images at the default two threads (each device process runs at
+the run's threads), where FedD2S's and FedICT's numbers change with the thread count."""
 SETTINGS = {
     **LIGHT_SETTINGS,
     # the round-batched exchange (test_mqtt_deployment.py runs the paper's per-batch one); exact neighbours
@@ -30,9 +35,12 @@ def broker(tmp_path_factory):
         yield running
 
 
-@pytest.mark.parametrize("algo", [m.name for m in list_methods()])
-def test_one_round_over_mqtt_equals_the_simulation(tmp_path, broker, algo):
-    settings = {**CONFIG, **SETTINGS.get(algo, {})}
+@pytest.mark.parametrize(
+    "algo, setting",
+    [(m.name, "light") for m in list_methods()] + [("fedd2s", "parallel"), ("fedict", "parallel")],
+)
+def test_one_round_over_mqtt_equals_the_simulation(tmp_path, broker, algo, setting):
+    settings = {**CONFIG, **SETTINGS.get(algo, {})} if setting == "light" else dict(PARALLEL)
     params = settings.pop("params", {})
     run(SimulationConfig(algo=algo, **settings, params=params, out=str(tmp_path / "sim")), progress=False)
     process = edgefd(
