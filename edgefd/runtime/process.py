@@ -21,14 +21,6 @@ def edgefd_command(*args: str, module: str = "edgefd.cli") -> list[str]:
     return [sys.executable, "-c", _MAIN.format(module=module), *args]
 
 
-def thread_environment(threads: int) -> dict[str, str]:
-    """The environment variables that give every thread of a new process ``threads`` threads: the
-    process-wide default of OpenMP (the C++ kernels, torch's intra-op pool, oneDNN) and of MKL.
-    Setting a count in one thread (``torch.set_num_threads``) leaves the other threads of the
-    process at this default, and a Ray worker's default is its CPUs (1), not the run's threads."""
-    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-
-
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, in MiB (its whole life: run a measured run in a
     process of its own, as `edgefd reproduce` does for recipes that report memory).

@@ -53,7 +53,6 @@ from edgefd.protocol.message import Message
 from edgefd.runtime import checkpoint
 from edgefd.runtime.channel import Serve
 from edgefd.runtime.limits import MessageLimits, client_limit, record_refusals
-from edgefd.runtime.process import thread_environment
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger
 from edgefd.runtime.verbs import Deadline
@@ -341,7 +340,6 @@ class RayChannel:
                 max_restarts=RESTARTS,
                 max_task_retries=0,  # a call that dies with its actor is not run again: its clients miss the round
                 scheduling_strategy=node_affinity(node),
-                runtime_env={"env_vars": thread_environment(config.threads)},  # every thread: the run's threads
             )
             .remote(config, indices, make_apps, state_dir, f"actor-{n}")
             for n, (node, indices) in enumerate(zip(nodes, groups))
