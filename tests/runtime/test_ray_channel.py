@@ -10,9 +10,11 @@ import os
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 
 from edgefd.algorithms.base import list_methods
 from edgefd.data.idx import write_idx
@@ -87,22 +89,30 @@ def results(out):
     return lines
 
 
-BOTH_SHAPES = ("fedcache", "fedd2s", "fedict")
-"""Methods run on both shapes of cluster; each other method runs on one, in turn (a Ray run's actors
-take about 12 s to start on two cores: every method on both would cost the suite minutes)."""
-
-
-def cluster_shapes(algo: str) -> tuple[int, ...]:
-    """Two workers (an actor of two clients beside one of one) or three (a client per actor)."""
-    return (2, 3) if algo in BOTH_SHAPES else ((2, 3)[METHODS.index(algo) % 2],)
-
-
 @pytest.mark.parametrize("algo", METHODS)
-def test_ray_run_is_the_in_process_run_at_two_threads(algo, tmp_path):
-    """On the two nodes, at the default two threads, with the actors' clients one after another in
-    one process (two workers) or each in a process of its own (three)."""
+def test_ray_run_is_the_in_process_run(algo, tmp_path):
+    """Every method, at one thread (the suite's, and a user's who runs two simulations side by side)."""
+    ours = run(SimulationConfig(algo=algo, out=str(tmp_path / "inprocess"), **SMALL), progress=False)
+    theirs = run(
+        SimulationConfig(algo=algo, out=str(tmp_path / "ray"), backend="ray", workers=2, **SMALL), progress=False
+    )
+    assert results(tmp_path / "ray") == results(tmp_path / "inprocess")
+    assert (theirs["bytes_up_total"], theirs["bytes_down_total"]) == (ours["bytes_up_total"], ours["bytes_down_total"])
+    assert ours["bytes_up_total"] > 0 or algo == "local"
+    assert sorted(p.name for p in (tmp_path / "ray" / "models").iterdir()) == sorted(
+        p.name for p in (tmp_path / "inprocess" / "models").iterdir()
+    )
+
+
+@pytest.mark.parametrize("algo, shapes", [("fedcache", (2, 3)), ("fedd2s", (2, 3)), ("fedict", (3,))])
+def test_ray_run_is_the_in_process_run_at_two_threads(algo, shapes, tmp_path):
+    """The methods whose numbers change with the thread count, at the default two threads on the two
+    nodes, with an actor's clients one after another in one process (two workers) or each in a
+    process of its own (three). Every method at two threads would cost the suite minutes (a Ray
+    run's actors take about 12 s to start on two cores, and two-thread runs beside the suite's
+    other worker wait at every parallel region)."""
     ours = run(SimulationConfig(algo=algo, out=str(tmp_path / "inprocess"), **PARALLEL), progress=False)
-    for workers in cluster_shapes(algo):
+    for workers in shapes:
         out = tmp_path / f"ray-{workers}"
         theirs = run(
             SimulationConfig(algo=algo, out=str(out), backend="ray", workers=workers, **PARALLEL), progress=False
@@ -112,10 +122,6 @@ def test_ray_run_is_the_in_process_run_at_two_threads(algo, tmp_path):
             ours["bytes_up_total"],
             ours["bytes_down_total"],
         )
-        assert sorted(p.name for p in (out / "models").iterdir()) == sorted(
-            p.name for p in (tmp_path / "inprocess" / "models").iterdir()
-        )
-    assert ours["bytes_up_total"] > 0 or algo == "local"
 
 
 @pytest.mark.parametrize("algo", THREAD_SENSITIVE)
@@ -125,17 +131,6 @@ def test_the_parallel_case_depends_on_the_thread_count(algo, tmp_path):
     run(SimulationConfig(algo=algo, out=str(tmp_path / "two"), **PARALLEL), progress=False)
     run(SimulationConfig(algo=algo, out=str(tmp_path / "one"), **PARALLEL | {"threads": 1}), progress=False)
     assert results(tmp_path / "one") != results(tmp_path / "two")
-
-
-def test_one_thread_runs_are_the_in_process_runs_too(tmp_path):
-    """--threads 1 (the suite's default, and a user's who runs two simulations side by side)."""
-    for algo in ("fd", "fedcache"):
-        run(SimulationConfig(algo=algo, out=str(tmp_path / algo / "inprocess"), **SMALL), progress=False)
-        run(
-            SimulationConfig(algo=algo, out=str(tmp_path / algo / "ray"), backend="ray", workers=2, **SMALL),
-            progress=False,
-        )
-        assert results(tmp_path / algo / "ray") == results(tmp_path / algo / "inprocess")
 
 
 def test_an_answer_over_the_runs_cap_is_refused_as_in_process(tmp_path):
@@ -191,6 +186,8 @@ def test_unreachable_ray_address_is_a_one_line_error(tmp_path):
 
 class Unsendable:
     """A client whose message cannot be encoded (a diverged model's NaN), asking first where it may."""
+
+    role = SimpleNamespace(model=torch.nn.Linear(1, 1))  # what the actor sizes the client's limit from
 
     def handle(self, message, ask=None):
         if ask is not None:
