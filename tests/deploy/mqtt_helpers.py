@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_settings import flags as flags  # a run's settings as flags, for the deploy tests
 
 from edgefd.deploy.broker import mosquitto_path
 
@@ -24,10 +25,6 @@ def skip_unless_ci(missing: str) -> None:
 
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
-
-
-def flags(config: dict) -> list[str]:
-    return [item for key, value in config.items() for item in ("--" + key.replace("_", "-"), str(value))]
 
 
 def edgefd(*args, log: Path) -> subprocess.Popen:

@@ -9,6 +9,7 @@ import json
 
 import pytest
 from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto
+from run_settings import CAP, SKEWED_FEDICT
 
 from edgefd.deploy.broker import start_broker
 from edgefd.metrics.results import REFUSED_EXIT
@@ -16,19 +17,6 @@ from edgefd.runtime.config import SimulationConfig
 from edgefd.simulate import run
 
 pytestmark = needs_mosquitto
-
-# FedICT on digits with a size skew: client-0's uplink is 5.5 MB, client-1's 0.5 MB
-RUN = dict(
-    algo="fedict",
-    dataset="digits",
-    clients=2,
-    rounds=2,
-    seed=3,
-    threads=1,
-    partition="quantity:0.5",
-    models="fedict_c1",
-)
-CAP = 1_000_000
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +26,14 @@ def broker(tmp_path_factory):
 
 
 def test_deploy_local_refuses_the_uplinks_simulate_refuses_and_learns_the_same(tmp_path, broker):
-    simulated = run(SimulationConfig(**RUN, max_message_bytes=CAP, out=str(tmp_path / "sim")), progress=False)
+    simulated = run(SimulationConfig(**SKEWED_FEDICT, max_message_bytes=CAP, out=str(tmp_path / "sim")), progress=False)
     process = edgefd(
         "deploy-local",
         "--broker",
         broker.url,
         "--run",
         "bound",
-        *flags(RUN),
+        *flags(SKEWED_FEDICT),
         "--max-message-bytes",
         CAP,
         "--out",

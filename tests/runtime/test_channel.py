@@ -5,20 +5,14 @@ refused someone (tests/deploy/test_message_bound.py runs the same over MQTT)."""
 
 import json
 
+from run_settings import CAP, SKEWED_FEDICT, flags
+
 from edgefd import cli
 from edgefd.metrics.results import REFUSED_EXIT
 
-# FedICT on digits with a size skew: client-0 holds 1,324 samples (5.5 MB of features), client-1 113
-RUN = dict(algo="fedict", dataset="digits", clients=2, rounds=2, seed=3, threads=1, partition="quantity:0.5")
-CAP = 1_000_000
-
-
-def flags(run: dict) -> list[str]:
-    return [item for key, value in run.items() for item in ("--" + key.replace("_", "-"), str(value))]
-
 
 def test_an_answer_larger_than_the_run_takes_misses_the_round_and_the_run_says_so(tmp_path, capsys, caplog):
-    argv = ["simulate", *flags(RUN), "--models", "fedict_c1", "--max-message-bytes", str(CAP), "--quiet"]
+    argv = ["simulate", *flags(SKEWED_FEDICT), "--max-message-bytes", str(CAP), "--quiet"]
     assert cli.main([*argv, "--out", str(tmp_path)]) == REFUSED_EXIT
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     for line in lines[1:]:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from run_settings import CAP, SKEWED_FEDICT
 
 from edgefd.algorithms.base import list_methods
 from edgefd.data.idx import write_idx
@@ -136,9 +137,7 @@ def test_the_parallel_case_depends_on_the_thread_count(algo, tmp_path):
 def test_an_answer_over_the_runs_cap_is_refused_as_in_process(tmp_path):
     """FedICT with a size skew under a 1 MB --max-message-bytes: client-0's 5.5 MB of features is
     refused in every round, in process and on Ray alike (tests/runtime/test_channel.py)."""
-    capped = dict(
-        algo="fedict", dataset="digits", clients=2, rounds=2, seed=3, threads=1, partition="quantity:0.5"
-    ) | dict(models="fedict_c1", max_message_bytes=1_000_000)
+    capped = SKEWED_FEDICT | {"max_message_bytes": CAP}
     run(SimulationConfig(out=str(tmp_path / "inprocess"), **capped), progress=False)
     run(SimulationConfig(out=str(tmp_path / "ray"), backend="ray", workers=2, **capped), progress=False)
     lines = results(tmp_path / "ray")
