@@ -137,8 +137,8 @@ def test_server_aggregates_models_like_fedavg_and_tables_per_row():
     ca, cb = np.zeros(10, np.int32), np.zeros(10, np.int32)
     ca[0], cb[0], cb[3] = 10, 20, 10
     uplinks = {
-        "client-0": Payload("dfl", "client-0", 1, {**first, SOFT_TARGETS: ya, CLASS_COUNTS: ca}, {"samples": 10}),
-        "client-1": Payload("dfl", "client-1", 1, {**second, SOFT_TARGETS: yb, CLASS_COUNTS: cb}, {"samples": 30}),
+        "client-0": Payload("dfl", {**first, SOFT_TARGETS: ya, CLASS_COUNTS: ca}, {"samples": 10}),
+        "client-1": Payload("dfl", {**second, SOFT_TARGETS: yb, CLASS_COUNTS: cb}, {"samples": 30}),
     }
     metrics = server.aggregate(1, uplinks)
     for name in state:
@@ -160,7 +160,7 @@ def test_a_robust_server_takes_the_median_of_three_and_keeps_what_two_cannot_dec
         if holds_3:
             table[3], counts[3] = 9e3, 5  # class 3: only the poisoner and one other
         arrays = {**{k: np.full_like(v, weight) for k, v in state.items()}, SOFT_TARGETS: table, CLASS_COUNTS: counts}
-        return Payload("dfl", cid, 1, arrays, {"samples": 10**4 if weight > 100 else 10})
+        return Payload("dfl", arrays, {"samples": 10**4 if weight > 100 else 10})
 
     uplinks = {
         "client-0": uplink("client-0", 1.0, 2.0, False),
@@ -328,8 +328,9 @@ def test_bytes_per_client_per_round_follow_the_formula(dtype, precision, b_s):
     # B_down = P b_w + Cn^2 b_s + 4 (round) ; B_up = P b_w + Cn^2 b_s + 4 (round) + 4 (n_k) + 4 Cn
     formula_down = P * 4 + classes**2 * b_s + 4
     formula_up = P * 4 + classes**2 * b_s + 4 + 4 + 4 * classes
-    # codec: the round is inside the 32-byte header; n_k is the int64 scalar "samples" (8 bytes, not 4)
-    down = formula_down - 4 + HEADER_SIZE + len("dfl") + len("server") + tables + table_overhead(SOFT_TARGETS, soft)
+    # codec: the round is the message's metadata, not in the payload (wire version 2: no sender or
+    # round in the codec's header either); n_k is the int64 scalar "samples" (8 bytes, not 4)
+    down = formula_down - 4 + HEADER_SIZE + len("dfl") + tables + table_overhead(SOFT_TARGETS, soft)
     up_fixed = (
         formula_up
         - 4
@@ -347,12 +348,12 @@ def test_bytes_per_client_per_round_follow_the_formula(dtype, precision, b_s):
     ledger = sim.federation.channel.ledger
     for cid in sim.clients:
         assert ledger.total(DOWN, 1, cid) == down
-        assert ledger.total(UP, 1, cid) == up_fixed + len(cid)
+        assert ledger.total(UP, 1, cid) == up_fixed
     if dtype == "float64":
         assert classes**2 * b_s == 800  # the paper's "0.8 KB" of soft targets (Sec. IV-B3)
     # and the ledger counts exactly what the codec emits
     payload = as_sent.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0"))
-    assert len(encode(payload)) == up_fixed + len("client-0")
+    assert len(encode(payload)) == up_fixed
 
 
 def test_soft_targets_cost_cn_squared_plus_counts_over_fedavg():
@@ -446,7 +447,7 @@ def tampered(payload, changes):
             del target[name]
         else:
             target[name] = value
-    return Payload(payload.kind, payload.sender, payload.round, arrays, scalars)
+    return Payload(payload.kind, arrays, scalars)
 
 
 @pytest.mark.parametrize(

@@ -91,14 +91,14 @@ def test_consensus_is_the_mean_of_the_received_logits():
     sim = simulation()
     server = sim.server
     tables = {f"client-{k}": np.random.default_rng(k).normal(size=(200, 10)).astype(np.float32) for k in range(3)}
-    uplinks = {cid: Payload(KIND, cid, 1, {LOGITS: t}) for cid, t in tables.items()}
+    uplinks = {cid: Payload(KIND, {LOGITS: t}) for cid, t in tables.items()}
     assert server.aggregate(1, uplinks) == {"devices": 3.0}
     expected = np.mean([t.astype(np.float64) for t in tables.values()], axis=0)
     np.testing.assert_allclose(server.consensus, expected, rtol=1e-6, atol=1e-7)
     down = server.downlink(2, "client-0")
     assert down.scalars["consensus_seed"] == server.round_seed(1) != down.scalars["alignment_seed"]
     with pytest.raises(ValueError, match="shape"):
-        server.aggregate(2, {"client-0": Payload(KIND, "client-0", 2, {LOGITS: np.zeros((5, 10), np.float32)})})
+        server.aggregate(2, {"client-0": Payload(KIND, {LOGITS: np.zeros((5, 10), np.float32)})})
 
 
 def test_digest_moves_the_logits_towards_the_consensus():
@@ -147,21 +147,11 @@ def test_bytes_per_round_are_the_logit_tables_plus_headers():
     table = 20 + len(LOGITS) + 8 + 200 * 10 * 4  # entry, name, 2 dims, N_a x C float32
     seed = 2 + len("alignment_seed") + 8
     for cid in sim.clients:
-        assert ledger.total(UP, 1, cid) == HEADER_SIZE + len(KIND) + len(cid) + table
-        assert ledger.total(UP, 2, cid) == HEADER_SIZE + len(KIND) + len(cid) + table
-        assert ledger.total(DOWN, 1, cid) == HEADER_SIZE + len(KIND) + len("server") + seed
+        assert ledger.total(UP, 1, cid) == HEADER_SIZE + len(KIND) + table
+        assert ledger.total(UP, 2, cid) == HEADER_SIZE + len(KIND) + table
+        assert ledger.total(DOWN, 1, cid) == HEADER_SIZE + len(KIND) + seed
         assert ledger.total(DOWN, 2, cid) == (
-            HEADER_SIZE
-            + len(KIND)
-            + len("server")
-            + seed
-            + 2
-            + len("consensus_seed")
-            + 8
-            + 20
-            + len(CONSENSUS)
-            + 8
-            + 200 * 10 * 4
+            HEADER_SIZE + len(KIND) + seed + 2 + len("consensus_seed") + 8 + 20 + len(CONSENSUS) + 8 + 200 * 10 * 4
         )
 
 
@@ -201,7 +191,7 @@ def test_public_label_pretraining_runs_once_when_asked():
     calls = []
     original = client._train
     client._train = lambda x, loss_fn, epochs, order=None: calls.append(len(x)) or original(x, loss_fn, epochs, order)
-    down = Payload(KIND, "server", 1, {}, {"alignment_seed": 3})
+    down = Payload(KIND, {}, {"alignment_seed": 3})
     client.train_round(1, down)
     client.train_round(2, down)
     # round 1: public pretraining on the whole pool (1,797 digits), then private; round 2: private only
@@ -239,5 +229,5 @@ def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(params, change,
     assert payload.arrays[LOGITS].shape == expected
     server.check_uplink(2, "client-0", payload)
     with pytest.raises(UplinkRejected) as refused:
-        server.check_uplink(2, "client-0", Payload(KIND, "client-0", 2, change(payload.arrays[LOGITS])))
+        server.check_uplink(2, "client-0", Payload(KIND, change(payload.arrays[LOGITS])))
     assert refused.value.reason == reason

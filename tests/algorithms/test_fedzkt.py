@@ -214,7 +214,7 @@ def test_prox_term_by_hand_and_pull_towards_the_reference():
     assert prox_term(client.model, reference).item() == pytest.approx(expected, rel=1e-5)
 
     received = state_arrays(client.model)
-    downlink = Payload(KIND, "server", 2, received)
+    downlink = Payload(KIND, received)
     distances = {}
     for lam in (0.0, 1.0):
         trial = copy.deepcopy(client)
@@ -246,11 +246,10 @@ def table_overhead(name, array):
     return 20 + len(name.encode()) + 4 * array.ndim
 
 
-def state_message_size(state, sender):
-    """The codec's exact size of a full-state payload (protocol/codec.py layout)."""
-    return (
-        HEADER_SIZE + len(KIND) + len(sender.encode()) + sum(table_overhead(k, v) + v.nbytes for k, v in state.items())
-    )
+def state_message_size(state):
+    """The codec's exact size of a full-state payload (protocol/codec.py layout): header, kind, and
+    per array a table entry and its data; who sends it is the message's, not counted here."""
+    return HEADER_SIZE + len(KIND) + sum(table_overhead(k, v) + v.nbytes for k, v in state.items())
 
 
 def test_bytes_per_round_are_each_model_state_plus_headers():
@@ -264,10 +263,10 @@ def test_bytes_per_round_are_each_model_state_plus_headers():
         state = state_arrays(client.model)
         floats = sum(v.size for v in state.values() if v.dtype == np.float32)
         assert floats == count_parameters(client.model) + count_bn_buffers(client.model)  # P_k + R_k
-        assert ledger.total(UP, 1, cid) == state_message_size(state, cid)
+        assert ledger.total(UP, 1, cid) == state_message_size(state)
         assert ledger.total(DOWN, 1, cid) == 0  # nothing distilled before round 1's upload
-        assert ledger.total(UP, 2, cid) == state_message_size(state, cid)
-        assert ledger.total(DOWN, 2, cid) == state_message_size(state, "server")
+        assert ledger.total(UP, 2, cid) == state_message_size(state)
+        assert ledger.total(DOWN, 2, cid) == state_message_size(state)
     assert count_bn_buffers(sim.clients["client-0"].model) > 0
 
 
@@ -297,7 +296,7 @@ def test_upload_with_the_wrong_architecture_is_a_clear_error():
     sim = simulation()
     other = state_arrays(sim.clients["client-2"].model)
     with pytest.raises(ValueError, match="model state mismatch"):
-        sim.server.aggregate(1, {"client-0": Payload(KIND, "client-0", 1, other)})
+        sim.server.aggregate(1, {"client-0": Payload(KIND, other)})
 
 
 # client-0 and client-3 share fedict_c1 (BatchNorm: an int64 counter); zkt_tiny_d's state names are a
@@ -320,7 +319,7 @@ def test_each_device_architecture_has_its_schema_built_once(monkeypatch):
     assert set(server.state_schemas) == {"fedict_c1", "zkt_tiny_d", "zkt_tiny_e"}  # built in round 1
     monkeypatch.setattr(server.context, "build_model", None)  # the cache answers: no model is built again
     for cid, arrays in states.items():
-        server.check_uplink(2, cid, Payload(KIND, cid, 2, arrays))
+        server.check_uplink(2, cid, Payload(KIND, arrays))
     fresh = simulation(**MIXED).server
     rng = torch.get_rng_state()
     fresh.uplink_schemas("client-2")
@@ -347,9 +346,9 @@ def int_buffer(arrays):
 def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(sender, change, reason):
     server, states = honest_uplinks()
     if sender in states:
-        server.check_uplink(2, sender, Payload(KIND, sender, 2, states[sender]))
+        server.check_uplink(2, sender, Payload(KIND, states[sender]))
     with pytest.raises(UplinkRejected) as refused:
-        server.check_uplink(2, sender, Payload(KIND, sender, 2, change(states)))
+        server.check_uplink(2, sender, Payload(KIND, change(states)))
     assert refused.value.reason == reason
 
 

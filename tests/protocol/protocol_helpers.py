@@ -7,13 +7,15 @@ from __future__ import annotations
 import struct
 import zlib
 
-HEADER_SIZE = 32
+HEADER_SIZE = 27  # payload wire format version 2: "<4sHHBHIQI"
+CRC_OFFSET = 23
+BODY_LEN_OFFSET = 15
 CHUNK_HEADER_SIZE = 48
 
 
 def crc_payload(buf: bytes) -> int:
-    """CRC of every byte but the crc32 field [28, 32)."""
-    return zlib.crc32(buf[HEADER_SIZE:], zlib.crc32(buf[:28]))
+    """CRC of every byte but the crc32 field [23, 27)."""
+    return zlib.crc32(buf[HEADER_SIZE:], zlib.crc32(buf[:CRC_OFFSET]))
 
 
 def reseal(buf: bytes, *, fix_len: bool = False) -> bytes:
@@ -22,8 +24,8 @@ def reseal(buf: bytes, *, fix_len: bool = False) -> bytes:
     if len(b) < HEADER_SIZE:
         return bytes(b)
     if fix_len:
-        struct.pack_into("<Q", b, 20, len(b) - HEADER_SIZE)
-    struct.pack_into("<I", b, 28, crc_payload(bytes(b)))
+        struct.pack_into("<Q", b, BODY_LEN_OFFSET, len(b) - HEADER_SIZE)
+    struct.pack_into("<I", b, CRC_OFFSET, crc_payload(bytes(b)))
     return bytes(b)
 
 
@@ -74,33 +76,29 @@ def array_entry(
 def build(
     *,
     kind: bytes = b"logits",
-    sender: bytes = b"c1",
-    round: int = 3,
     scalars: tuple[bytes, ...] = (),
     arrays: tuple[bytes, ...] = (array_entry(),),
     data: bytes = bytes(24),
     magic: bytes = b"EFD1",
-    version: int = 1,
+    version: int = 2,
     flags: int = 0,
     kind_len: int | None = None,
-    sender_len: int | None = None,
     n_scalars: int | None = None,
     n_arrays: int | None = None,
     body_len: int | None = None,
 ) -> bytes:
-    """A payload frame assembled field by field, CRC correct unless the caller breaks it after."""
-    body = kind + sender + b"".join(scalars) + b"".join(arrays) + data
+    """A version-2 payload assembled field by field, CRC correct unless the caller breaks it after.
+    A payload is content only: no sender, no round (those are its message's)."""
+    body = kind + b"".join(scalars) + b"".join(arrays) + data
     header = struct.pack(
-        "<4sHHiBBHIQ",
+        "<4sHHBHIQ",
         magic,
         version,
         flags,
-        round,
         len(kind) if kind_len is None else kind_len,
-        len(sender) if sender_len is None else sender_len,
         len(scalars) if n_scalars is None else n_scalars,
         len(arrays) if n_arrays is None else n_arrays,
         len(body) if body_len is None else body_len,
     )
-    assert len(header) == 28
+    assert len(header) == CRC_OFFSET
     return header + struct.pack("<I", zlib.crc32(body, zlib.crc32(header))) + body

@@ -59,7 +59,7 @@ def roundtrip(p, **kw):
 @pytest.mark.parametrize("shape", SHAPES + EMPTY_SHAPES, ids=str)
 def test_lossless_roundtrip_every_dtype_and_rank(dtype, shape):
     a = sample(dtype, shape)
-    q = roundtrip(Payload("weights", "c1", 4, {"a": a}))
+    q = roundtrip(Payload("weights", {"a": a}))
     b = q.arrays["a"]
     assert b.dtype == np.dtype(dtype) and b.shape == a.shape
     assert np.array_equal(a, b)
@@ -76,7 +76,7 @@ def test_extreme_integer_values_and_special_floats_survive():
         "f": np.array([-0.0, np.finfo(np.float32).tiny, np.finfo(np.float32).max], np.float32),
         "special": np.array([np.nan, np.inf, -np.inf], np.float64),
     }
-    q = roundtrip(Payload("metrics", "server", 0, arrays))  # metrics may carry NaN/Inf
+    q = roundtrip(Payload("metrics", arrays))  # metrics may carry NaN/Inf
     for k, a in arrays.items():
         np.testing.assert_array_equal(q.arrays[k], a)
     assert np.signbit(q.arrays["f"][0])
@@ -90,7 +90,7 @@ def test_non_contiguous_and_big_endian_inputs():
         "be": base.astype(">f4"),
         "bei": np.arange(5, dtype=">i8"),
     }
-    q = roundtrip(Payload("features", "c", 1, arrays))
+    q = roundtrip(Payload("features", arrays))
     for k, a in arrays.items():
         np.testing.assert_array_equal(q.arrays[k], a)
         assert q.arrays[k].dtype.isnative
@@ -98,7 +98,7 @@ def test_non_contiguous_and_big_endian_inputs():
 
 
 def test_decoded_arrays_do_not_alias_the_input_buffer():
-    buf = bytearray(encode(Payload("weights", "c", 0, {"a": np.ones(8, np.float32), "b": np.ones(4, np.int8)})))
+    buf = bytearray(encode(Payload("weights", {"a": np.ones(8, np.float32), "b": np.ones(4, np.int8)})))
     q = decode(buf)
     buf[-20:] = bytes(20)
     assert q.arrays["a"].sum() == 8 and q.arrays["b"].sum() == 4
@@ -106,18 +106,16 @@ def test_decoded_arrays_do_not_alias_the_input_buffer():
 
 
 def test_accepts_bytes_bytearray_memoryview():
-    data = encode(Payload("ack", "s", 1))
+    data = encode(Payload("ack"))
     for d in (data, bytearray(data), memoryview(data)):
         assert decode(d).kind == "ack"
     with pytest.raises(TypeError):
         decode("not bytes")
 
 
-def test_unicode_names_sender_and_scalars():
+def test_unicode_names_and_scalars():
     p = Payload(
         "knowledge",
-        "Raspberry-π-客户端",
-        12,
         {"логиты": np.ones((2, 2), np.float32), "🙂": np.zeros(3, np.int32)},
         {
             "名前": "valeur-é-🙂",
@@ -140,13 +138,13 @@ def test_unicode_names_sender_and_scalars():
 
 def test_order_of_arrays_and_scalars_is_kept():
     names = [f"a{i}" for i in range(20)][::-1]
-    p = Payload("features", "c", 0, {n: np.zeros(1, np.float32) for n in names}, {n: 1 for n in names})
+    p = Payload("features", {n: np.zeros(1, np.float32) for n in names}, {n: 1 for n in names})
     q = roundtrip(p)
     assert list(q.arrays) == names and list(q.scalars) == names
 
 
 def test_many_arrays():
-    p = Payload("weights", "c", 0, {f"layer{i}.w": np.full((3,), i, np.float32) for i in range(600)})
+    p = Payload("weights", {f"layer{i}.w": np.full((3,), i, np.float32) for i in range(600)})
     q = roundtrip(p)
     assert q.same_as(p)
 
@@ -157,7 +155,7 @@ def test_many_arrays():
 @pytest.mark.parametrize("shape", SHAPES + EMPTY_SHAPES, ids=str)
 def test_precision_roundtrip_keeps_dtype_and_shape(dtype, prec, shape):
     a = sample(dtype, shape, seed=1)
-    p = Payload("logits", "c", 0, {"a": a}, precision={"a": prec})
+    p = Payload("logits", {"a": a}, precision={"a": prec})
     q = roundtrip(p)
     b = q.arrays["a"]
     assert b.dtype == np.dtype(dtype) and b.shape == a.shape
@@ -198,7 +196,7 @@ def check_int8_bound(a, b):
     )
 )
 def test_int8_error_bound_property(a):
-    q = roundtrip(Payload("logits", "c", 0, {"a": a}, precision={"a": "int8"}))
+    q = roundtrip(Payload("logits", {"a": a}, precision={"a": "int8"}))
     check_int8_bound(a, q.arrays["a"])
 
 
@@ -211,7 +209,7 @@ def test_int8_error_bound_property(a):
     )
 )
 def test_fp16_error_bound_property(a):
-    b = roundtrip(Payload("logits", "c", 0, {"a": a}, precision={"a": "fp16"})).arrays["a"]
+    b = roundtrip(Payload("logits", {"a": a}, precision={"a": "fp16"})).arrays["a"]
     # half precision: 11 significant bits -> relative error <= 2**-11 for normals,
     # absolute error <= 2**-25 (half the smallest subnormal spacing) below the normal range
     bound = np.maximum(np.abs(a) * 2.0**-11, 2.0**-25)
@@ -237,7 +235,7 @@ def test_int8_nonfinite_row_travels_as_nan_and_is_rejected_where_forbidden():
     a = np.array([[1, 2, 3], [1, np.inf, 3], [4, 5, 6]], np.float32)
     scales, q = quantise_int8(a)
     assert np.isnan(scales[1]) and not q[1].any()
-    data = encode(Payload("logits", "c", 0, {"a": a}, precision={"a": "int8"}))
+    data = encode(Payload("logits", {"a": a}, precision={"a": "int8"}))
     with pytest.raises(NonFiniteError, match="array 'a': 3 non-finite"):
         decode(data)
     b = decode(data, allow_nonfinite=True).arrays["a"]
@@ -254,22 +252,22 @@ def test_int8_nonfinite_row_travels_as_nan_and_is_rejected_where_forbidden():
     ],
 )
 def test_finite_values_that_overflow_the_wire_precision_raise_at_encode(dtype, prec, value):
-    p = Payload("logits", "c", 0, {"w": np.array([1.0, value], dtype)}, precision={"w": prec})
+    p = Payload("logits", {"w": np.array([1.0, value], dtype)}, precision={"w": prec})
     with pytest.raises(PayloadError, match=f"array 'w'.*{prec if prec != 'int8' else 'scale'}"):
         encode(p)
 
 
 def test_fp16_keeps_inf_and_nan_faithfully_for_allowed_kinds():
     a = np.array([np.inf, -np.inf, np.nan, 1.0], np.float32)
-    b = roundtrip(Payload("metrics", "c", 0, {"a": a}, precision={"a": "fp16"})).arrays["a"]
+    b = roundtrip(Payload("metrics", {"a": a}, precision={"a": "fp16"})).arrays["a"]
     np.testing.assert_array_equal(b, a)
 
 
 def test_wire_size_per_precision():
     a = np.zeros((10, 100), np.float32)
-    raw = len(encode(Payload("logits", "c", 0, {"a": a})))
-    fp16 = len(encode(Payload("logits", "c", 0, {"a": a}, precision={"a": "fp16"})))
-    int8 = len(encode(Payload("logits", "c", 0, {"a": a}, precision={"a": "int8"})))
+    raw = len(encode(Payload("logits", {"a": a})))
+    fp16 = len(encode(Payload("logits", {"a": a}, precision={"a": "fp16"})))
+    int8 = len(encode(Payload("logits", {"a": a}, precision={"a": "int8"})))
     assert raw - fp16 == 2000
     assert raw - int8 == 4000 - (1000 + 40)
 
@@ -279,8 +277,6 @@ def pinned_payload(precision=None):
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     return Payload(
         "logits",
-        "c1",
-        3,
         {"x": x},
         {"n": 5, "tag": "ab", "ok": True, "lr": 0.5},
         precision={"x": precision} if precision else {},
@@ -289,8 +285,9 @@ def pinned_payload(precision=None):
 
 def test_exact_byte_length_by_hand():
     p = pinned_payload()
-    header = 32
-    kind, sender = len("logits"), len("c1")  # 6 + 2
+    header = 4 + 2 + 2 + 1 + 2 + 4 + 8 + 4  # magic, version, flags, kind_len, n_scalars, n_arrays, body_len, crc32
+    assert header == 27 == HEADER_SIZE  # version 2: no sender_len, no round
+    kind = len("logits")  # 6, and no sender after it
     scalars = (
         (2 + 1 + 8)  # "n": name_len,type + name + i64
         + (2 + 3 + 2 + 2)  # "tag": + u16 length + "ab"
@@ -300,25 +297,24 @@ def test_exact_byte_length_by_hand():
     assert scalars == 37
     table = 20 + 1 + 2 * 4  # fixed entry + name "x" + two u32 dims
     data = 2 * 3 * 4
-    assert header + kind + sender + scalars + table + data == 130
+    assert header + kind + scalars + table + data == 123
     data_bytes = encode(p)
-    assert len(data_bytes) == 130 == encoded_size(p)
+    assert len(data_bytes) == 123 == encoded_size(p)
     h = read_header(data_bytes)
-    assert (h.version, h.flags, h.round, h.kind_len, h.sender_len, h.n_scalars, h.n_arrays) == (1, 0, 3, 6, 2, 4, 1)
-    assert h.body_len == 130 - 32
-    assert data_bytes[32:40] == b"logitsc1"
+    assert (h.version, h.flags, h.kind_len, h.n_scalars, h.n_arrays) == (2, 0, 6, 4, 1)
+    assert h.body_len == 123 - 27
+    assert data_bytes[27:33] == b"logits"
     assert data_bytes[-24:] == p.arrays["x"].tobytes()
     # other precisions: fp16 halves the data, int8 = 2 row scales (f32) + 6 int8
-    assert len(encode(pinned_payload("fp16"))) == 130 - 24 + 12 == 118
-    assert len(encode(pinned_payload("int8"))) == 130 - 24 + (2 * 4 + 6) == 120
+    assert len(encode(pinned_payload("fp16"))) == 123 - 24 + 12 == 111
+    assert len(encode(pinned_payload("int8"))) == 123 - 24 + (2 * 4 + 6) == 113
 
 
 def test_golden_bytes_from_the_documented_layout():
     """Rebuild a small message from the docstring table with plain struct calls."""
-    p = Payload("ack", "s", -1, {"m": np.array([1, 0], np.bool_)}, {"k": 7})
+    p = Payload("ack", {"m": np.array([1, 0], np.bool_)}, {"k": 7})
     body = (
-        b"ack"
-        + b"s"
+        b"ack"  # kind, then straight to the scalar table: no sender
         + struct.pack("<BB", 1, 1)
         + b"k"
         + struct.pack("<q", 7)
@@ -327,10 +323,11 @@ def test_golden_bytes_from_the_documented_layout():
         + struct.pack("<I", 2)
         + b"\x01\x00"
     )
-    prefix = b"EFD1" + struct.pack("<HHiBBHIQ", 1, 0, -1, 3, 1, 1, 1, len(body))
+    prefix = b"EFD1" + struct.pack("<HHBHIQ", 2, 0, 3, 1, 1, len(body))  # version 2, flags, kind_len, counts
     expected = prefix + struct.pack("<I", zlib.crc32(body, zlib.crc32(prefix))) + body
     assert encode(p) == expected
-    assert HEADER_SIZE == len(prefix) + 4 == 32
+    assert HEADER_SIZE == len(prefix) + 4 == 27
+    assert len(expected) == 27 + 3 + (2 + 1 + 8) + (20 + 1 + 4) + 2 == 68  # header, kind, "k", "m" entry, data
 
 
 # ----------------------------------------------------------------------------- policies
@@ -339,29 +336,29 @@ def test_nonfinite_policy():
     assert not finite_required("metrics") and "metrics" in NONFINITE_OK_KINDS
     a = np.array([1.0, np.nan], np.float32)
     for kind in ("logits", "knowledge", "weights", "features", "hello"):
-        data = encode(Payload(kind, "c", 0, {"z": a}))
+        data = encode(Payload(kind, {"z": a}))
         with pytest.raises(
             NonFiniteError, match=rf"array 'z': 1 non-finite value\(s\) \(first at index \(1,\).*kind '{kind}'"
         ):
             decode(data)
         assert np.isnan(decode(data, allow_nonfinite=True).arrays["z"][1])
-    data = encode(Payload("metrics", "c", 0, {"z": a}))
+    data = encode(Payload("metrics", {"z": a}))
     assert np.isnan(decode(data).arrays["z"][1])
     with pytest.raises(NonFiniteError):
         decode(data, allow_nonfinite=False)
     # float scalars too
-    data = encode(Payload("logits", "c", 0, {}, {"loss": float("inf")}))
+    data = encode(Payload("logits", {}, {"loss": float("inf")}))
     with pytest.raises(NonFiniteError, match="scalar 'loss': inf"):
         decode(data)
     # integer arrays are never checked
-    decode(encode(Payload("logits", "c", 0, {"i": np.array([-1], np.int64)})))
+    decode(encode(Payload("logits", {"i": np.array([-1], np.int64)})))
 
 
 def test_max_bytes():
     data = encode(pinned_payload())
     assert decode(data, max_bytes=len(data)).kind == "logits"
-    with pytest.raises(OversizedError, match="130 bytes exceeds max_bytes=129"):
-        decode(data, max_bytes=129)
+    with pytest.raises(OversizedError, match="123 bytes exceeds max_bytes=122"):
+        decode(data, max_bytes=122)
     decode(data, max_bytes=None)
 
 
@@ -413,19 +410,18 @@ def payloads(draw):
             max_size=3,
         )
     )
-    rnd = draw(st.integers(-1, 2**31 - 1))
-    return Payload("knowledge", draw(st.sampled_from(["server", "c-1", "π"])), rnd, arrays, scalars, precision)
+    return Payload("knowledge", arrays, scalars, precision)
 
 
 @settings(max_examples=200, deadline=None)
 @given(payloads())
 # a row whose int8 scale is below float32's smallest subnormal (found by hypothesis once)
-@example(Payload("knowledge", "server", 0, {"0": np.array(1e-45, np.float32)}, {}, {"0": "int8"}))
+@example(Payload("knowledge", {"0": np.array(1e-45, np.float32)}, {}, {"0": "int8"}))
 def test_random_payload_roundtrip(p):
     data = encode(p)
     assert len(data) == encoded_size(p)
     q = decode(data)
-    assert (q.kind, q.sender, q.round, q.scalars) == (p.kind, p.sender, p.round, p.scalars)
+    assert (q.kind, q.scalars) == (p.kind, p.scalars)
     for name, a in p.arrays.items():
         b = q.arrays[name]
         assert b.dtype == a.dtype and b.shape == a.shape

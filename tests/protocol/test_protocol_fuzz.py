@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from protocol_helpers import reseal, reseal_chunk
+from protocol_helpers import HEADER_SIZE, reseal, reseal_chunk
 
 from edgefd.protocol import Payload, ProtocolError, Reassembler, decode, encode, split
 
@@ -19,27 +19,21 @@ def corpus():
     rng = np.random.default_rng(0)
     f32 = rng.standard_normal((3, 5)).astype(np.float32)
     payloads = [
-        Payload("ack", "s", -1),
-        Payload("logits", "c1", 3, {"x": f32}),
+        Payload("ack"),
+        Payload("logits", {"x": f32}),
         Payload(
             "knowledge",
-            "c-2",
-            7,
             {"x": f32, "y": f32.astype(np.float64)},
             {"n": 3, "t": "é", "b": True, "f": 0.25},
             precision={"x": "int8", "y": "fp16"},
         ),
         Payload(
             "weights",
-            "server",
-            0,
             {"w": rng.standard_normal((2, 2, 2)).astype(np.float64), "s": np.float32(1.5)},
             precision={"w": "fp32"},
         ),
         Payload(
             "hello",
-            "π",
-            -1,
             {
                 "hist": np.arange(10, dtype=np.int64),
                 "m": np.array([True, False]),
@@ -49,10 +43,8 @@ def corpus():
                 "h": np.ones(3, np.float16),
             },
         ),
-        Payload(
-            "features", "c9", 1, {"f": rng.standard_normal((2, 1, 3, 2)).astype(np.float16)}, precision={"f": "int8"}
-        ),
-        Payload("metrics", "c1", 2, {"nan": np.array([np.nan, np.inf], np.float32)}, {"loss": float("nan")}),
+        Payload("features", {"f": rng.standard_normal((2, 1, 3, 2)).astype(np.float16)}, precision={"f": "int8"}),
+        Payload("metrics", {"nan": np.array([np.nan, np.inf], np.float32)}, {"loss": float("nan")}),
     ]
     return [encode(p) for p in payloads]
 
@@ -128,7 +120,8 @@ def mutations(draw, base, header_fields):
     return bytes(data), draw(st.sampled_from(["none", "crc", "crc+len"]))
 
 
-PAYLOAD_FIELDS = [(4, "<H"), (6, "<H"), (8, "<I"), (12, "<B"), (13, "<B"), (14, "<H"), (16, "<I"), (20, "<Q")]
+# version, flags, kind_len, n_scalars, n_arrays, body_len (the version-2 header, protocol_helpers.build)
+PAYLOAD_FIELDS = [(4, "<H"), (6, "<H"), (8, "<B"), (9, "<H"), (11, "<I"), (15, "<Q")]
 CHUNK_FIELDS = [(4, "<H"), (6, "<H"), (24, "<I"), (28, "<I"), (32, "<Q"), (40, "<I")]
 
 
@@ -155,7 +148,7 @@ def test_random_bytes(data):
 @given(st.binary(max_size=300))
 def test_random_bytes_behind_a_valid_magic(rest):
     check_decode(b"EFD1" + rest)
-    check_decode(reseal(b"EFD1\x01\x00\x00\x00" + rest, fix_len=True))
+    check_decode(reseal(b"EFD1\x02\x00\x00\x00" + rest, fix_len=True))  # version 2, no flags
 
 
 @FUZZ
@@ -173,9 +166,9 @@ def body_mutations(draw):
     data = bytearray(draw(st.sampled_from(CORPUS)))
     for _ in range(draw(st.integers(1, 3))):
         n = len(data)
-        if n <= 40:
+        if n <= HEADER_SIZE + 8:
             break
-        i = draw(st.integers(32, n - 8))
+        i = draw(st.integers(HEADER_SIZE, n - 8))
         op = draw(st.sampled_from(["flip", "int", "splice"]))
         if op == "flip":
             data[i] ^= 1 << draw(st.integers(0, 7))

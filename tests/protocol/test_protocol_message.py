@@ -1,6 +1,8 @@
 """A message's metadata travels apart from its content: both round-trip, a message without content
 is only its metadata, and bad metadata or bytes are refused with a ProtocolError that names them."""
 
+import struct
+
 import numpy as np
 import pytest
 
@@ -17,11 +19,11 @@ from edgefd.protocol import (
     encode_message,
     split,
 )
-from edgefd.protocol.message import SERVER
+from edgefd.protocol.message import MESSAGE_VERSION, SERVER
 
 
 def content() -> Payload:
-    return Payload("knowledge", "client-3", 7, {"z": np.arange(12, dtype=np.float32).reshape(3, 4)}, {"n": 3})
+    return Payload("knowledge", {"z": np.arange(12, dtype=np.float32).reshape(3, 4)}, {"n": 3})
 
 
 def test_metadata_and_content_round_trip_and_are_counted_apart():
@@ -62,11 +64,20 @@ def test_an_answer_swaps_the_ends_and_keeps_verb_round_and_step():
     [
         (dict(verb="Train"), "verb"),
         (dict(verb=""), "verb"),
-        (dict(sender=""), "sender"),
+        (dict(sender=""), "sender must be 1..64 bytes"),
+        (dict(sender="s" * 65), "sender must be 1..64 bytes of UTF-8, got 65"),
+        (dict(sender="é" * 33), "sender .* got 66"),  # 33 characters but 66 bytes
+        (dict(sender="a\nb"), "sender .* control characters"),
+        (dict(sender="a\x85b"), "sender .* control characters"),  # C1
+        (dict(sender="\ud800"), "sender .* not encodable"),
+        (dict(sender=7), "sender must be str"),
         (dict(receiver="a\nb"), "receiver"),
         (dict(run="x" * 65), "run"),
         (dict(round=-2), "round"),
+        (dict(round=2**31), "round"),
         (dict(round=True), "round"),
+        (dict(round=1.0), "round"),
+        (dict(round="3"), "round"),
         (dict(step=-1), "step"),
         (dict(content=b"raw"), "content"),
     ],
@@ -77,6 +88,51 @@ def test_bad_metadata_is_refused_where_it_is_made(fields, problem):
         Message(**{**values, **fields})
 
 
+def test_metadata_limits_ok():
+    for sender in ("s" * 64, "Raspberry-π-客户端", "é" * 32):
+        message = Message("train", sender, SERVER, 0, content())
+        assert decode_message(encode_message(message)).sender == sender
+    for rnd in (-1, 0, 2**31 - 1):
+        assert decode_message(encode_message(Message("train", SERVER, "c", rnd))).round == rnd
+
+
+def message_bytes(
+    *,
+    verb: bytes = b"train",
+    sender: bytes = b"client-0",
+    receiver: bytes = b"server",
+    run: bytes = b"",
+    rnd: int = 1,
+    step: int = 0,
+) -> bytes:
+    """A message without content assembled field by field from the documented layout: the sender
+    and round that a version-1 payload carried are checked here, where they travel now."""
+    head = struct.pack("<4sBBiI", b"EFM1", MESSAGE_VERSION, 0, rnd, step)
+    return head + b"".join(bytes((len(t),)) + t for t in (verb, sender, receiver, run))
+
+
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(sender=b""), "sender must be 1..64 bytes of UTF-8, got 0"),
+        (dict(sender=b"s" * 65), "sender must be 1..64 bytes of UTF-8, got 65"),
+        (dict(sender="é".encode() * 33), "sender must be 1..64 bytes of UTF-8, got 66"),
+        (dict(sender=b"c\xff"), "message sender: invalid UTF-8"),
+        (dict(sender=b"c\n"), r"sender 'c\\n' contains control characters"),
+        (dict(sender="c\x85".encode()), "contains control characters"),  # C1, two bytes of UTF-8
+        (dict(receiver=b""), "receiver must be 1..64 bytes"),
+        (dict(receiver=b"\xc3"), "message receiver: invalid UTF-8"),
+        (dict(run=b"r\x7f"), "run .* contains control characters"),
+        (dict(rnd=-2), r"round must be an int in \[-1, 2147483647\], got -2"),
+        (dict(rnd=-(2**31)), "round .* got -2147483648"),
+    ],
+)
+def test_bad_metadata_bytes_are_refused_naming_the_field(fields, words):
+    assert decode_message(message_bytes()).sender == "client-0"  # the builder's own bytes are good
+    with pytest.raises(MalformedError, match=words):
+        decode_message(message_bytes(**fields))
+
+
 def test_bad_bytes_are_refused_naming_what_is_wrong():
     data = encode_message(Message("train", SERVER, "client-0", 1, content(), run="r"))
     with pytest.raises(MagicError, match="bare payload"):
@@ -85,8 +141,9 @@ def test_bad_bytes_are_refused_naming_what_is_wrong():
         decode_message(split(data, 64)[0])
     with pytest.raises(TruncatedError):
         decode_message(data[:20])
-    with pytest.raises(VersionError):
-        decode_message(data[:4] + b"\x02" + data[5:])
+    for version in (0, 1, 3, 255):
+        with pytest.raises(VersionError, match=f"message version {version}: this edgefd speaks version 2"):
+            decode_message(data[:4] + bytes((version,)) + data[5:])
     with pytest.raises(VersionError, match="flags"):
         decode_message(data[:5] + b"\x80" + data[6:])
     with pytest.raises(MalformedError, match="after a message without content"):

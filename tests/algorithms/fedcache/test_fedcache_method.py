@@ -78,9 +78,7 @@ def test_teachers_are_aligned_by_sample_id_not_by_position(tmp_path):
     server.cache.logits[rows] = torch.randn(rows.stop - rows.start, 10)
     down = server.downlink(1, "client-1")
     order = np.random.default_rng(0).permutation(len(down.arrays["ids"]))
-    shuffled = type(down)(
-        down.kind, down.sender, down.round, {name: array[order] for name, array in down.arrays.items()}
-    )
+    shuffled = type(down)(down.kind, {name: array[order] for name, array in down.arrays.items()})
     aligned = client._teachers(shuffled)
     expected = server.cache.fetch("client-1")  # registration order == the client's own order
     torch.testing.assert_close(aligned, expected)
@@ -91,7 +89,7 @@ def test_uplink_logits_land_in_the_right_rows(tmp_path):
     sim.federation.hello()
     up = sim.clients["client-2"].train_round(1, sim.server.downlink(1, "client-2"))
     order = np.random.default_rng(1).permutation(len(up.arrays["ids"]))
-    shuffled = type(up)(up.kind, up.sender, up.round, {k: v[order] for k, v in up.arrays.items()})
+    shuffled = type(up)(up.kind, {k: v[order] for k, v in up.arrays.items()})
     sim.server.aggregate(1, {"client-2": shuffled})
     rows = sim.server.cache.slices["client-2"]
     np.testing.assert_allclose(sim.server.cache.logits[rows].numpy(), up.arrays["logits"])
@@ -213,7 +211,7 @@ def test_fixed_batch_order_is_a_random_order_even_on_label_sorted_data(monkeypat
                 request = steps.send(answer)
                 ids.append(request.arrays["ids"].copy())
                 n = len(request.arrays["ids"])
-                answer = type(request)("fedcache.knowledge", "server", round, {
+                answer = type(request)("fedcache.knowledge", {
                     "ids": request.arrays["ids"], "knowledge": np.zeros((n, 10), np.float32)
                 })  # fmt: skip
         finally:
@@ -235,7 +233,7 @@ def altered(payload: Payload, **arrays) -> Payload:
     """``payload`` with these arrays replaced (None: removed)."""
     merged = {**payload.arrays, **arrays}
     kept = {name: array for name, array in merged.items() if array is not None}
-    return Payload(payload.kind, payload.sender, payload.round, kept, payload.scalars)
+    return Payload(payload.kind, kept, payload.scalars)
 
 
 @pytest.fixture(scope="module")

@@ -287,7 +287,7 @@ IDS = np.random.default_rng(3).choice(10_000, size=N, replace=False)  # sparse, 
 
 def shuffled(payload, perm):
     arrays = {k: (v[perm] if k in ("ids", "features", "logits", "labels") else v) for k, v in payload.arrays.items()}
-    return Payload(payload.kind, payload.sender, payload.round, arrays, payload.scalars)
+    return Payload(payload.kind, arrays, payload.scalars)
 
 
 def test_sample_index_maps_ids_to_rows():
@@ -303,7 +303,7 @@ def test_sample_index_maps_ids_to_rows():
 def test_client_gathers_teacher_by_id_whatever_the_reply_order():
     server_logits = np.random.default_rng(1).normal(size=(N, C)).astype(np.float32)  # row i is for IDS[i]
     perm = np.random.default_rng(2).permutation(N)
-    ordered = Payload("knowledge", "server", 2, {"ids": IDS, "logits": server_logits})
+    ordered = Payload("knowledge", {"ids": IDS, "logits": server_logits})
     reply = shuffled(ordered, perm)
     client = make_client(IDS)
     table, known = client.teacher(reply)
@@ -379,18 +379,16 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
         h_up = (
             HEADER_SIZE
             + len("features")
-            + len(cid)
             + array_header("ids", 1)
             + array_header("features", 2)
             + array_header("logits", 2)
         )
         b_up = h_up + n * (D_H * 4 + C * 4) + n * 8  # features + logits up, plus the ids (int64)
-        h_down = HEADER_SIZE + len("knowledge") + len("server") + array_header("ids", 1) + array_header("logits", 2)
+        h_down = HEADER_SIZE + len("knowledge") + array_header("ids", 1) + array_header("logits", 2)
         b_down = h_down + n * C * 4 + n * 8  # logits down (round 1: the zeros), plus the ids
         h_hello = (
             HEADER_SIZE
             + len("hello")
-            + len(cid)
             + (2 + len("samples") + 8)
             + array_header("distribution", 1)
             + array_header("labels", 1)
@@ -429,7 +427,7 @@ def altered(payload: Payload, **arrays) -> Payload:
     """``payload`` with these arrays replaced (None: removed)."""
     merged = {**payload.arrays, **arrays}
     kept = {name: array for name, array in merged.items() if array is not None}
-    return Payload(payload.kind, payload.sender, payload.round, kept, payload.scalars)
+    return Payload(payload.kind, kept, payload.scalars)
 
 
 @pytest.fixture(scope="module")
