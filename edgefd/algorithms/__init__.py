@@ -1,7 +1,7 @@
 """Federated methods: one module (or package) per method, each holding its client role and its server role.
 
-Every module of this package that calls :func:`edgefd.algorithms.base.register` is imported on the
-first look-up (:func:`get_method`, :func:`list_methods`), so adding a method is adding a file.
+Every module of this package that calls :func:`edgefd.algorithms.base.register_method` is imported
+on the first look-up (:func:`get_method`, :func:`list_methods`), so adding a method is adding a file.
 Importing this package alone imports no method: the methods import torch, which `edgefd --help`
 must not wait for.
 """
@@ -20,6 +20,8 @@ if TYPE_CHECKING:
         ServerRole,
         get_method,
         list_methods,
+        register_method,
+        unregister_method,
     )
 
 _NOT_METHODS = {"base", "describe", "toolkit"}
@@ -42,6 +44,8 @@ __all__ = [
     "get_method",
     "import_methods",
     "list_methods",
+    "register_method",
+    "unregister_method",
 ]
 
 

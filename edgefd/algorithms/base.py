@@ -20,7 +20,7 @@ another, drives ``ClientRole.train_steps(round)`` (a generator that yields each 
 receives the reply) and answers each request with ``ServerRole.answer``.
 
 A server role declares what its clients may send (``hello_schemas``, ``uplink_schemas``,
-``request_schemas``); :func:`register` refuses a method whose client sends on a verb that its
+``request_schemas``); :func:`register_method` refuses a method whose client sends on a verb that its
 server declares nothing for (:func:`check_schemas`), since every such message would be refused.
 
 The runtime owns rounds, sampling, deadlines, seeds and transports; a method owns only its
@@ -179,6 +179,14 @@ class ClientRole(ABC):
 
     def hello(self) -> Payload | None:
         """One-time upload before round 1 (None: nothing to say)."""
+        return None
+
+    @classmethod
+    def done_sharing(cls) -> None:
+        """The clients of this method in this process have each answered one request: let go of
+        what they share to answer it (FedCache's hash encoder, built once for every simulated
+        client's hello). Whatever runs clients calls it after each exchange; most methods share
+        nothing."""
         return None
 
     @abstractmethod
@@ -466,7 +474,7 @@ def check_schemas(name: str, client: type[ClientRole], server: type[ServerRole])
     )
 
 
-def register(
+def register_method(
     name: str,
     summary: str,
     client: type[ClientRole],
@@ -486,6 +494,12 @@ def register(
     _REGISTRY[name] = MethodSpec(
         name, summary, client, server, params, paper, models or same_model_everywhere, global_model
     )
+
+
+def unregister_method(name: str) -> None:
+    """Remove a method that `register_method` added (a test's, or a plugin's that is unloaded)."""
+    if _REGISTRY.pop(name, None) is None:
+        raise ValueError(f"unknown method {name!r}; known: {', '.join(sorted(_REGISTRY))}")
 
 
 def get_method(name: str) -> MethodSpec:

@@ -91,7 +91,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
 from edgefd.algorithms.toolkit import (
     AGGREGATORS,
@@ -310,7 +310,7 @@ class DFLClient(ClientRole):
         arrays = state_arrays(self.model)
         arrays[SOFT_TARGETS] = means.astype(SOFT_TARGET_DTYPES[self.params.soft_target_dtype])
         arrays[CLASS_COUNTS] = counts.astype(np.int32)
-        return Payload(KIND, self.client_id, round, arrays, {"samples": len(y)})
+        return Payload(KIND, arrays, {"samples": len(y)})
 
     def label_wise_outputs(self) -> tuple[np.ndarray, np.ndarray]:
         """Alg. 2 steps 7-8 (docs/methods/dfl.md#soft-targets-in-eval-mode): per-class mean output of
@@ -363,7 +363,7 @@ class DFLServer(ServerRole):
 
     def downlink(self, round: int, client_id: str) -> Payload:
         arrays = {**self.global_state, SOFT_TARGETS: self.soft_targets}
-        return Payload(KIND, "server", round, arrays)
+        return Payload(KIND, arrays)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         metrics = {"rho": self.params.rho(round, self.context.total_rounds)}
@@ -401,10 +401,10 @@ class DFLServer(ServerRole):
         return {"below_quorum": float(kept_model) + kept_rows}
 
     def evaluation_state(self, client_id: str) -> Payload:
-        return Payload("weights", "server", 0, self.global_state)
+        return Payload("weights", self.global_state)
 
 
-register(
+register_method(
     "dfl",
     "FedAvg plus label-wise soft targets with a dynamic CE/KD weight (Liu et al., DFL)",
     DFLClient,

@@ -27,7 +27,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register_method
 from edgefd.algorithms.schema import MessageSchema
 from edgefd.algorithms.toolkit import RobustAggregation, robust_rows
 from edgefd.protocol import Payload
@@ -89,7 +89,7 @@ class FDClient(ClientRole):
         logits = predict_logits(self.model, self.data.train_x, self.context.train.eval_batch_size)
         means, counts = kernels.labelwise_mean(logits, y, self.data.num_classes)
         self.last_means, self.last_counts = means.numpy().astype(np.float64), counts.numpy()
-        return Payload("knowledge", self.client_id, round, {"logits": means.numpy(), "counts": counts.numpy()})
+        return Payload("knowledge", {"logits": means.numpy(), "counts": counts.numpy()})
 
 
 class FDServer(ServerRole):
@@ -117,7 +117,7 @@ class FDServer(ServerRole):
     def downlink(self, round: int, client_id: str) -> Payload | None:
         if self.global_logits is None or self.global_counts is None:  # set together in aggregate
             return None
-        return Payload("knowledge", "server", round, {"logits": self.global_logits, "counts": self.global_counts})
+        return Payload("knowledge", {"logits": self.global_logits, "counts": self.global_counts})
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         if not uplinks:
@@ -148,7 +148,7 @@ class FDServer(ServerRole):
         return {"labels_covered": float((counts > 0).sum()), **metrics}
 
 
-register(
+register_method(
     "fd",
     "federated distillation by per-label average logits (Jeong et al.)",
     FDClient,

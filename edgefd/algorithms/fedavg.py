@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema, model_state, samples
 from edgefd.algorithms.toolkit import RobustAggregation, average_states, robust_states, too_few_to_combine
 from edgefd.protocol import Payload
@@ -35,7 +35,7 @@ class FedAvgClient(ClientRole):
             load_state_arrays(self.model, downlink.arrays)
         y = self.data.train_y
         self.train_local(lambda logits, idx: nn.functional.cross_entropy(logits, y[idx]))
-        return Payload("weights", self.client_id, round, state_arrays(self.model), {"samples": len(y)})
+        return Payload("weights", state_arrays(self.model), {"samples": len(y)})
 
 
 class FedAvgServer(ServerRole):
@@ -60,7 +60,7 @@ class FedAvgServer(ServerRole):
         self.declared.check(client_id, samples=payload.scalars["samples"])
 
     def downlink(self, round: int, client_id: str) -> Payload:
-        return Payload("weights", "server", round, self.global_state)
+        return Payload("weights", self.global_state)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         """The (weighted) mean, or the robust statistic; a robust server that received fewer than
@@ -79,10 +79,10 @@ class FedAvgServer(ServerRole):
         return {} if self.params.aggregator == "mean" else {"below_quorum": 0.0}
 
     def evaluation_state(self, client_id: str) -> Payload:
-        return Payload("weights", "server", 0, self.global_state)
+        return Payload("weights", self.global_state)
 
 
-register(
+register_method(
     "fedavg",
     "sample-weighted averaging of model weights",
     FedAvgClient,

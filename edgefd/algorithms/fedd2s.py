@@ -113,7 +113,7 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
 from edgefd.algorithms.toolkit import average_states
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
@@ -415,7 +415,7 @@ class FedD2SClient(ClientRole):
         if hls is not None:
             arrays["hl"] = hls
         arrays["labels"] = self.data.train_y.numpy().astype(_label_dtype(self.data.num_classes))
-        return Payload(UP_KIND, self.client_id, round, arrays, {"layer": layer, "samples": len(x)})
+        return Payload(UP_KIND, arrays, {"layer": layer, "samples": len(x)})
 
     def _frozen_head(self, downlink: Payload, layer: int) -> LayeredCNN:
         if self._global_head is None:
@@ -517,7 +517,7 @@ class FedD2SServer(ServerRole):
         self.selected[client_id] = self.selected.get(client_id, 0) + 1
         if client_id not in self.initialised:
             self.initialised.add(client_id)
-            return Payload(INIT_KIND, "server", round, self.initial_state)
+            return Payload(INIT_KIND, self.initial_state)
         return None
 
     def reply(self, round: int, client_id: str) -> Payload | None:
@@ -526,7 +526,7 @@ class FedD2SServer(ServerRole):
         if kept is None:
             return None
         arrays, layer = kept
-        return Payload(DOWN_KIND, "server", round, arrays, {"layer": layer})
+        return Payload(DOWN_KIND, arrays, {"layer": layer})
 
     def allowed_layers(self, client_id: str) -> tuple[int, int]:
         """The shallowest and the deepest l^n this client's uplink may report now. The server does not
@@ -642,7 +642,7 @@ def fedd2s_family(input_shape: tuple[int, ...]) -> str:
     return "fedd2s_m1"
 
 
-register(
+register_method(
     "fedd2s",
     "FedD2S: per-sample mutual KD with a global model through a deep-to-shallow distillation "
     "layer (Atapour et al.; large uplink: first-layer feature maps of every sample)",

@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
 from edgefd.algorithms.schema import MessageSchema, knowledge
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload
@@ -229,7 +229,7 @@ class FedMDClient(ClientRole):
         seed = int(downlink.scalars["alignment_seed"])
         indices = alignment_indices(seed, len(self.public_x), self.params.alignment_size)
         logits = predict_logits(self.model, self.public_x[indices], self.context.train.eval_batch_size)
-        return Payload(KIND, self.client_id, round, {LOGITS: logits.numpy().astype(np.float32)})
+        return Payload(KIND, {LOGITS: logits.numpy().astype(np.float32)})
 
 
 class FedMDServer(ServerRole):
@@ -260,7 +260,7 @@ class FedMDServer(ServerRole):
         if self.consensus is not None and self.consensus_seed is not None:  # set together in aggregate
             arrays[CONSENSUS] = self.consensus
             scalars["consensus_seed"] = self.consensus_seed
-        return Payload(KIND, "server", round, arrays, scalars)
+        return Payload(KIND, arrays, scalars)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         """Consensus = plain mean of the received logits (FedMD); nothing received keeps the last."""
@@ -278,7 +278,7 @@ class FedMDServer(ServerRole):
         return {"devices": float(len(tables))}
 
 
-register(
+register_method(
     "fedmd",
     "public-data logit consensus: digest then revisit (Li & Wang, FedMD; FedZKT's baseline)",
     FedMDClient,

@@ -86,7 +86,7 @@ import torch
 from torch import nn
 
 from edgefd import kernels, progress
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
 from edgefd.algorithms.schema import MessageSchema, model_state
 from edgefd.models import build_model
 from edgefd.protocol import Payload
@@ -316,7 +316,7 @@ class FedZKTClient(ClientRole):
         if reference is not None:
             with torch.no_grad():
                 self.last_prox = float(prox_term(self.model, reference))
-        return Payload(KIND, self.client_id, round, state_arrays(self.model))
+        return Payload(KIND, state_arrays(self.model))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,13 +389,13 @@ class FedZKTServer(ServerRole):
 
     def downlink(self, round: int, client_id: str) -> Payload | None:
         arrays = self.pending.pop(client_id, None)
-        return None if arrays is None else Payload(KIND, "server", round, arrays)
+        return None if arrays is None else Payload(KIND, arrays)
 
     def evaluation_state(self, client_id: str) -> Payload | None:
         """The distilled weights the device holds after this round's transfer back (None: the
         device's own model, e.g. before its first upload)."""
         arrays = self.pending.get(client_id)
-        return None if arrays is None else Payload(KIND, "server", 0, arrays)
+        return None if arrays is None else Payload(KIND, arrays)
 
     def server_models(self) -> dict[str, nn.Module]:
         """What a simulation scores on the whole test set: the global model F and,
@@ -547,7 +547,7 @@ class FedZKTServer(ServerRole):
         return {"transfer_kl_first": first, "transfer_kl_last": last}
 
 
-register(
+register_method(
     "fedzkt",
     "zero-shot server distillation between heterogeneous device models (Zhang et al., FedZKT)",
     FedZKTClient,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register_method
 from edgefd.protocol import Payload
 
 
@@ -34,7 +34,7 @@ class LocalServer(ServerRole):
         return {}
 
 
-register(
+register_method(
     "local",
     "no federation: each client trains alone",
     LocalClient,

@@ -21,7 +21,7 @@ import numpy as np
 
 from edgefd.protocol import HEADER_SIZE, Payload
 from edgefd.protocol.codec import ARRAY_ENTRY
-from edgefd.protocol.payload import MAX_SENDER_LEN, MAX_STR_SCALAR_LEN
+from edgefd.protocol.payload import MAX_STR_SCALAR_LEN
 
 KNOWLEDGE_BOUND = 1e4
 """Largest magnitude a logit, probability table or feature may have. Softmax has saturated long
@@ -232,13 +232,13 @@ def message_bound(schemas: Sequence[MessageSchema]) -> int | None:
     """An upper bound on the encoded size of any payload that fits one of ``schemas`` (None when a
     size is open: an axis of unknown length, or none of them), so that a receiver can refuse a
     bigger message before it buffers it: FD's uplink is bounded by a few hundred bytes, not by
-    --max-message-bytes. Counts the codec's header, a sender of the longest allowed name, every
+    --max-message-bytes. Counts the codec's header, the kind, every
     scalar at its largest, and every array at its widest dtype plus int8's per-row scales."""
     if not schemas:
         return None
     bounds = []
     for message in schemas:
-        size = HEADER_SIZE + len(message.kind) + MAX_SENDER_LEN
+        size = HEADER_SIZE + len(message.kind)
         for name, scalar in message.scalars.items():
             size += 2 + len(name.encode()) + (2 + MAX_STR_SCALAR_LEN if scalar.type is str else 8)
         for name, array in message.arrays.items():

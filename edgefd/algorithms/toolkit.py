@@ -225,8 +225,8 @@ _SHARED_CACHES: list[Any] = []
 def shared_by_clients(function: _Shared) -> _Shared:
     """``functools.lru_cache(maxsize=1)`` for something the clients of one process build once and
     share (FedCache's mobilenet encoder: an ONNX export and an onnxruntime session, ~100 MB): a
-    simulation's clients reuse it; a deployed client, alone in its process, lets it go with
-    :func:`release_shared` once its hello is answered."""
+    simulation's clients reuse it, and :func:`release_shared` lets it go once each client of the
+    process answered (from the method's ``ClientRole.done_sharing``)."""
     cached = functools.lru_cache(maxsize=1)(function)
     _SHARED_CACHES.append(cached)
     return cached  # type: ignore[return-value]  # lru_cache's wrapper calls like the function

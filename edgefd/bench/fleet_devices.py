@@ -2,14 +2,19 @@
 
 Each device is its own MQTT connection with its own client id and last will, speaking the
 deployment's protocol exactly as `edgefd client` does (retained "online" status, requests on
-`down/<id>/<verb>`, answers on `up/<id>/<verb>`), but without training: it answers
+`down/<id>/<verb>`, answers on `up/<id>/<verb>`), but without training. Each device is a
+:class:`~edgefd.runtime.verbs.ClientApp`, the dispatcher of every client, around a `ReplayRole`
+that answers
 
     hello   with its real role's hello (built from the run's config, as `edgefd client` builds it)
-    train   with the uplink a real client recorded (client 0 of the same run, one real round),
-            re-addressed: its own sender and round, and for a method whose uplink names samples
-            (an ``ids`` array: FedCache) its own sample ids, the recorded rows repeated to its length
+    train   with the uplink a real client recorded (client 0 of the same run, one real round), for
+            a method whose uplink names samples (an ``ids`` array: FedCache) with its own sample
+            ids, the recorded rows repeated to its length
     eval    with the accuracy that client recorded
     stop    by going offline
+
+and any other verb of the table as a client role that has nothing to add would (a method's own
+verb reaches the load test as it reaches a device).
 
 so that the server, the broker and the wire carry what a fleet of real devices would send, while
 one process holds hundreds of devices. The connections are driven by one selector loop (paho's
@@ -35,15 +40,16 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import paho.mqtt.client as mqtt
 
+from edgefd.algorithms.base import ClientContext, ClientRole
 from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, QOS, BrokerSettings, Topics, encode_frames
 from edgefd.protocol import Message, Payload, ProtocolError, Reassembler, decode_message
-from edgefd.runtime.verbs import SCORES_KIND
+from edgefd.runtime.verbs import VERBS, ClientApp
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +78,13 @@ class Recorded:
             uplink = None
             if RECORDED_KIND in saved.files:
                 arrays = {k[len(ARRAY_PREFIX) :]: saved[k] for k in saved.files if k.startswith(ARRAY_PREFIX)}
-                uplink = Payload(str(saved[RECORDED_KIND]), "recorded", 0, arrays)
+                uplink = Payload(str(saved[RECORDED_KIND]), arrays)
             return Recorded(uplink, float(saved[RECORDED_ACCURACY]))
 
 
-def readdressed(uplink: Payload | None, sender: str, ids: np.ndarray | None) -> Payload | None:
-    """The recorded uplink as device ``sender`` sends it: with an ``ids`` array, the device's own
-    sample ids, and every array with one row per recorded id repeated (cyclically) to its length."""
+def with_device_ids(uplink: Payload | None, ids: np.ndarray | None) -> Payload | None:
+    """The recorded uplink as a device of sample ids ``ids`` sends it: with an ``ids`` array, the
+    device's own ids, and every array with one row per recorded id repeated (cyclically) to its length."""
     if uplink is None:
         return None
     arrays = dict(uplink.arrays)
@@ -87,7 +93,7 @@ def readdressed(uplink: Payload | None, sender: str, ids: np.ndarray | None) -> 
         cycle = np.arange(len(ids)) % max(rows, 1)
         arrays = {k: (v[cycle] if v.ndim and len(v) == rows else v) for k, v in arrays.items()}
         arrays["ids"] = ids.astype(arrays["ids"].dtype)
-    return Payload(uplink.kind, sender, 0, arrays, uplink.scalars, uplink.precision)
+    return Payload(uplink.kind, arrays, uplink.scalars, uplink.precision)
 
 
 @dataclass
@@ -118,9 +124,35 @@ def device_scripts(config_path: Path, recorded: Recorded, first: int, count: int
         ids = hello.arrays.get("ids") if hello is not None else None
         if ids is None:
             ids = np.asarray(pieces.splits[index].train_indices, np.int32)
-        scripts[cid] = Script(hello, readdressed(recorded.uplink, cid, ids), recorded.accuracy)
+        scripts[cid] = Script(hello, with_device_ids(recorded.uplink, ids), recorded.accuracy)
         del role
     return scripts
+
+
+@dataclass(frozen=True)
+class _Replayed:
+    """What `ClientApp` reads of a role's context: the wire precision. The recorded contents
+    travel as they were recorded (fp32 sends the arrays themselves)."""
+
+    precision: str = "fp32"
+
+
+class ReplayRole(ClientRole):
+    """A load-test device's client role: it answers from its script, trains nothing and holds no
+    model or data (a process holds hundreds of them)."""
+
+    def __init__(self, client_id: str, script: Script) -> None:  # not super().__init__: it needs a model and data
+        self.client_id, self.script = client_id, script
+        self.context = cast(ClientContext, _Replayed())
+
+    def hello(self) -> Payload | None:
+        return self.script.hello
+
+    def train_round(self, round: int, downlink: Payload | None) -> Payload | None:
+        return self.script.uplink
+
+    def evaluate(self, state: Payload | None = None, test: object = None) -> dict[str, float]:
+        return {"accuracy": self.script.accuracy}
 
 
 @dataclass
@@ -146,7 +178,8 @@ class Device:
     """One device: a paho client driven by the fleet's selector loop."""
 
     def __init__(self, fleet: Fleet, cid: str, script: Script) -> None:
-        self.fleet, self.cid, self.script = fleet, cid, script
+        self.fleet, self.cid = fleet, cid
+        self.app = ClientApp(ReplayRole(cid, script))
         self.started = False
         """connect() was called: from then on a lost connection is reconnected."""
         self.connected = False
@@ -214,31 +247,28 @@ class Device:
         self._answer(verb, request)
 
     def _answer(self, verb: str, request: Message) -> None:
-        round, cid, script = request.round, self.cid, self.script
-        again = deploy_messages.is_again(request)
-        if again:  # answered at once, so its answer went out before the asking
-            self.fleet.report.asked_again += 1
-        if verb == "hello":
-            answer = request.answer(script.hello)  # an "again" has its request's verb and round
-        elif verb == "train":
-            answer = request.answer(script.uplink)
-        elif verb == "evaluate":
-            answer = request.answer(Payload(SCORES_KIND, cid, round, scalars={"accuracy": script.accuracy}))
-        elif verb == "stop":
+        if verb == "stop":
             if not self.stopped:
                 self.stopped = True
                 self.fleet.report.stopped += 1
                 self._say(deploy_messages.OFFLINE)
             return
-        elif verb == deploy_messages.CONFIG:
+        if verb == deploy_messages.CONFIG:
             # as `edgefd client` does: a config sent again means the server has not seen this device
             # online (a broker that hands retained statuses to exact-topic subscriptions only)
             self._say(deploy_messages.ONLINE)
             return
-        else:  # steps: not a round-batched method
-            log.error("%s: a %s request; the load test replays round-batched methods only", cid, verb)
+        again = deploy_messages.is_again(request)
+        if again:  # answered at once, so its answer went out before the asking
+            self.fleet.report.asked_again += 1
+        try:  # an "again" has its request's verb and round: the script's answer is the same
+            answer = self.app.handle(request)
+        except (ValueError, NotImplementedError) as error:  # steps: the load test replays round-batched methods
+            log.error("%s: a %s request it cannot answer: %s", self.cid, verb, error)
             return
-        self._publish(self.fleet.topics.up(cid, verb), answer)
+        if not VERBS[verb].answers:
+            return
+        self._publish(self.fleet.topics.up(self.cid, verb), answer)
         if not again:
             self.fleet.report.answered[verb] += 1
 

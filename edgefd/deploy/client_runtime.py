@@ -12,8 +12,9 @@ table (hello, train, steps, reply, evaluate, ...) goes to its handler, and the a
   abandons the round);
 - answers are stored: a request that comes twice (a reconnection, a restarted server) or an
   "again" from the server is answered with the stored answer, never recomputed, so a round is never
-  trained twice; a training request for a round already past is ignored, and a verb sent after
-  aggregation (``reply``) is taken only for the round this client trained last;
+  trained twice; a training request, or a verb of the phase before training, for a round already
+  past is ignored, and a verb sent after aggregation (``reply``) is taken only for the round this
+  client trained last;
 - after every answer but an evaluation the role, its RNGs and its stored answers are checkpointed
   atomically in `state_dir`: a client killed at any point restarts where it was;
 - ``stop``: announce "offline" and exit 0.
@@ -37,7 +38,6 @@ import numpy as np
 import torch
 
 from edgefd.algorithms.base import ClientData, ClientRole
-from edgefd.algorithms.toolkit import release_shared
 from edgefd.data import clear_cache as clear_dataset_cache
 from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import (
@@ -63,7 +63,7 @@ from edgefd.runtime.build import build_client, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import client_limit
 from edgefd.runtime.process import peak_rss_mb
-from edgefd.runtime.verbs import VERBS, ClientApp, scores_of
+from edgefd.runtime.verbs import VERBS, ClientApp, Phase, exchange_done, scores_of
 from edgefd.training import device_choice, resolve_device
 
 log = logging.getLogger(__name__)
@@ -245,7 +245,8 @@ class ClientRuntime:
             )
             return
         stored = (msg.verb, message.round) in self.stored_answers
-        if not stored and spec.trains and message.round <= self.last_round:
+        before_training = spec.trains or spec.phase is Phase.BEFORE_TRAINING
+        if not stored and before_training and message.round <= self.last_round:
             log.warning(
                 "%s: %s request for round %d, already past round %d; ignored",
                 self.cid,
@@ -254,7 +255,7 @@ class ClientRuntime:
                 self.last_round,
             )
             return
-        if not stored and spec.after_aggregation is not None and message.round != self.last_round:
+        if not stored and spec.phase is Phase.AFTER_AGGREGATION and message.round != self.last_round:
             log.warning(
                 "%s: the server's %s of round %d, but this client last trained round %d; ignored",
                 self.cid,
@@ -290,8 +291,7 @@ class ClientRuntime:
         else:
             log.info("%s: %s %d answered again with its stored answer", self.cid, request.verb, request.round)
         self.endpoint.publish(self.topics.up(self.cid, request.verb), answer)
-        if request.verb == "hello":
-            release_shared()  # what simulated clients share (FedCache's hash encoder): this device is done with it
+        exchange_done([self.app])  # what simulated clients share (FedCache's hash encoder): this device is done with it
         self.answered_at = {k: v for k, v in self.answered_at.items() if k in self.stored_answers}
         self.answered_at[key] = time.monotonic()
 

@@ -37,7 +37,7 @@ def config_message(config: Any, client_id: str, run: str) -> Message:
     the config of a run that does not use it."""
     defaults = {f.name: f.default for f in fields(config)}
     values = {k: v for k, v in asdict(config).items() if v is not None or defaults[k] is not None}
-    content = Payload(CONFIG, SERVER, -1, scalars={"json": json.dumps(values, sort_keys=True)})
+    content = Payload(CONFIG, scalars={"json": json.dumps(values, sort_keys=True)})
     return Message(CONFIG, SERVER, client_id, -1, content, run=run)
 
 
@@ -53,7 +53,7 @@ def config_from(message: Message) -> dict[str, Any]:
 
 
 def status_message(client_id: str, state: str, run: str, last_round: int = -1) -> Message:
-    content = Payload(STATUS, client_id, -1, scalars={"state": state, "last_round": last_round})
+    content = Payload(STATUS, scalars={"state": state, "last_round": last_round})
     return Message(STATUS, client_id, SERVER, -1, content, run=run)
 
 
@@ -67,9 +67,7 @@ def state_of(message: Message) -> str | None:
 def again(request: Message) -> Message:
     """The server's "send your answer to this request again": a few bytes where the request itself
     may carry a whole model. A client answers it only with its stored answer."""
-    return Message(
-        request.verb, SERVER, request.receiver, request.round, Payload(AGAIN, SERVER, request.round), run=request.run
-    )
+    return Message(request.verb, SERVER, request.receiver, request.round, Payload(AGAIN), run=request.run)
 
 
 def is_again(message: Message) -> bool:

@@ -2,7 +2,7 @@
 
 >>> import numpy as np
 >>> from edgefd.protocol import Payload, encode, decode
->>> p = Payload("logits", "client-3", 7, {"z": np.zeros((4, 10), np.float32)}, {"n": 4})
+>>> p = Payload("logits", {"z": np.zeros((4, 10), np.float32)}, {"n": 4})
 >>> q = decode(encode(p.with_precision("int8")))
 >>> q.arrays["z"].dtype, q.scalars["n"], q.precision
 (dtype('float32'), 4, {'z': 'int8'})

@@ -4,35 +4,36 @@ The bytes ``encode`` returns are the bytes that are sent and counted; nothing is
 (chunking, when a transport needs it, is :mod:`edgefd.protocol.chunking`, and its frames are what
 is counted then).
 
-Wire format, version 1
+Wire format, version 2
 ======================
+
+A payload is content only: who sent it, to whom and in which round is its message's metadata
+(:mod:`edgefd.protocol.message`). Version 1 also carried a sender and a round; a version-1 payload
+is refused with a ``VersionError`` that names both versions.
 
 All integers are little-endian and unsigned unless marked ``i``; ``struct`` formats are given
 so a decoder in another language can be written from this table alone.
 
-Fixed header: 32 bytes, ``struct "<4sHHiBBHIQI"``
+Fixed header: 27 bytes, ``struct "<4sHHBHIQI"``
 
 ====== ==== ====== ============ ==============================================================
 offset size type   field        meaning
 ====== ==== ====== ============ ==============================================================
 0      4    4s     magic        ``b"EFD1"``
-4      2    u16    version      1
-6      2    u16    flags        0; version 1 defines no flag (any set bit: ``VersionError``)
-8      4    i32    round        -1 .. 2**31-1
-12     1    u8     kind_len     1..32
-13     1    u8     sender_len   1..64
-14     2    u16    n_scalars    number of scalar table entries
-16     4    u32    n_arrays     number of array table entries, <= 65535
-20     8    u64    body_len     bytes after the header; the message is exactly 32 + body_len
-28     4    u32    crc32        ``zlib.crc32`` of bytes [0, 28) followed by bytes [32, end):
-                                every byte of the message except this field
+4      2    u16    version      2
+6      2    u16    flags        0; version 2 defines no flag (any set bit: ``VersionError``)
+8      1    u8     kind_len     1..32
+9      2    u16    n_scalars    number of scalar table entries
+11     4    u32    n_arrays     number of array table entries, <= 65535
+15     8    u64    body_len     bytes after the header; the payload is exactly 27 + body_len
+23     4    u32    crc32        ``zlib.crc32`` of bytes [0, 23) followed by bytes [27, end):
+                                every byte of the payload except this field
 ====== ==== ====== ============ ==============================================================
 
 Body, back to back with no padding:
 
 1. ``kind``: kind_len bytes of ASCII, ``[a-z][a-z0-9_.-]*``.
-2. ``sender``: sender_len bytes of UTF-8, no control characters.
-3. Scalar table, n_scalars entries, each:
+2. Scalar table, n_scalars entries, each:
 
    ====== ======= ==================================================================
    size   type    field
@@ -44,7 +45,7 @@ Body, back to back with no padding:
    2 + m  u16     for string: byte length m (<= 65535), then m bytes of UTF-8
    ====== ======= ==================================================================
 
-4. Array table, n_arrays entries, each ``struct "<BBBBQQ"`` (20 bytes), then name, then dims:
+3. Array table, n_arrays entries, each ``struct "<BBBBQQ"`` (20 bytes), then name, then dims:
 
    ====== ======= ==================================================================
    offset type    field
@@ -60,7 +61,7 @@ Body, back to back with no padding:
    20+n   u32     rank dims, C order; product of the non-zero dims <= 2**40
    ====== ======= ==================================================================
 
-5. Data region: every array's data in table order, contiguous: the first data_offset is 0, each
+4. Data region: every array's data in table order, contiguous: the first data_offset is 0, each
    next one is the previous offset + data_len, and the last array ends at the end of the body.
 
 Encodings (``N`` = number of elements, 1 for rank 0; ``R`` = rows = product of all dims but the
@@ -83,7 +84,7 @@ scale is malformed. Whatever the encoding, the decoded array has the table's dty
 Decoding checks, in this order, and raises (all subclasses of :class:`ProtocolError`):
 ``OversizedError`` (buffer above ``max_bytes``), ``MagicError``, ``TruncatedError`` (shorter than the
 header), ``VersionError`` (version or flags), ``OversizedError`` (claimed size above ``max_bytes``),
-``TruncatedError`` / ``MalformedError`` (buffer shorter / longer than 32 + body_len),
+``TruncatedError`` / ``MalformedError`` (buffer shorter / longer than 27 + body_len),
 ``ChecksumError``, then ``MalformedError`` for any header field or body content out of its rules, then
 ``NonFiniteError`` if the kind forbids NaN/Inf (see :data:`NONFINITE_OK_KINDS`). Sizes claimed by
 the header or table are compared with the buffer before anything is allocated from them.
@@ -117,7 +118,6 @@ from .payload import (
     MAX_KIND_LEN,
     MAX_NAME_LEN,
     MAX_RANK,
-    MAX_SENDER_LEN,
     Payload,
     Scalar,
     _kind_problem,
@@ -147,10 +147,10 @@ __all__ = [
 ]
 
 MAGIC = b"EFD1"
-VERSION = 1
-HEADER = struct.Struct("<4sHHiBBHIQI")
-HEADER_SIZE = HEADER.size  # 32
-_CRC_OFFSET = 28
+VERSION = 2
+HEADER = struct.Struct("<4sHHBHIQI")
+HEADER_SIZE = HEADER.size  # 27
+_CRC_OFFSET = HEADER_SIZE - 4
 ARRAY_ENTRY = struct.Struct("<BBBBQQ")  # 20 bytes, followed by name and rank * u32 dims
 _SCALAR_ENTRY = struct.Struct("<BB")
 _U16 = struct.Struct("<H")
@@ -173,9 +173,7 @@ class Header(NamedTuple):
     magic: bytes
     version: int
     flags: int
-    round: int
     kind_len: int
-    sender_len: int
     n_scalars: int
     n_arrays: int
     body_len: int
@@ -299,7 +297,7 @@ def _scalar_size(name: str, value: Scalar) -> int:
 def encoded_size(payload: Payload) -> int:
     """Exact ``len(encode(payload))``, computed from the layout without encoding the data."""
     payload.validate()
-    size = HEADER_SIZE + len(payload.kind) + len(payload.sender.encode("utf-8"))
+    size = HEADER_SIZE + len(payload.kind)
     size += sum(_scalar_size(k, v) for k, v in payload.scalars.items())
     for nb, arr, _dt, _enc, dlen in _plan(payload):
         size += ARRAY_ENTRY.size + len(nb) + 4 * arr.ndim + dlen
@@ -347,8 +345,7 @@ def encode_buffers(payload: Payload) -> list:
         raise TypeError(f"encode() takes a Payload, got {type(payload).__name__}")
     payload.validate()
     kind_b = payload.kind.encode("ascii")
-    sender_b = payload.sender.encode("utf-8")
-    parts: list = [kind_b, sender_b]
+    parts: list = [kind_b]
     parts.extend(_scalar_bytes(k, v) for k, v in payload.scalars.items())
     plan = _plan(payload)
     offset = 0
@@ -364,9 +361,7 @@ def encode_buffers(payload: Payload) -> list:
         MAGIC,
         VERSION,
         0,
-        payload.round,
         len(kind_b),
-        len(sender_b),
         len(payload.scalars),
         len(payload.arrays),
         body_len,
@@ -401,7 +396,7 @@ def _check_magic(mv: memoryview, magic: bytes, what: str, other: dict[bytes, str
 
 def read_header(data: bytes | bytearray | memoryview) -> Header:
     """Parse and check the fixed header only (magic, length, version, flags): cheap routing by
-    kind/sender/round without decoding the body. The CRC is *not* checked here."""
+    kind without decoding the body. The CRC is *not* checked here."""
     mv = _as_bytes_view(data)
     _check_magic(mv, MAGIC, "payload", {b"EFC1": "this is a chunk frame: feed it to a Reassembler"})
     if len(mv) < HEADER_SIZE:
@@ -484,10 +479,6 @@ def decode(
     # ---- header fields whose range the CRC cannot vouch for
     if not 1 <= h.kind_len <= MAX_KIND_LEN:
         raise MalformedError(f"kind_len: expected 1..{MAX_KIND_LEN}, got {h.kind_len}", field="kind_len")
-    if not 1 <= h.sender_len <= MAX_SENDER_LEN:
-        raise MalformedError(f"sender_len: expected 1..{MAX_SENDER_LEN}, got {h.sender_len}", field="sender_len")
-    if h.round < -1:
-        raise MalformedError(f"round: expected >= -1, got {h.round}", field="round")
     if h.n_arrays > MAX_ARRAYS:
         raise MalformedError(f"n_arrays: expected <= {MAX_ARRAYS}, got {h.n_arrays}", field="n_arrays")
 
@@ -500,7 +491,6 @@ def decode(
     problem = _kind_problem(kind)
     if problem:
         raise MalformedError(problem, field="kind")
-    sender = _text(cur.take(h.sender_len, "sender"), "sender", MAX_SENDER_LEN)
 
     scalars: dict[str, Scalar] = {}
     for i in range(h.n_scalars):
@@ -591,7 +581,7 @@ def decode(
     if forbid:
         _check_finite(kind, arrays, scalars)
     try:
-        return Payload(kind, sender, h.round, arrays, scalars, precision)
+        return Payload(kind, arrays, scalars, precision)
     except PayloadError as e:  # defensive: every rule is checked above already
         raise MalformedError(str(e), field=e.field) from None
 

@@ -3,14 +3,15 @@
 Every channel moves :class:`Message` s (the in-process one of a simulation, MQTT, ...). The
 metadata is the runtime's address of the message; the content is a method's :class:`Payload`, or
 nothing. A method builds only content; the runtime builds every message, in one place per side
-(``edgefd.runtime.client_app`` on a client, ``edgefd.runtime.loop`` on the server).
+(``edgefd.runtime.verbs.ClientApp`` on a client, ``edgefd.runtime.loop`` on the server). Who sent
+the content, to whom and in which round is said here alone: a payload carries none of it.
 
 Wire layout, little-endian: a fixed header, four short texts, then the content's own encoding
 (:func:`edgefd.protocol.encode`, with its own header and checksum) when there is content::
 
     offset size field
     0      4    magic  b"EFM1"
-    4      1    version (1)
+    4      1    version (2: the content is a version-2 payload, which has no sender or round)
     5      1    flags: bit 0 the message carries content, bit 1 it answers a request
     6      4    round (i32, -1: not in a round)
     10     4    step (u32; 0: not a step of an exchange during training)
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 MESSAGE_MAGIC = b"EFM1"
-MESSAGE_VERSION = 1
+MESSAGE_VERSION = 2
 SERVER = "server"
 """The sender of every server message and the receiver of every client message."""
 _FIXED = struct.Struct("<4sBBiI")
@@ -144,7 +145,11 @@ def decode_message(
         raise TruncatedError(f"message header: expected {_FIXED.size} bytes, got {len(mv)}", field="header")
     _, version, flags, round, step = _FIXED.unpack_from(mv, 0)
     if version != MESSAGE_VERSION:
-        raise VersionError(f"message version: this decoder supports {MESSAGE_VERSION}, got {version}", field="version")
+        raise VersionError(
+            f"message version {version}: this edgefd speaks version {MESSAGE_VERSION}; "
+            "the sender runs another edgefd release (upgrade it, or this side, to the same one)",
+            field="version",
+        )
     if flags & ~(_HAS_CONTENT | _IS_ANSWER):
         raise VersionError(f"message flags: unknown bits 0x{flags:02x}", field="flags")
     pos = _FIXED.size

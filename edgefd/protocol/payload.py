@@ -1,4 +1,7 @@
-"""The typed payload: named numpy arrays plus small scalars, with a kind, a sender and a round.
+"""The typed payload: a method's content, named numpy arrays plus small scalars, with a kind.
+
+Who sent it, to whom and in which round is the :class:`~edgefd.protocol.message.Message`'s to say (its
+metadata), never the content's: a payload is the same bytes whoever carries it, whenever.
 
 A :class:`Payload` validates itself on construction (and again when encoded, in case it was
 mutated), raising :class:`~edgefd.protocol.errors.PayloadError` with the offending field named.
@@ -44,11 +47,12 @@ Scalar = Union[bool, int, float, str]  # noqa: UP007 (a runtime alias, used in i
 #: kind: 1..32 ASCII characters, lowercase letter first, then ``[a-z0-9_.-]``.
 MAX_KIND_LEN = 32
 _KIND_RE = re.compile(r"[a-z][a-z0-9_.\-]*\Z")
-#: sender: 1..64 bytes of UTF-8, no control characters.
+#: a message's sender, receiver and run name: 1..64 bytes of UTF-8, no control characters.
 MAX_SENDER_LEN = 64
 #: array and scalar names: 1..64 bytes of UTF-8, no control characters.
 MAX_NAME_LEN = 64
-#: the control characters refused in a sender or a name: C0, DEL and C1 (one search, not a loop per character).
+#: the control characters refused in a message's names and a payload's array and scalar names: C0,
+#: DEL and C1 (one search, not a loop per character).
 _CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_RANK = 8
 #: one dimension is a u32 on the wire.
@@ -59,7 +63,7 @@ MAX_ARRAYS = 65535
 MAX_SCALARS = 65535
 #: a string scalar: at most this many bytes of UTF-8 (u16 length on the wire).
 MAX_STR_SCALAR_LEN = 65535
-#: round is an i32 on the wire; -1 means "not in a round" (hello, status).
+#: a message's round is an i32 on the wire; -1 means "not in a round" (config, status).
 ROUND_MIN = -1
 ROUND_MAX = 2**31 - 1
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -121,14 +125,6 @@ def _text_problem(what: str, value: object, max_len: int) -> str | None:
     return None
 
 
-def _round_problem(rnd: object) -> str | None:
-    if isinstance(rnd, (bool, np.bool_)) or not isinstance(rnd, (int, np.integer)):
-        return f"round must be int, got {type(rnd).__name__}"
-    if not ROUND_MIN <= int(rnd) <= ROUND_MAX:
-        return f"round must be in [{ROUND_MIN}, {ROUND_MAX}], got {int(rnd)}"
-    return None
-
-
 def _shape_problem(what: str, shape: tuple[int, ...]) -> str | None:
     if len(shape) > MAX_RANK:
         return f"{what}: rank must be <= {MAX_RANK}, got {len(shape)}"
@@ -166,7 +162,7 @@ def _normalise_scalar(name: str, value: object) -> Scalar:
 
 @dataclass(eq=False)
 class Payload:
-    """One message between a client and the server.
+    """The content of one message between a client and the server (a method's, or the runtime's).
 
     Construction validates every field (raising :class:`PayloadError`); the dicts are copied, the
     arrays are not. Compare payloads with :meth:`same_as`, not ``==``.
@@ -175,10 +171,6 @@ class Payload:
     kind: str
     """Short ASCII name of what this is: "hello", "logits", "knowledge", "weights", "features",
     "ack", ... (1..32 chars, ``[a-z][a-z0-9_.-]*``). Decides the non-finite policy on decode."""
-    sender: str
-    """Client id or "server" (1..64 bytes UTF-8, no control characters)."""
-    round: int
-    """Round number, -1 for messages outside rounds; i32 on the wire."""
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     """Named arrays; dtypes float32/16/64, int8, uint8, int32, int64, bool; rank <= 8."""
     scalars: dict[str, Scalar] = field(default_factory=dict)
@@ -189,22 +181,25 @@ class Payload:
     the array's own dtype in every case; after decode this records the precision it travelled at."""
 
     def __post_init__(self) -> None:
-        self.arrays = dict(self.arrays)
-        self.scalars = dict(self.scalars)
-        self.precision = dict(self.precision)
+        for what in ("arrays", "scalars", "precision"):
+            value = getattr(self, what)
+            try:
+                setattr(self, what, dict(value))
+            except (TypeError, ValueError):
+                # e.g. the version-1 call Payload(kind, sender, round, arrays): "c1" lands in arrays
+                raise PayloadError(
+                    f"{what} must be a dict, got {type(value).__name__} (Payload(kind, arrays, scalars, "
+                    "precision): a payload has no sender or round, those are its Message's)",
+                    field=what,
+                ) from None
         self.validate()
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> None:
         """Check every field; raises :class:`PayloadError`. Normalises numpy scalars in place."""
-        for problem, fld in (
-            (_kind_problem(self.kind), "kind"),
-            (_text_problem("sender", self.sender, MAX_SENDER_LEN), "sender"),
-            (_round_problem(self.round), "round"),
-        ):
-            if problem:
-                raise PayloadError(problem, field=fld)
-        self.round = int(self.round)
+        problem = _kind_problem(self.kind)
+        if problem:
+            raise PayloadError(problem, field="kind")
         if not isinstance(self.arrays, dict) or not isinstance(self.scalars, dict):
             raise PayloadError("arrays and scalars must be dicts", field="arrays")
         if len(self.arrays) > MAX_ARRAYS:
@@ -261,7 +256,7 @@ class Payload:
                 new.pop(name, None)
             else:
                 new[name] = precision
-        return Payload(self.kind, self.sender, self.round, self.arrays, self.scalars, new)
+        return Payload(self.kind, self.arrays, self.scalars, new)
 
     @property
     def array_bytes(self) -> int:
@@ -273,7 +268,7 @@ class Payload:
         NaNs equal). ``precision`` is not compared."""
         if not isinstance(other, Payload):
             return False
-        if (self.kind, self.sender, self.round) != (other.kind, other.sender, other.round):
+        if self.kind != other.kind:
             return False
         if list(self.arrays) != list(other.arrays) or set(self.scalars) != set(other.scalars):
             return False

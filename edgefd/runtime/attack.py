@@ -57,7 +57,7 @@ class Poisoning:
             if array.dtype.kind == "f" and array.size:
                 bound = INSIDE * (WEIGHT_BOUND if name in self.weights else KNOWLEDGE_BOUND)
                 arrays[name] = self._poison(array.astype(np.float64), bound).astype(array.dtype)
-        return Payload(content.kind, content.sender, content.round, arrays, content.scalars, content.precision)
+        return Payload(content.kind, arrays, content.scalars, content.precision)
 
     def _poison(self, values: np.ndarray, bound: float) -> np.ndarray:
         if self.attack == "scaled":

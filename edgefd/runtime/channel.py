@@ -20,7 +20,7 @@ from edgefd.protocol.message import Message
 from edgefd.runtime.limits import MessageLimits, client_limit, record_refusals
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger, InProcessTransport
-from edgefd.runtime.verbs import ClientApp, Deadline
+from edgefd.runtime.verbs import ClientApp, Deadline, exchange_done
 
 # Types only: `edgefd server --help` reaches this module through the MQTT channel, and torch is slow to import.
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ class InProcessChannel:
                     message.verb,
                     error,
                 )
+        exchange_done(self.apps[message.receiver] for message in messages)
         return answers
 
     def _deliver(self, message: Message) -> Message:

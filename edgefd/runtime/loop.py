@@ -4,26 +4,29 @@ Round 0: every client's one-time upload (its hello), the server's start, the acc
 training. Then one round r:
   1. the run's RNG selects a fraction of the clients, then draws which of them straggle
      (``straggler_rate``: a simulated straggler trains and sends, but its uplink misses the deadline);
-  2. the server prepares every selected client's downlink (from its state at the round's start);
+  2. a method's own verbs of the phase before training go to the selected clients
+     (``Phase.BEFORE_TRAINING``: none for the built-in methods), then the server prepares every
+     selected client's downlink (from its state at the round's start);
   3. the channel carries the downlinks, the clients train, and the uplinks that arrive in time come
      back (in a simulation all of them; over MQTT, those before the round's deadline);
   4. every uplink that arrived in time is checked against what the method accepts from that client
      (``ServerRole.uplink_schemas``; a misfit is dropped and its reason recorded), and the server
      aggregates the rest, minus the simulated stragglers';
-  5. a method whose server answers the aggregated uplinks (``ServerRole.reply``: FedD2S's S2C
-     knowledge) has the answers carried to those clients, which learn from them in the same round;
+  5. the verbs of the phase after aggregation go to the aggregated clients, which learn from them
+     in the same round (``reply``: a server that answers the aggregated uplinks, FedD2S's S2C
+     knowledge; and any verb of a method's own in ``Phase.AFTER_AGGREGATION``);
   6. every client is evaluated (every `eval_every` rounds and the last).
 
 A method that exchanges during training (``ServerRole.step_exchange``) replaces 2-3: the selected
 clients train one after another, and every request a client makes is carried to the server and
 answered at once, so each client sees what the clients before it wrote.
 
-Each phase is one verb of `edgefd.runtime.verbs` (hello, train or steps, reply and any other verb
-sent after aggregation, evaluate, stop), sent through the channel's one `send_and_receive`; the
-answers are taken in client-id order, never in order of arrival, so that a deployment computes
-what a simulation computes. The same loop runs `edgefd simulate` (`InProcessChannel`) and
-`edgefd server` (the MQTT channel of `edgefd.deploy`): selection, straggler draws, averaging and
-records exist once.
+Each phase is one verb of `edgefd.runtime.verbs` (hello, a method's own verbs before training,
+train or steps, reply and a method's own verbs after aggregation, evaluate, stop), sent through
+the channel's one `send_and_receive`; the answers are taken in client-id order, never in order of
+arrival, so that a deployment computes what a simulation computes. The same loop runs `edgefd
+simulate` (`InProcessChannel`) and `edgefd server` (the MQTT channel of `edgefd.deploy`):
+selection, straggler draws, averaging and records exist once.
 """
 
 from __future__ import annotations
@@ -39,12 +42,11 @@ from torch import nn
 
 from edgefd.algorithms.base import ServerRole
 from edgefd.algorithms.schema import UplinkRejected
-from edgefd.algorithms.toolkit import release_shared
 from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import Channel, Serve
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, LOST_UPLINKS, RoundRecord
-from edgefd.runtime.verbs import Verb, after_aggregation_verbs, scores_of, server_at_precision, verb
+from edgefd.runtime.verbs import Phase, Verb, scores_of, server_at_precision, verb, verbs_in
 
 __all__ = ["HELLO_ROUND", "LOST_EVALUATION", "LOST_UPLINKS", "Federation", "LoopConfig", "RoundRecord"]
 
@@ -153,7 +155,6 @@ class Federation:
         """The one-time uploads and the server's start; returns the clients whose hello was
         refused, and why (the server starts without them), and how many hellos were taken."""
         answers = self.exchange("hello", HELLO_ROUND, {cid: None for cid in self.client_ids})
-        release_shared()  # what simulated clients shared for their hellos (FedCache's hash encoder) is done with
         hellos, rejected = {}, {}
         for cid, answer in answers.items():
             if answer.content is None:
@@ -193,6 +194,8 @@ class Federation:
         late_draw = self.rng.random(len(selected))
         stragglers = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
 
+        for spec in verbs_in(Phase.BEFORE_TRAINING):
+            self.send_phase_verb(spec, round, selected)
         held: dict[str, str] = {}
         if self.server.step_exchange:
             answered: dict[str, Message] = {}
@@ -215,8 +218,8 @@ class Federation:
             else:
                 rejected[cid] = problem
         server_metrics = self.server.aggregate(round, uplinks)
-        for spec in after_aggregation_verbs():
-            self.after_aggregation(spec, round, sorted(uplinks))
+        for spec in verbs_in(Phase.AFTER_AGGREGATION):
+            self.send_phase_verb(spec, round, sorted(uplinks))
 
         bytes_up, bytes_down = self.channel.round_bytes(round)
         record = RoundRecord(
@@ -249,13 +252,14 @@ class Federation:
         """The server's content for ``cid`` at the start of ``round``, at the run's precision."""
         return self._sealed(self.server.downlink(round, cid))
 
-    def after_aggregation(self, spec: Verb, round: int, client_ids: list[str]) -> None:
-        """A verb the server sends the clients it aggregated, learnt from before the round is
-        evaluated (``reply``: FedD2S's S2C knowledge; none for most methods: no message, no wait)."""
-        assert spec.after_aggregation is not None  # only such verbs are sent here
+    def send_phase_verb(self, spec: Verb, round: int, client_ids: list[str]) -> None:
+        """A verb of a phase of the round (`Phase`) to ``client_ids``: each client for which the
+        server has content for it gets it (``reply``: FedD2S's S2C knowledge to the aggregated
+        clients; none for most methods: no message, no wait)."""
+        assert spec.server_content is not None  # only a phase's verbs are sent here
         contents = {}
         for cid in client_ids:
-            content = self._sealed(spec.after_aggregation(self.server, round, cid))
+            content = self._sealed(spec.server_content(self.server, round, cid))
             if content is not None:
                 contents[cid] = content
         if not contents:

@@ -55,7 +55,7 @@ from edgefd.runtime.channel import Serve
 from edgefd.runtime.limits import MessageLimits, client_limit, record_refusals
 from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger
-from edgefd.runtime.verbs import Deadline
+from edgefd.runtime.verbs import Deadline, exchange_done
 
 if TYPE_CHECKING:
     from edgefd.runtime.config import SimulationConfig
@@ -257,6 +257,7 @@ class ClientHost:
                 events.append(("done", encode_message(app.handle(message))))
             except ProtocolError as error:
                 events.append(("missed", str(error)))
+        exchange_done(self.apps.values())
         return events
 
     def start(self, data: bytes) -> Event:

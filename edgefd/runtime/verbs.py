@@ -17,10 +17,11 @@ ACL (``edgefd.deploy.acl``) is generated from the same table.
     evaluate  every eval round                  role.evaluate(content)        -> its scores
     stop      at the end                        nothing (a device process exits)
 
-A method that needs another server-to-client message after aggregation adds one :class:`Verb`
-(``register_verb``) whose ``after_aggregation`` builds the content from the server role, and a
-handler for the client role; the loop sends every such verb, the channels carry it, and the ACL
-lets clients answer it, without another change.
+A method that needs another server-to-client message adds one :class:`Verb` (``register_verb``)
+with the :class:`Phase` of the round it is sent in, a ``server_content`` that builds its content
+from the server role, and a handler for the client role; the loop sends every such verb in its
+phase, the channels carry it, the device runtime takes it, and the ACL lets clients answer it,
+without another change.
 
 Precision is applied here and in the loop, never by a method: every content a role produces is
 put at the run's wire precision (``--precision``) on the arrays the role names as knowledge.
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,13 +52,16 @@ __all__ = [
     "Ask",
     "ClientApp",
     "Deadline",
+    "Phase",
     "UnknownVerb",
     "Verb",
     "Wait",
-    "after_aggregation_verbs",
+    "exchange_done",
     "register_verb",
     "scores_of",
+    "unregister_verb",
     "verb",
+    "verbs_in",
 ]
 
 Ask = Callable[[Message], Message]
@@ -75,6 +79,17 @@ class Wait(enum.Enum):
     HELLO = "hello"
     ROUND = "round"
     EVAL = "eval"
+
+
+class Phase(enum.Enum):
+    """Where in a round the loop sends a method's own server-to-client verb."""
+
+    BEFORE_TRAINING = "before-training"
+    """To each selected client before the round's training (what the client needs to train that
+    is not the downlink); a device takes it only for a round it has not trained yet."""
+    AFTER_AGGREGATION = "after-aggregation"
+    """To each client whose uplink the server aggregated, learnt from before the round is evaluated
+    (FedD2S's S2C knowledge); a device takes it only for the round it trained last."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +117,12 @@ class Verb:
     is the run's measurement, and is not counted)."""
     trains: bool = False
     """A round's training: answered once per round, and the client's last trained round moves."""
-    after_aggregation: ServerContent | None = None
-    """Sent after the round's aggregation to each aggregated client for which this returns content."""
+    phase: Phase | None = None
+    """The phase of a round in which the loop sends this verb (None: the loop's own verbs, which
+    it sends itself)."""
+    server_content: ServerContent | None = None
+    """With a ``phase``: the content for one client (``server_content(server, round, client_id)``);
+    the verb is sent to each client of its phase for which this is not None."""
     answers: bool = True
     """The client answers it (False: one way, the client only reads it)."""
     small_answer: bool = False
@@ -157,6 +176,13 @@ class ClientApp:
         return self.at_precision(content if self.poisoning is None else self.poisoning.apply(content))
 
 
+def exchange_done(apps: Iterable[ClientApp]) -> None:
+    """Every client of ``apps`` (the clients of one process) has answered its message of one
+    exchange: each method lets go of what its clients shared for it (``ClientRole.done_sharing``)."""
+    for role_type in {type(app.role) for app in apps}:
+        role_type.done_sharing()
+
+
 def server_at_precision(role: ServerRole, content: Payload | None) -> Payload | None:
     """The server's ``content`` at the run's wire precision on its knowledge arrays."""
     return None if content is None else at_precision(content, role.context.precision, role.knowledge)
@@ -204,7 +230,7 @@ def _evaluate(app: ClientApp, message: Message, ask: Ask | None) -> Payload | No
     scores: dict[str, Scalar] = {"accuracy": float(app.role.evaluate(message.content)["accuracy"])}
     if app.full_test is not None:
         scores["accuracy_full"] = float(app.role.evaluate(message.content, app.full_test)["accuracy"])
-    return Payload(SCORES_KIND, app.client_id, message.round, scalars=scores)
+    return Payload(SCORES_KIND, scalars=scores)
 
 
 def _stop(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
@@ -240,8 +266,19 @@ def register_verb(spec: Verb) -> Verb:
     """Add a verb to the table (a name already there is an error: verbs are the wire's words)."""
     if spec.name in VERBS:
         raise ValueError(f"verb {spec.name!r} is registered already")
+    if (spec.phase is None) != (spec.server_content is None):
+        raise ValueError(f"verb {spec.name!r}: a phase needs a server_content, and a server_content a phase")
     VERBS[spec.name] = spec
     return spec
+
+
+def unregister_verb(name: str) -> None:
+    """Remove a verb that `register_verb` added (a test's, or a plugin's that is unloaded); the
+    loop's own verbs stay."""
+    if name in _LOOP_VERBS:
+        raise ValueError(f"verb {name!r} is one of the loop's own and cannot be removed")
+    if VERBS.pop(name, None) is None:
+        raise UnknownVerb(f"unknown verb {name!r} (known: {', '.join(VERBS)})")
 
 
 def verb(name: str) -> Verb:
@@ -251,9 +288,9 @@ def verb(name: str) -> Verb:
         raise UnknownVerb(f"unknown verb {name!r} (known: {', '.join(VERBS)})") from None
 
 
-def after_aggregation_verbs() -> list[Verb]:
-    """The verbs the loop sends after a round's aggregation, in the table's order."""
-    return [spec for spec in VERBS.values() if spec.after_aggregation is not None]
+def verbs_in(phase: Phase) -> list[Verb]:
+    """The verbs the loop sends in ``phase`` of a round, in the table's order."""
+    return [spec for spec in VERBS.values() if spec.phase is phase]
 
 
 register_verb(Verb("hello", _hello, Deadline(Wait.HELLO, quorum=True)))
@@ -261,7 +298,13 @@ register_verb(Verb("train", _train, trains=True))
 register_verb(Verb("steps", _steps, trains=True))
 register_verb(Verb("step", None))
 register_verb(
-    Verb("reply", _reply, after_aggregation=lambda server, round, cid: server.reply(round, cid), small_answer=True)
+    Verb(
+        "reply",
+        _reply,
+        phase=Phase.AFTER_AGGREGATION,
+        server_content=lambda server, round, cid: server.reply(round, cid),
+        small_answer=True,
+    )
 )
 register_verb(
     Verb(
@@ -275,3 +318,4 @@ register_verb(
     )
 )
 register_verb(Verb("stop", _stop, counted=False, answers=False))
+_LOOP_VERBS = frozenset(VERBS)

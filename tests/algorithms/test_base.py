@@ -17,7 +17,7 @@ from edgefd.algorithms.base import (
     get_method,
     list_methods,
     make_params,
-    register,
+    register_method,
     sent_verbs,
 )
 from edgefd.algorithms.schema import MessageSchema
@@ -67,17 +67,17 @@ class Uploader(ClientRole):
     """Sends a round uplink (and, in the subclasses, a hello or step requests)."""
 
     def train_round(self, round: int, downlink: Payload | None) -> Payload:
-        return Payload("n", self.client_id, round)
+        return Payload("n")
 
 
 class Greeter(Uploader):
     def hello(self) -> Payload:
-        return Payload("hi", self.client_id, 0)
+        return Payload("hi")
 
 
 class Asker(Uploader):
     def train_steps(self, round: int) -> Generator[Payload, Payload, None]:
-        yield Payload("ask", self.client_id, round)
+        yield Payload("ask")
 
 
 class Silent(ClientRole):
@@ -130,7 +130,7 @@ def test_a_method_whose_server_declares_no_schema_for_a_verb_its_client_sends_on
     registry, client, server, verb, hook, client_hook
 ):
     with pytest.raises(MissingSchema) as refused:
-        register("unschemed", "sends what its server cannot take", client, server, ToyParams)
+        register_method("unschemed", "sends what its server cannot take", client, server, ToyParams)
     text = str(refused.value)
     assert text.startswith("method 'unschemed': ")
     assert f"{client_hook} sends" in text and f"on {verb}" in text  # what is sent, on which verb
@@ -141,7 +141,7 @@ def test_a_method_whose_server_declares_no_schema_for_a_verb_its_client_sends_on
 
 def test_the_refusal_names_every_missing_schema_once_and_offers_the_none_annotation_for_an_uplink(registry):
     with pytest.raises(MissingSchema) as refused:
-        register("unschemed", "sends everything", type("Both", (Greeter, Asker), {}), Deaf, ToyParams)
+        register_method("unschemed", "sends everything", type("Both", (Greeter, Asker), {}), Deaf, ToyParams)
     text = str(refused.value)
     assert [hook for hook in ("hello_schemas", "uplink_schemas", "request_schemas") if f"def {hook}(" in text] == [
         "hello_schemas",
@@ -154,8 +154,8 @@ def test_the_refusal_names_every_missing_schema_once_and_offers_the_none_annotat
 
 
 def test_a_method_registers_when_its_server_declares_what_its_clients_send(registry):
-    register("quiet", "sends nothing", Silent, Deaf, ToyParams)  # a verb never sent needs no schema
-    register("greets", "sends everything", type("Both", (Greeter, Asker), {}), TakesEverything, ToyParams)
+    register_method("quiet", "sends nothing", Silent, Deaf, ToyParams)  # a verb never sent needs no schema
+    register_method("greets", "sends everything", type("Both", (Greeter, Asker), {}), TakesEverything, ToyParams)
     assert {"quiet", "greets"} <= set(registry)
 
 

@@ -70,14 +70,10 @@ def test_fd_server_averages_per_label_without_dilution_by_absent_labels():
     server.params = FDParams()
     up_a = Payload(
         "knowledge",
-        "a",
-        1,
         {"logits": np.array([[1, 0, 0], [0, 0, 0], [0, 0, 0]], np.float32), "counts": np.array([2, 0, 0], np.int64)},
     )
     up_b = Payload(
         "knowledge",
-        "b",
-        1,
         {"logits": np.array([[4, 0, 0], [0, 3, 0], [0, 0, 0]], np.float32), "counts": np.array([1, 5, 0], np.int64)},
     )
     metrics = server.aggregate(1, {"a": up_a, "b": up_b})
@@ -115,7 +111,7 @@ def tampered(payload, changes):
             del target[name]
         else:
             target[name] = value
-    return Payload(payload.kind, payload.sender, payload.round, arrays, scalars)
+    return Payload(payload.kind, arrays, scalars)
 
 
 def first_weight(payload):
@@ -161,7 +157,7 @@ def test_local_clients_send_nothing_and_the_server_accepts_nothing():
     assert as_sent.train_round(sim.clients["client-0"], 2, sim.federation.downlink(2, "client-0")) is None
     assert sim.server.uplink_schemas("client-0") == () and sim.server.hello_schemas("client-0") == ()
     with pytest.raises(UplinkRejected) as refused:
-        sim.server.check_uplink(2, "client-0", Payload("weights", "client-0", 2))
+        sim.server.check_uplink(2, "client-0", Payload("weights"))
     assert refused.value.reason == "wrong-kind"
 
 

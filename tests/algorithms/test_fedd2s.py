@@ -73,13 +73,13 @@ def run_keeping_replies(sim, round: int) -> dict[str, Payload]:
 
 
 def header_bytes(payload: Payload) -> int:
-    """Everything but the array data, from the codec's layout (protocol/codec.py): the 32-byte fixed
-    header, kind and sender, a scalar entry (2 + name + 8 for an int64) per scalar, and an array
+    """Everything but the array data, from the codec's layout (protocol/codec.py): the fixed
+    header, the kind, a scalar entry (2 + name + 8 for an int64) per scalar, and an array
     table entry (20 + name + 4 per dimension) per array."""
     scalars = sum(2 + len(name.encode()) + 8 for name, value in payload.scalars.items() if isinstance(value, int))
     assert all(isinstance(v, int) for v in payload.scalars.values())
     tables = sum(20 + len(name.encode()) + 4 * array.ndim for name, array in payload.arrays.items())
-    return HEADER_SIZE + len(payload.kind) + len(payload.sender.encode()) + scalars + tables
+    return HEADER_SIZE + len(payload.kind) + scalars + tables
 
 
 # ----------------------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ def test_bytes_of_each_message_follow_the_formulas(schedule, layer, precision, s
 
     # init (docs/methods/fedd2s.md#common-initialisation): theta^0, 4 P_total bytes, once, at the
     # first downlink; then round 1's reply
-    init = Payload(INIT_KIND, "server", 1, sim.server.initial_state)
+    init = Payload(INIT_KIND, sim.server.initial_state)
     assert ledger.total(DOWN, 1, "client-0") == 4 * P_TOTAL + header_bytes(init) + len(encode(first))
 
     # uplink: K [s_f (d_1 + d_l 1[l > 1]) + s_y] + h_up; 79,079 / 109,967 B at fp32 (l = 6 / 2)
@@ -302,7 +302,7 @@ def test_phase_b_refuses_a_downlink_of_the_wrong_size():
     sim = simulation()
     sim.federation.hello()
     down = run_keeping_replies(sim, 1)["client-0"]
-    bad = Payload(DOWN_KIND, "server", 2, {**down.arrays, "t": down.arrays["t"][:-1]}, down.scalars)
+    bad = Payload(DOWN_KIND, {**down.arrays, "t": down.arrays["t"][:-1]}, down.scalars)
     with pytest.raises(ValueError, match="t must have shape"):
         sim.clients["client-0"].distil_from_server(bad)
 
@@ -315,7 +315,7 @@ def altered(payload: Payload, scalars=None, **arrays) -> Payload:
     """``payload`` with these arrays replaced (None: removed) and these scalars."""
     merged = {**payload.arrays, **arrays}
     kept = {name: array for name, array in merged.items() if array is not None}
-    return Payload(payload.kind, payload.sender, payload.round, kept, {**payload.scalars, **(scalars or {})})
+    return Payload(payload.kind, kept, {**payload.scalars, **(scalars or {})})
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ def honest(**changes):
             target.pop(name)
         else:
             target[name] = value
-    return Payload("knowledge", "c1", 1, arrays, scalars)
+    return Payload("knowledge", arrays, scalars)
 
 
 def test_an_honest_payload_fits_and_optional_parts_may_come():
@@ -74,7 +74,7 @@ def test_each_kind_of_tampering_is_refused_with_its_reason(changes, reason):
 
 def test_a_kind_the_client_does_not_send_is_refused():
     with pytest.raises(UplinkRejected, match="wrong-kind: .*'knowledge'"):
-        check_payload(Payload("weights", "c1", 1), [KNOWLEDGE])
+        check_payload(Payload("weights"), [KNOWLEDGE])
     with pytest.raises(UplinkRejected, match="sends nothing"):
         check_payload(honest(), [])
 
@@ -91,12 +91,12 @@ def test_float_scalars_accept_ints_but_not_nan_or_infinity():
 def test_a_model_state_must_match_names_shapes_and_dtypes():
     state = {"w": np.zeros((3, 2), np.float32), "bn.num_batches_tracked": np.array(7, np.int64)}
     weights = MessageSchema("weights", schema.model_state(state))
-    check_payload(Payload("weights", "c1", 1, state), [weights])
+    check_payload(Payload("weights", state), [weights])
     bad = {**state, "w": np.full((3, 2), 2e6, np.float32)}
     with pytest.raises(UplinkRejected, match="out-of-range"):
-        check_payload(Payload("weights", "c1", 1, bad), [weights])
+        check_payload(Payload("weights", bad), [weights])
     with pytest.raises(UplinkRejected, match="shape"):
-        check_payload(Payload("weights", "c1", 1, {**state, "w": np.zeros((2, 3), np.float32)}), [weights])
+        check_payload(Payload("weights", {**state, "w": np.zeros((2, 3), np.float32)}), [weights])
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
@@ -108,8 +108,6 @@ def test_the_message_bound_holds_every_payload_that_fits(precision):
     )
     payload = Payload(
         "knowledge",
-        "c" * 64,  # the longest sender
-        1,
         {
             "logits": np.ones((C, C), np.float32),
             "counts": np.ones(C, np.int64),
@@ -155,7 +153,7 @@ def test_named_axes_agree_with_each_other_and_with_the_scalar_of_their_name():
 
     def payload(ids, logits_rows, samples):
         arrays = {"ids": np.array(ids, np.int64), "logits": np.zeros((logits_rows, C), np.float32)}
-        return Payload("rows", "c1", 1, arrays, {"samples": samples})
+        return Payload("rows", arrays, {"samples": samples})
 
     check_payload(payload([1, 2], 2, 2), [rows])
     for bad, reason in [

@@ -35,7 +35,7 @@ def test_fd_robust_rows_use_only_the_clients_that_hold_each_label(aggregator):
     server.global_logits = server.global_counts = None
 
     def uplink(name, logits, counts):
-        return Payload("knowledge", name, 1, {"logits": np.array(logits, np.float32), "counts": np.array(counts)})
+        return Payload("knowledge", {"logits": np.array(logits, np.float32), "counts": np.array(counts)})
 
     uplinks = {
         "a": uplink("a", [[1, 0], [0, 0]], [3, 0]),  # holds no sample of label 1: left out of its row
@@ -60,7 +60,7 @@ def test_fd_gives_no_teacher_for_a_label_fewer_than_three_clients_hold():
     rows = {"a": ([[1, 0], [0, 4]], [2, 3]), "b": ([[2, 0], [0, 0]], [2, 0]), "c": ([[3, 0], [0, 0]], [2, 0])}
     rows["d"] = ([[9e3, 0], [0, -9e3]], [1, 1])  # label 1: only a and the poisoner
     uplinks = {
-        cid: Payload("knowledge", cid, 1, {"logits": np.array(l, np.float32), "counts": np.array(c)})
+        cid: Payload("knowledge", {"logits": np.array(l, np.float32), "counts": np.array(c)})
         for cid, (l, c) in rows.items()
     }
     metrics = server.aggregate(1, uplinks)

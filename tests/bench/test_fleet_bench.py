@@ -9,7 +9,7 @@ import pytest
 
 from edgefd import cli
 from edgefd.bench.fleet import saturated_part
-from edgefd.bench.fleet_devices import Recorded, readdressed
+from edgefd.bench.fleet_devices import Recorded, with_device_ids
 from edgefd.protocol import Payload
 
 needs_mosquitto = pytest.mark.skipif(
@@ -46,17 +46,17 @@ def test_fifty_devices_run_fd_and_fedcache_rounds_against_one_server(tmp_path, c
     assert "| fedcache | 50 |" in capsys.readouterr().out
 
 
-def test_a_recorded_uplink_is_readdressed_to_each_device_with_its_own_sample_ids(tmp_path):
+def test_a_recorded_uplink_takes_each_devices_own_sample_ids(tmp_path):
     logits = np.arange(12, dtype=np.float32).reshape(3, 4)
-    recorded = Payload("fedcache.logits", "client-0", 1, {"ids": np.array([7, 8, 9], np.int32), "logits": logits})
-    mine = readdressed(recorded, "client-5", np.array([40, 41, 42, 43, 44], np.int32))
-    assert mine is not None and mine.sender == "client-5" and mine.kind == "fedcache.logits"
+    recorded = Payload("fedcache.logits", {"ids": np.array([7, 8, 9], np.int32), "logits": logits})
+    mine = with_device_ids(recorded, np.array([40, 41, 42, 43, 44], np.int32))
+    assert mine is not None and mine.kind == "fedcache.logits"
     np.testing.assert_array_equal(mine.arrays["ids"], [40, 41, 42, 43, 44])
     np.testing.assert_array_equal(mine.arrays["logits"], logits[[0, 1, 2, 0, 1]])  # the recorded rows, repeated
-    table = Payload("fd.logits", "client-0", 1, {"logits": np.ones((10, 10), np.float32), "counts": np.ones(10)})
-    same = readdressed(table, "client-9", np.array([1, 2], np.int32))  # no ids: the arrays travel as recorded
-    assert same is not None and same.sender == "client-9" and same.arrays["logits"].shape == (10, 10)
-    assert readdressed(None, "client-1", None) is None
+    table = Payload("fd.logits", {"logits": np.ones((10, 10), np.float32), "counts": np.ones(10)})
+    same = with_device_ids(table, np.array([1, 2], np.int32))  # no ids: the arrays travel as recorded
+    assert same is not None and same.arrays["logits"].shape == (10, 10)
+    assert with_device_ids(None, None) is None
 
     Recorded(table, 0.25).save(tmp_path / "r.npz")
     loaded = Recorded.load(tmp_path / "r.npz")

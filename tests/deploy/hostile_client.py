@@ -20,7 +20,7 @@ def replaced(payload: Payload, **arrays) -> Payload:
     that the server receives exactly the attack."""
     new = {name: array for name, array in {**payload.arrays, **arrays}.items() if array is not None}
     precision = {name: p for name, p in payload.precision.items() if name in new and name not in arrays}
-    return Payload(payload.kind, payload.sender, payload.round, new, payload.scalars, precision)
+    return Payload(payload.kind, new, payload.scalars, precision)
 
 
 FD_ATTACKS = {
@@ -30,7 +30,7 @@ FD_ATTACKS = {
     4: lambda p: replaced(p, logits=np.full_like(p.arrays["logits"], 70000.0)),  # beyond fp16: unencodable later
     5: lambda p: replaced(p, counts=np.full_like(p.arrays["counts"], -3)),  # negative counts: Inf averages
     6: lambda p: replaced(p, logits=p.arrays["logits"].astype(np.float64)),
-    7: lambda p: Payload("weights", p.sender, p.round, {"w": np.zeros(3, np.float32)}),
+    7: lambda p: Payload("weights", {"w": np.zeros(3, np.float32)}),
 }
 FEDCACHE_ATTACKS = {
     1: lambda p: replaced(p, ids=p.arrays["ids"] + 1),  # the neighbouring samples: some are another client's
@@ -46,7 +46,7 @@ def hostile_train(app, message, ask):
 
 def hostile_evaluate(app, message, ask):
     if message.round in BAD_ACCURACY:
-        return Payload(SCORES_KIND, app.client_id, message.round, scalars={"accuracy": BAD_ACCURACY[message.round]})
+        return Payload(SCORES_KIND, scalars={"accuracy": BAD_ACCURACY[message.round]})
     return honest_evaluate(app, message, ask)
 
 

@@ -372,7 +372,7 @@ def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeyp
     device.last_round = 3
 
     def reply(round: int) -> None:
-        message = down("reply", round, Payload("knowledge", "server", round))
+        message = down("reply", round, Payload("knowledge"))
         device._handle(Incoming("down", "client-1", "reply", message, nbytes=0))
 
     reply(3)
@@ -412,7 +412,7 @@ def open_phase(monkeypatch, verb: str = "train", serve=None):
             )
 
     monkeypatch.setattr(channel.endpoint, "publish", publish)
-    requests = {cid: down(verb, 4, Payload("weights", "server", 4), client=cid, run="r") for cid in clients}
+    requests = {cid: down(verb, 4, Payload("weights"), client=cid, run="r") for cid in clients}
     channel.phase = _Phase(verb, 4, clients, requests, time.monotonic(), serve=serve)
     for cid in clients:
         channel._send_request(cid)
@@ -461,7 +461,7 @@ def test_a_repeated_step_request_gets_its_answer_again_a_bounded_number_of_times
     from edgefd.deploy.mqtt_channel import MAX_STEP_RESENDS
 
     channel, sent = open_phase(monkeypatch, "steps", serve=lambda request: request.answer(None))
-    request = Message("step", "client-0", "server", 4, Payload("q", "client-0", 4), 1, "r")
+    request = Message("step", "client-0", "server", 4, Payload("q"), 1, "r")
     for _ in range(10):
         channel._handle(Incoming("up", "client-0", "step", request, nbytes=10))
     assert sent == [("client-0", "answer")] * (1 + MAX_STEP_RESENDS)

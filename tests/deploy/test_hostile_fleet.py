@@ -122,7 +122,7 @@ class Device:
         self.endpoint.publish(self.topics.up(self.cid, request.verb), request.answer(content), retain=retain)
 
     def scores(self, request: Message) -> None:
-        self.answer(request, Payload(SCORES_KIND, self.cid, request.round, scalars={"accuracy": 0.5}))
+        self.answer(request, Payload(SCORES_KIND, scalars={"accuracy": 0.5}))
 
     def step(self, round: int, number: int, content: Payload) -> None:
         """Its step request ``number`` of ``round`` (FedCache's exchange=batch)."""
@@ -217,7 +217,7 @@ def fedcache_hello(cid: str, n: int) -> Payload:
         "labels": (np.arange(n) % 10).astype(np.uint8),
         "hashes": rng.random((n, 64), np.float32),
     }
-    return Payload("fedcache.hello", cid, 0, arrays, {"encoder": "pixels"})
+    return Payload("fedcache.hello", arrays, {"encoder": "pixels"})
 
 
 def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its_declared_steps(broker, tmp_path):
@@ -250,7 +250,7 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
                 number += 1
                 batch = ids[(number - 1) % 4 * 16 :][:16]
                 logits = np.zeros((16, 10), np.float32)
-                content = Payload("fedcache.logits", CID, request.round, {"ids": batch, "logits": logits})
+                content = Payload("fedcache.logits", {"ids": batch, "logits": logits})
                 device.step(request.round, number, content)
                 until = time.monotonic() + STEP_EVERY
                 while evaluation is None and time.monotonic() < until:

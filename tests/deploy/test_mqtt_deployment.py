@@ -63,7 +63,7 @@ def publish_garbage(broker, run_name, raw, work: Path) -> None:
     )
 
     def uplink(sender: str, logits: np.ndarray) -> bytes:
-        content = Payload("knowledge", sender, 1, {"logits": logits})
+        content = Payload("knowledge", {"logits": logits})
         return encode_message(Message("train", sender, "server", 1, content, run=run_name, is_answer=True))
 
     good = uplink("client-0", np.ones((10, 10), np.float32))

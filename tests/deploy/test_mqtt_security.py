@@ -57,10 +57,10 @@ LISTENER_OPTIONS = {
 """Mosquitto options that belong to the listener they follow (mosquitto.conf(5), "Listeners")."""
 
 
-def message(content: Payload, verb: str = "train") -> Message:
+def message(content: Payload, sender: str, round: int = 1, verb: str = "train") -> Message:
     """``content`` as its sender's message of the run: a client's to the server, the server's to client-1."""
-    receiver = "client-1" if content.sender == "server" else "server"
-    return Message(verb, content.sender, receiver, content.round, content, run=RUN)
+    receiver = "client-1" if sender == "server" else "server"
+    return Message(verb, sender, receiver, round, content, run=RUN)
 
 
 def shipped_settings() -> list[tuple[str, str]]:
@@ -118,8 +118,8 @@ def test_tls_and_password_are_required(secure_broker):
     client.start(wait=10)
     try:
         time.sleep(0.2)
-        payload = Payload("knowledge", "client-0", 1, {"z": np.ones((3, 10), np.float32)})
-        client.publish(topics.up("client-0", "train"), message(payload))
+        payload = Payload("knowledge", {"z": np.ones((3, 10), np.float32)})
+        client.publish(topics.up("client-0", "train"), message(payload, "client-0"))
         assert server.inbox.get(timeout=5).message.content.same_as(payload)
     finally:
         client.stop()
@@ -155,8 +155,8 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
     attacker.loop_start()
     try:
         time.sleep(0.3)
-        forged = Payload("knowledge", "client-1", 1, {"z": np.ones((3, 10), np.float32)})
-        frame = encode_frames(message(forged), 4096)[0]
+        forged = Payload("knowledge", {"z": np.ones((3, 10), np.float32)})
+        frame = encode_frames(message(forged, "client-1"), 4096)[0]
         _, sub_other = attacker.subscribe(topics.down("client-1", "train"), qos=1)
         _, sub_own = attacker.subscribe(topics.down("client-0", "train"), qos=1)
         pub_other = attacker.publish(topics.up("client-1", "train"), frame, qos=1)
@@ -164,7 +164,7 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
         pub_down = attacker.publish(topics.down("client-1", "train"), frame, qos=1)
         pub_own = attacker.publish(
             topics.up("client-0", "train"),
-            encode_frames(message(Payload("knowledge", "client-0", 1, forged.arrays)), 4096)[0],
+            encode_frames(message(Payload("knowledge", forged.arrays), "client-0"), 4096)[0],
             qos=1,
         )
         deadline = time.monotonic() + 5
@@ -179,9 +179,9 @@ def test_acl_confines_a_client_to_its_own_topics(secure_broker):
         # Mosquitto 2.0 grants a subscription it may not serve (SUBACK 1) and then withholds every
         # message on it: the server's downlinks reach client-1 and client-0's own topic only.
         assert results[sub_other] == [1] and results[sub_own] == [1]
-        downlink = Payload("knowledge", "server", 1, {"z": np.zeros((3, 10), np.float32)})
-        server.publish(topics.down("client-1", "train"), message(downlink))
-        server.publish(topics.down("client-0", "train"), message(downlink))
+        downlink = Payload("knowledge", {"z": np.zeros((3, 10), np.float32)})
+        server.publish(topics.down("client-1", "train"), message(downlink, "server"))
+        server.publish(topics.down("client-0", "train"), message(downlink, "server"))
         assert victim.inbox.get(timeout=5).message.content.same_as(downlink)
         deadline = time.monotonic() + 3
         while not delivered and time.monotonic() < deadline:
@@ -281,14 +281,16 @@ def test_a_device_cannot_take_over_the_servers_or_another_devices_session(secure
                 assert server.stats.connects == victim.stats.connects == 1
                 assert server.connected.is_set() and victim.connected.is_set()
                 # Both ways still work, and what the attacker sends is filed under client-0.
-                up = Payload("knowledge", "client-1", 1, {"z": np.ones((2, 10), np.float32)})
-                victim.publish(topics.up("client-1", "train"), message(up))
+                up = Payload("knowledge", {"z": np.ones((2, 10), np.float32)})
+                victim.publish(topics.up("client-1", "train"), message(up, "client-1"))
                 assert server.inbox.get(timeout=5).message.content.same_as(up)
-                down = Payload("knowledge", "server", 1, {"z": np.zeros((2, 10), np.float32)})
-                server.publish(topics.down("client-1", "train"), message(down))
+                down = Payload("knowledge", {"z": np.zeros((2, 10), np.float32)})
+                server.publish(topics.down("client-1", "train"), message(down, "server"))
                 assert victim.inbox.get(timeout=5).message.content.same_as(down)
-                own = Payload("knowledge", "client-0", 1, {"z": np.ones((2, 10), np.float32)})
-                attacker.publish(topics.up("client-0", "train"), encode_frames(message(own), 4096)[0], qos=1)
+                own = Payload("knowledge", {"z": np.ones((2, 10), np.float32)})
+                attacker.publish(
+                    topics.up("client-0", "train"), encode_frames(message(own, "client-0"), 4096)[0], qos=1
+                )
                 got = server.inbox.get(timeout=5)
                 assert (got.client_id, got.message.sender) == ("client-0", "client-0")
             finally:
@@ -336,9 +338,7 @@ def test_a_device_is_confined_to_its_own_topics_of_its_run(secure_broker):
         clients[user].loop_start()
     try:
         assert wait_until(lambda: subscribed and all(c.is_connected() for c in clients.values()), 10)
-        frame = encode_frames(message(Payload("knowledge", "client-0", 1, {"z": np.ones((3, 10), np.float32)})), 4096)[
-            0
-        ]
+        frame = encode_frames(message(Payload("knowledge", {"z": np.ones((3, 10), np.float32)}), "client-0"), 4096)[0]
         attempts = {
             ("client-0", other.up("client-0", "train")): NOT_AUTHORIZED,  # its own id, another run
             ("client-0", other.status("client-0")): NOT_AUTHORIZED,
@@ -422,9 +422,9 @@ def test_an_oversized_packet_disconnects_its_sender_and_the_broker_stays_up(secu
         client = endpoint(secure_broker, "client-0")
         client.start(wait=10)
         try:
-            big = Payload("knowledge", "client-0", 1, {"z": np.ones((3, DEFAULT_CHUNK_SIZE // 4), np.float32)})
-            assert len(encode_frames(message(big), DEFAULT_CHUNK_SIZE)) >= 3
-            client.publish(topics.up("client-0", "train"), message(big))
+            big = Payload("knowledge", {"z": np.ones((3, DEFAULT_CHUNK_SIZE // 4), np.float32)})
+            assert len(encode_frames(message(big, "client-0"), DEFAULT_CHUNK_SIZE)) >= 3
+            client.publish(topics.up("client-0", "train"), message(big, "client-0"))
             assert server.inbox.get(timeout=10).message.content.same_as(big)
         finally:
             client.stop()

@@ -55,7 +55,7 @@ def test_large_payload_is_chunked_and_counted(broker):
     client.start(wait=5)
     try:
         time.sleep(0.2)
-        big = Payload("weights", "client-0", 1, {"w": np.arange(3000, dtype=np.float32)})
+        big = Payload("weights", {"w": np.arange(3000, dtype=np.float32)})
         sent = client.publish(Topics(RUN).up("client-0", "train"), up("train", big))
         got = receive(server)
         assert got.message.content.same_as(big) and (got.client_id, got.verb) == ("client-0", "train")
@@ -83,13 +83,13 @@ def test_duplicates_out_of_order_and_garbage_are_handled(broker):
     raw = stranger._client
     try:
         time.sleep(0.2)
-        payload = Payload("knowledge", "client-1", 2, {"z": np.ones((50, 10), np.float32)})
+        payload = Payload("knowledge", {"z": np.ones((50, 10), np.float32)})
         frames = split(encode_message(up("train", payload)), 400)
         order = list(reversed(frames)) + frames[:3]
         for frame in order:
             raw.publish(topic, frame, qos=1).wait_for_publish(2)
         assert receive(server).message.content.same_as(payload)
-        nan = Payload("knowledge", "client-1", 2, {"z": np.full((2, 2), np.nan, np.float32)})
+        nan = Payload("knowledge", {"z": np.full((2, 2), np.nan, np.float32)})
         garbage = [
             np.random.default_rng(0).bytes(300),
             split(encode_message(up("train", payload)), 400)[0][:30],
@@ -154,7 +154,7 @@ def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
         client.start(wait=10)
         try:
             time.sleep(0.3)
-            payload = Payload("hello", "client-0", 0, {"h": np.arange(700, dtype=np.int64)})
+            payload = Payload("hello", {"h": np.arange(700, dtype=np.int64)})
             client.publish(Topics(RUN).up("client-0", "hello"), up("hello", payload))
             assert receive(server, 10).message.content.same_as(payload)
         finally:
@@ -215,10 +215,10 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
             if i % 1000 == 0:
                 peak[0] = max(peak[0], server.budget.used)
                 time.sleep(0.002)  # let the broker and the receiver keep up (QoS 0)
-        too_big = encode_message(up("evaluate", Payload("metrics", "client-1", 1, {"pad": np.zeros(2_000, np.uint8)})))
+        too_big = encode_message(up("evaluate", Payload("metrics", {"pad": np.zeros(2_000, np.uint8)})))
         raw.publish(topics.up("client-1", "evaluate"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
         raw.publish(topics.up("client-9", "train"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
-        good = Payload("knowledge", "client-1", 3, {"z": np.ones((10, 10), np.float32)})
+        good = Payload("knowledge", {"z": np.ones((10, 10), np.float32)})
         for frame in split(encode_message(up("train", good)), 400):
             raw.publish(topics.up("client-1", "train"), frame, qos=1).wait_for_publish(2)
         assert receive(server, timeout=30).message.content.same_as(good)
@@ -235,11 +235,11 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
 
 def test_the_inbox_refuses_what_would_pass_its_byte_bound():
     inbox = Inbox(max_bytes=1_000)
-    message = Incoming("up", "client-1", "train", up("train", Payload("k", "client-1", 1)), nbytes=600)
+    message = Incoming("up", "client-1", "train", up("train", Payload("k")), nbytes=600)
     assert inbox.offer(message) and inbox.bytes == 600
     assert not inbox.offer(message)  # 1,200 would pass the bound
     assert inbox.get_nowait() is message and inbox.bytes == 0
-    huge = Incoming("up", "client-1", "train", up("train", Payload("k", "client-1", 1)), nbytes=5_000)
+    huge = Incoming("up", "client-1", "train", up("train", Payload("k")), nbytes=5_000)
     assert inbox.offer(huge)  # an empty inbox takes anything the topic allowed
 
 
@@ -293,7 +293,7 @@ def test_a_sender_that_never_finishes_its_messages_exhausts_only_its_own_share()
         for frame in split(np.random.default_rng(1).bytes(30_000), 1024)[:-1]:
             point._on_message(None, None, Frame(topics.up("client-1", verb), frame))
     assert point._shares["client-1"].used <= 50_000
-    good = Payload("knowledge", "client-2", 3, {"z": np.ones((40, 100), np.float32)})
+    good = Payload("knowledge", {"z": np.ones((40, 100), np.float32)})
     for frame in split(encode_message(up("train", good)), 1024):  # 16 kB in 17 frames
         point._on_message(None, None, Frame(topics.up("client-2", "train"), frame))
     assert point.inbox.get_nowait().message.content.same_as(good)
@@ -325,7 +325,7 @@ def test_unfinished_messages_are_let_go_on_a_timer_without_another_frame_on_thei
         point._on_message(None, None, Frame(topics.up("client-1", "step"), frame))
     assert point.budget.used > 4_000
     clock.t = 62.0  # another client's frame sweeps every topic
-    lone = encode_message(up("evaluate", Payload("metrics", "client-2", 1, scalars={"accuracy": 0.5})))
+    lone = encode_message(up("evaluate", Payload("metrics", scalars={"accuracy": 0.5})))
     point._on_message(None, None, Frame(topics.up("client-2", "evaluate"), split(lone, 4096)[0]))
     assert point.budget.used == 0 and point.inbox.qsize() == 1
     clock.t = 62.5

@@ -30,7 +30,7 @@ def channel():
 
 
 def step(k, x, cid="client-0", round=1):
-    request = Payload("fedcache.request", cid, round, {"x": np.array([x], np.float32)})
+    request = Payload("fedcache.request", {"x": np.array([x], np.float32)})
     return Incoming("up", cid, "step", Message("step", cid, "server", round, request, k, "u"), nbytes=0)
 
 
@@ -44,7 +44,7 @@ def test_steps_are_answered_once_in_order_and_a_repeat_gets_the_same_answer(chan
 
     def answer(request):
         asked.append(float(request.arrays["x"][0]))
-        return Payload("fedcache.answer", "server", 1, {"y": 2 * request.arrays["x"]})
+        return Payload("fedcache.answer", {"y": 2 * request.arrays["x"]})
 
     channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), serve=serving(answer))
     channel._handle(step(1, 5.0))
@@ -71,7 +71,7 @@ def test_steps_nobody_asked_for_and_bad_ones_are_refused_without_a_crash(channel
     def answer(request):
         if float(request.arrays["x"][0]) < 0:
             raise ValueError("unknown sample ids")
-        return Payload("fedcache.answer", "server", 1)
+        return Payload("fedcache.answer")
 
     channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), serve=serving(answer))
     channel._handle(step(1, 1.0, cid="client-1"))  # not this client's turn
@@ -102,7 +102,7 @@ def steps_phase(channel, monkeypatch, every: float, last: int, steps: int = 5) -
             channel._handle(step(sent[0], 1.0))
 
     channel._pump = wait
-    answer = serving(lambda request: Payload("fedcache.answer", "server", 1))
+    answer = serving(lambda request: Payload("fedcache.answer"))
     request = Message("steps", "server", "client-0", 1, run="u")
     assert channel.send_and_receive([request], VERBS["steps"].deadline, answer, steps) == {}
     return clock[0]
@@ -132,9 +132,9 @@ class StepsRole:
     knowledge = ()
 
     def train_steps(self, round):
-        first = yield Payload("ask", "client-0", round, {"x": np.array([1.0], np.float32)})
-        second = yield Payload("ask", "client-0", round, {"x": np.array([2.0], np.float32)})
-        return Payload("done", "client-0", round, {"sum": first.arrays["y"] + second.arrays["y"]})
+        first = yield Payload("ask", {"x": np.array([1.0], np.float32)})
+        second = yield Payload("ask", {"x": np.array([2.0], np.float32)})
+        return Payload("done", {"sum": first.arrays["y"] + second.arrays["y"]})
 
 
 @pytest.fixture
@@ -148,7 +148,7 @@ def device():
 
 def answer(k, y, round=1):
     request = Message("step", "client-0", "server", round, None, k, "u")
-    content = Payload("teachers", "server", round, {"y": np.array([y], np.float32)})
+    content = Payload("teachers", {"y": np.array([y], np.float32)})
     return Incoming("down", "client-0", "step", request.answer(content), nbytes=0)
 
 

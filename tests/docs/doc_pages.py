@@ -113,7 +113,7 @@ class PageRunner:
 
         self._datasets = set(registry.REGISTRY)
         base.list_methods()  # the built-in methods first: only what the page adds is removed afterwards
-        self._methods = set(base._REGISTRY)
+        self._methods = {method.name for method in base.list_methods()}
         self._modules = set(sys.modules)
         self._threads = torch.get_num_threads()
         self.monkeypatch.chdir(self.folder)
@@ -126,8 +126,8 @@ class PageRunner:
 
         for name in set(registry.REGISTRY) - self._datasets:
             del registry.REGISTRY[name]
-        for name in set(base._REGISTRY) - self._methods:
-            del base._REGISTRY[name]
+        for name in {method.name for method in base.list_methods()} - self._methods:
+            base.unregister_method(name)
         for name in set(sys.modules) - self._modules:  # only the page's own files: edgefd's stay imported
             module = sys.modules[name]
             if str(getattr(module, "__file__", None) or "").startswith(str(self.folder)):

@@ -134,14 +134,14 @@ class Client(ClientRole):
         self.context = SimpleNamespace(precision="fp32")
 
     def hello(self) -> Payload:
-        return Payload("hi", self.client_id, 0, _one())
+        return Payload("hi", _one())
 
     def train_round(self, round, downlink):
-        return Payload("up", self.client_id, round, _one())
+        return Payload("up", _one())
 
     def train_steps(self, round):
-        yield Payload("ask", self.client_id, round, _one())
-        return Payload("up", self.client_id, round, _one())
+        yield Payload("ask", _one())
+        return Payload("up", _one())
 
     def receive_reply(self, round, reply) -> None:
         pass
@@ -167,16 +167,16 @@ class Server(ServerRole):
         return _schema("ask")
 
     def downlink(self, round, client_id):
-        return Payload("down", SERVER, round, _one())
+        return Payload("down", _one())
 
     def answer(self, round, client_id, request):
-        return Payload("told", SERVER, round, _one())
+        return Payload("told", _one())
 
     def aggregate(self, round, uplinks):
         return {}
 
     def reply(self, round, client_id):
-        return Payload("re", SERVER, round, _one())
+        return Payload("re", _one())
 
 
 class Calls:

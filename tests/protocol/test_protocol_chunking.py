@@ -71,7 +71,7 @@ def test_split_header_fields():
 
 
 def test_small_and_empty_payloads_are_one_frame():
-    data = encode(Payload("ack", "s", 0))
+    data = encode(Payload("ack"))
     frames = split(data, 1 << 20)
     assert len(frames) == 1 and len(frames[0]) == len(data) + CHUNK_HEADER_SIZE
     assert Reassembler().feed(frames[0]) == data
@@ -111,8 +111,6 @@ def test_shuffled_and_duplicated_frames_reassemble_exactly_once(n, chunk, seed):
 def test_end_to_end_payload_through_chunks():
     p = Payload(
         "weights",
-        "c7",
-        9,
         {f"l{i}": np.random.default_rng(i).standard_normal((64, 33)).astype(np.float32) for i in range(4)},
     )
     frames = split(encode(p), 1024)
@@ -178,7 +176,7 @@ def test_frame_level_errors():
     with pytest.raises(ChecksumError, match="chunk crc32"):
         r.feed(bytes(bad))
     with pytest.raises(MagicError, match="unchunked payload: pass it to decode"):
-        r.feed(encode(Payload("ack", "s", 0)))
+        r.feed(encode(Payload("ack")))
     with pytest.raises(MagicError, match="chunk magic"):
         r.feed(b"JUNK" + frames[0][4:])
     v2 = bytearray(frames[0])
@@ -257,7 +255,7 @@ def test_frames_that_do_not_add_up_abandon_the_message():
 
 
 def test_corrupt_payload_inside_good_chunks_is_caught_by_decode():
-    data = bytearray(encode(Payload("logits", "c", 0, {"z": np.ones((10, 10), np.float32)})))
+    data = bytearray(encode(Payload("logits", {"z": np.ones((10, 10), np.float32)})))
     data[-3] ^= 0x40
     r = Reassembler()
     out = [x for x in map(r.feed, split(bytes(data), 100)) if x is not None]
@@ -361,7 +359,7 @@ def test_frames_cut_from_the_encoded_buffers_are_those_of_the_encoded_bytes(size
     rng = np.random.default_rng(len(sizes) * 1000 + chunk_size)
     arrays = {f"a{i}": rng.standard_normal(n).astype(np.float32) for i, n in enumerate(sizes)}
     arrays["ids"] = np.arange(sum(sizes), dtype=np.int64)
-    payload = Payload("logits", "client-1", 3, arrays, {"n": 7}).with_precision(precision, list(arrays)[:-1])
+    payload = Payload("logits", arrays, {"n": 7}).with_precision(precision, list(arrays)[:-1])
     buffers = encode_buffers(payload)
     assert b"".join(buffers) == encode(payload)
     assert split(buffers, chunk_size, message_id=5) == split(encode(payload), chunk_size, message_id=5)

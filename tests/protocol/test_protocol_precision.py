@@ -11,7 +11,7 @@ def knowledge_and_more() -> Payload:
         "weights": np.ones((2, 2), np.float32),
         "ids": np.arange(3, dtype=np.int64),
     }
-    return Payload("knowledge", "c1", 1, arrays)
+    return Payload("knowledge", arrays)
 
 
 def test_fp32_leaves_the_payload_as_it_is():

@@ -13,8 +13,6 @@ from edgefd.runtime.config import SimulationConfig
 
 UPLINK = Payload(
     "knowledge",
-    "client-0",
-    1,
     {
         "logits": np.array([[3.0, -2.0, 0.0]], np.float32),
         "weights": np.array([0.5, -0.25], np.float32),
@@ -34,7 +32,7 @@ UPLINK = Payload(
 )
 def test_an_attack_changes_the_float_arrays_within_their_bounds_and_nothing_else(attack, logits, weights):
     poisoned = Poisoning(attack, weights=frozenset({"weights"})).apply(UPLINK)
-    assert poisoned is not None and poisoned.sender == "client-0" and poisoned.scalars == {"samples": 5}
+    assert poisoned is not None and poisoned.scalars == {"samples": 5}
     np.testing.assert_allclose(poisoned.arrays["logits"], logits, rtol=1e-6)
     if weights is None:  # the weights' bound is not the knowledge's
         np.testing.assert_allclose(poisoned.arrays["weights"], [-0.999 * WEIGHT_BOUND, 0.999 * WEIGHT_BOUND])
@@ -45,7 +43,7 @@ def test_an_attack_changes_the_float_arrays_within_their_bounds_and_nothing_else
 
 
 def test_scaling_stays_inside_the_bound():
-    big = Payload("knowledge", "c", 1, {"logits": np.array([5e3, -5e3], np.float32)})
+    big = Payload("knowledge", {"logits": np.array([5e3, -5e3], np.float32)})
     poisoned = Poisoning("scaled", frozenset()).apply(big)
     assert poisoned is not None and np.abs(poisoned.arrays["logits"]).max() < KNOWLEDGE_BOUND
     assert SCALE == 100.0

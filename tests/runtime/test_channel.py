@@ -17,7 +17,7 @@ def test_an_answer_larger_than_the_run_takes_misses_the_round_and_the_run_says_s
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     for line in lines[1:]:
         assert line["late"] == ["client-0"] and list(line["rejected"]) == ["client-0"]
-        assert line["rejected"]["client-0"].startswith("OversizedError (a train message of 5486838 bytes; at most ")
+        assert line["rejected"]["client-0"].startswith("OversizedError (a train message of 5486825 bytes; at most ")
         assert 0 < line["bytes_up"] < CAP  # client-1's uplink only: what was refused never arrived
     assert "round 1: refused from client-0: OversizedError" in caplog.text
     assert "round 2: refused from client-0: OversizedError" in caplog.text

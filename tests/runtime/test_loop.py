@@ -22,7 +22,7 @@ class EchoClient(ClientRole):
 
     def train_round(self, round, downlink):
         self.rounds_trained.append(round)
-        return Payload("echo", self.client_id, round, {"v": downlink.arrays["v"] + 1})
+        return Payload("echo", {"v": downlink.arrays["v"] + 1})
 
     def evaluate(self, state=None):
         return {"accuracy": len(self.rounds_trained) / 10}
@@ -34,7 +34,7 @@ class CollectServer(ServerRole):
         self.received = {}
 
     def downlink(self, round, client_id):
-        return Payload("echo", "server", round, {"v": np.array([round], np.int64)})
+        return Payload("echo", {"v": np.array([round], np.int64)})
 
     def uplink_schemas(self, client_id):
         return [MessageSchema("echo", {"v": ArraySpec(("int64",), (1,), 1, None)})]
@@ -100,7 +100,7 @@ class AskingClient(ClientRole):
 
     def train_steps(self, round):
         for step in range(3):
-            answer = yield Payload("ask", self.client_id, round, {"v": np.array([step], np.int64)})
+            answer = yield Payload("ask", {"v": np.array([step], np.int64)})
             self.answers.append(int(answer.arrays["log"][-1]))
         return None
 
@@ -125,7 +125,7 @@ class LoggingServer(ServerRole):
 
     def answer(self, round, client_id, request):
         self.log.append(int(client_id[1:]) * 10 + int(request.arrays["v"][0]))
-        return Payload("log", "server", round, {"log": np.array(self.log, np.int64)})
+        return Payload("log", {"log": np.array(self.log, np.int64)})
 
     def aggregate(self, round, uplinks):
         assert uplinks == {}
@@ -161,7 +161,7 @@ class LiarClient(EchoClient):
 
     def train_round(self, round, downlink):
         self.rounds_trained.append(round)
-        return Payload("echo", self.client_id, round, {"v": np.array([-1], np.int64)})
+        return Payload("echo", {"v": np.array([-1], np.int64)})
 
 
 def test_an_uplink_that_does_not_fit_is_dropped_and_the_round_goes_on(caplog):
@@ -202,7 +202,7 @@ def test_a_round_that_takes_no_uplink_or_gets_no_accuracy_is_recorded_as_lost(ca
 def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_sees_it():
     class Overasking(AskingClient):
         def train_steps(self, round):
-            yield Payload("ask", self.client_id, round, {"v": np.array([7], np.int64)})
+            yield Payload("ask", {"v": np.array([7], np.int64)})
 
     server = LoggingServer()
     federation = Federation(
@@ -236,7 +236,7 @@ class ReplyingServer(CollectServer):
         return super().aggregate(round, uplinks)
 
     def reply(self, round, client_id):
-        return Payload("sum", "server", round, {"sum": np.array([self.total], np.int64)})
+        return Payload("sum", {"sum": np.array([self.total], np.int64)})
 
 
 def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluation():
@@ -279,9 +279,7 @@ def test_a_simulated_client_whose_uplink_does_not_encode_misses_the_round(tmp_pa
 
     def diverged(round, downlink):
         payload = honest(round, downlink)
-        return Payload(
-            payload.kind, payload.sender, round, {**payload.arrays, "logits": payload.arrays["logits"] * np.nan}
-        )
+        return Payload(payload.kind, {**payload.arrays, "logits": payload.arrays["logits"] * np.nan})
 
     role.train_round = diverged
     sim.federation.start()

@@ -11,8 +11,8 @@ from edgefd.runtime.transport import DOWN, UP, InProcessTransport
 def test_counted_bytes_equal_encoded_lengths_and_copies_are_independent():
     transport = InProcessTransport()
     arrays = {"w": np.arange(12, dtype=np.float32).reshape(3, 4)}
-    up = Payload("weights", "client-1", 3, arrays, {"samples": 7})
-    down = Payload("knowledge", "server", 3, {"z": np.ones((2, 10), np.float32)}).with_precision("int8")
+    up = Payload("weights", arrays, {"samples": 7})
+    down = Payload("knowledge", {"z": np.ones((2, 10), np.float32)}).with_precision("int8")
     request = Message("train", SERVER, "client-1", 3, down)
     got_down = transport.carry(request)
     got_up = transport.carry(request.answer(up))
@@ -38,7 +38,7 @@ def test_counted_bytes_equal_encoded_lengths_and_copies_are_independent():
 def test_a_message_without_content_counts_no_content_and_an_evaluation_is_not_counted():
     transport = InProcessTransport()
     transport.carry(Message("hello", SERVER, "c", 0))
-    scores = Payload("metrics", "c", 1, scalars={"accuracy": 0.5})
+    scores = Payload("metrics", scalars={"accuracy": 0.5})
     transport.carry(Message("evaluate", "c", SERVER, 1, scores, is_answer=True))
     assert transport.ledger.total(UP) == 0 and transport.ledger.total(DOWN) == 0
     assert sum(transport.ledger.content.values()) == len(encode(scores))  # kept, under its verb
@@ -52,7 +52,7 @@ def test_a_message_larger_than_its_receiver_takes_is_refused_and_counted_where_a
     from edgefd.protocol import OversizedError
 
     transport = InProcessTransport()
-    weights = Payload("weights", "c", 1, {"w": np.zeros(1000, np.float32)})
+    weights = Payload("weights", {"w": np.zeros(1000, np.float32)})
     down = Message("train", SERVER, "c", 1, weights)
     with pytest.raises(OversizedError, match="a train message of"):
         transport.carry(down, 1000)

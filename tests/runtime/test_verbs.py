@@ -30,7 +30,7 @@ class Talker(ClientRole):
             "weights": np.linspace(-1, 1, 6, dtype=np.float32),
             "ids": np.arange(2, dtype=np.int64),
         }
-        return Payload("talk", "someone-else", 99, arrays)
+        return Payload("talk", arrays)
 
     def hello(self):
         return self.message()
@@ -96,7 +96,7 @@ def test_an_answer_carries_the_requests_metadata_back():
     hello = app.handle(request("hello", HELLO_ROUND))
     assert (hello.sender, hello.round) == ("c1", HELLO_ROUND)
     server = Teller("fp16")
-    down = server_at_precision(server, Payload("k", "c1", 3, {"knowledge": np.ones((2, 2), np.float32)}))
+    down = server_at_precision(server, Payload("k", {"knowledge": np.ones((2, 2), np.float32)}))
     assert down.precision == {"knowledge": "fp16"}
     assert server_at_precision(server, None) is None
 
@@ -104,7 +104,7 @@ def test_an_answer_carries_the_requests_metadata_back():
 def test_a_step_exchange_is_sealed_both_ways_numbered_and_the_answers_pass_unchanged():
     client = Talker("int8")
     asked = []
-    answer = Payload("answer", "server", 2, {"knowledge": np.zeros((2, 3), np.float32)})
+    answer = Payload("answer", {"knowledge": np.zeros((2, 3), np.float32)})
 
     def ask(step: Message) -> Message:
         asked.append(step)

@@ -214,7 +214,7 @@ def onnxruntime_function(model: bytes) -> Callable[[np.ndarray], np.ndarray]:
 def _shared_mobilenet_encoder(weights: str | None, stamp: int) -> HashEncoder:
     """One mobilenet encoder per process (``stamp``: the weights file's mtime, so a rewritten file
     is read again): the simulated clients of a run share its ONNX export and session (a deployed
-    client lets it go after its hello: toolkit.release_shared)."""
+    client lets it go after its hello: FedCacheClient.done_sharing)."""
     return _mobilenet_encoder(weights)
 
 

@@ -65,11 +65,11 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache
-from edgefd.algorithms.toolkit import AGGREGATORS, SampleIndex, check_trim
+from edgefd.algorithms.toolkit import AGGREGATORS, SampleIndex, check_trim, release_shared
 from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
@@ -195,13 +195,15 @@ class FedCacheClient(ClientRole):
         self.ids = self.data.train_ids.numpy()
         self.index = SampleIndex(self.ids)
 
+    @classmethod
+    def done_sharing(cls) -> None:
+        release_shared()  # the hash encoder (mobilenet: an ONNX export and a session, ~100 MB)
+
     def hello(self) -> Payload:
         encoder = build_encoder(self.params.encoder)
         hashes = hash_function(encoder, self.params.hash_cache)(self.data.train_x)
         return Payload(
             "fedcache.hello",
-            self.client_id,
-            0,
             {
                 "ids": self.ids.astype(np.int32),
                 "labels": self.data.train_y.numpy().astype(label_dtype(self.data.num_classes)),
@@ -242,9 +244,7 @@ class FedCacheClient(ClientRole):
             return fedcache_loss(logits, y[idx], teachers[idx], self.params)
 
         self.train_local(loss_fn)
-        return Payload(
-            "fedcache.logits", self.client_id, round, {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()}
-        )
+        return Payload("fedcache.logits", {"ids": self.ids.astype(np.int32), "logits": recorded.numpy()})
 
     def train_steps(self, round: int) -> Generator[Payload, Payload, None]:
         """``exchange=batch`` (Alg. 1 l.9-12): per batch, the train-mode logits go up, the
@@ -259,8 +259,6 @@ class FedCacheClient(ClientRole):
                 ids = self.ids[idx.numpy()]
                 request = Payload(
                     "fedcache.logits",
-                    self.client_id,
-                    round,
                     {"ids": ids.astype(np.int32), "logits": logits.detach().numpy()},
                 )
                 answer = yield request
@@ -393,8 +391,6 @@ class FedCacheServer(ServerRole):
         ids = self.cache.sample_ids(client_id)
         return Payload(
             "fedcache.knowledge",
-            "server",
-            round,
             {"ids": ids.astype(np.int32), "knowledge": self.cache.fetch(client_id).numpy()},
         )
 
@@ -404,9 +400,7 @@ class FedCacheServer(ServerRole):
         ids = request.arrays["ids"]
         teachers = self.cache.exchange(self.cache.rows(client_id, ids), request.arrays["logits"])
         self.rows_answered += len(ids)
-        return Payload(
-            "fedcache.knowledge", "server", round, {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()}
-        )
+        return Payload("fedcache.knowledge", {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()})
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         for client in sorted(uplinks):
@@ -417,7 +411,7 @@ class FedCacheServer(ServerRole):
         return {"cache_rows_updated": float(updated), "neighbours_from_other_clients": self.cross_client}
 
 
-register(
+register_method(
     "fedcache",
     "per-sample knowledge cache related by hash similarity (Wu et al. 2024)",
     FedCacheClient,

@@ -91,7 +91,7 @@ none|uniform|normal|exponential (the random distribution-vector ablation of Sec.
 scale 3, docs/methods/fedict.md#random-distribution-ablation).
 """
 
-from edgefd.algorithms.base import register
+from edgefd.algorithms.base import register_method
 from edgefd.algorithms.fedict.client import FedICTClient
 from edgefd.algorithms.fedict.losses import (
     KDLoss,
@@ -137,7 +137,7 @@ def fedict_family(input_shape: tuple[int, ...]) -> str:
     return "fedict_fc6,fedict_fc7,fedict_fc8"
 
 
-register(
+register_method(
     "fedict",
     "FedICT: per-sample feature/logit co-distillation with FPKD (client) and LKA (server)",
     FedICTClient,
@@ -146,7 +146,7 @@ register(
     paper=FEDICT_PAPER,
     models=fedict_family,
 )
-register(
+register_method(
     "fedgkt",
     "FedGKT: FedICT's protocol and losses with lam = mu = 0 (plain CE + beta KL both sides)",
     FedICTClient,

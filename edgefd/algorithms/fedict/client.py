@@ -63,8 +63,6 @@ class FedICTClient(ClientRole):
         feature_shape = np.asarray(self.feature_shape(), dtype=np.int64)
         return Payload(
             "hello",
-            self.client_id,
-            -1,
             {
                 "distribution": self.distribution.astype(np.float32),
                 "labels": self.data.train_y.numpy().astype(np.int64),
@@ -130,7 +128,7 @@ class FedICTClient(ClientRole):
         }
         if self.params.resend_labels:
             arrays["labels"] = y.numpy().astype(np.int64)
-        payload = Payload("features", self.client_id, round, arrays)
+        payload = Payload("features", arrays)
         return at_precision(payload, self.feature_precision, ["features"])  # the runtime sets the logits
 
     @torch.no_grad()

@@ -185,7 +185,7 @@ class FedICTServer(ServerRole):
             return None
         if not state.has_logits and self.params.first_round == "skip":
             return None
-        return Payload("knowledge", "server", round, {"ids": state.index.ids, "logits": state.server_logits})
+        return Payload("knowledge", {"ids": state.index.ids, "logits": state.server_logits})
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
         arrived = [cid for cid in sorted(uplinks) if cid in self.clients]

@@ -35,8 +35,6 @@ def hello(cid: str, labels, first_id: int = 0) -> Payload:
     ids = np.arange(first_id, first_id + n, dtype=np.int32)
     return Payload(
         "fedcache.hello",
-        cid,
-        0,
         {"ids": ids, "labels": labels, "hashes": rng.random((n, 64), np.float32)},
         {"encoder": "pixels"},
     )
@@ -97,7 +95,7 @@ def test_a_round_takes_no_more_step_requests_than_the_clients_declared_data_make
     assert all(ledger.messages[(1, "up", cid, "step")] == cap for cid in sim.clients)  # honest clients fit
     assert record.held == {}
     ids = sim.server.cache.sample_ids("client-1")[:16].astype(np.int32)
-    content = Payload("fedcache.logits", "client-1", 2, {"ids": ids, "logits": np.zeros((16, 10), np.float32)})
+    content = Payload("fedcache.logits", {"ids": ids, "logits": np.zeros((16, 10), np.float32)})
     serve = StepAnswers(sim.federation, 2, "client-1", cap)
     for step in range(1, cap + 1):
         assert serve(Message("step", "client-1", SERVER, 2, content, step)).content is not None
