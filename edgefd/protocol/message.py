@@ -3,7 +3,7 @@
 Every channel moves :class:`Message` s (the in-process one of a simulation, MQTT, ...). The
 metadata is the runtime's address of the message; the content is a method's :class:`Payload`, or
 nothing. A method builds only content; the runtime builds every message, in one place per side
-(``edgefd.runtime.client_app`` on a client, ``edgefd.runtime.loop`` on the server).
+(``edgefd.runtime.verbs.ClientApp`` on a client, ``edgefd.runtime.loop`` on the server).
 
 Wire layout, little-endian: a fixed header, four short texts, then the content's own encoding
 (:func:`edgefd.protocol.encode`, with its own header and checksum) when there is content::
