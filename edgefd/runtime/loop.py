@@ -60,8 +60,7 @@ class LoopConfig:
 
     rounds: int = 10
     participation: float = 1.0
-    """Fraction of the clients selected each round (at least `min_clients`)."""
-    min_clients: int = 1
+    """Fraction of the clients selected each round (at least one)."""
     straggler_rate: float = 0.0
     """Probability that a selected client misses the round's deadline (simulated)."""
     eval_every: int = 1
@@ -76,8 +75,6 @@ class LoopConfig:
             raise ValueError(f"straggler_rate: must be in [0, 1), got {self.straggler_rate}")
         if self.eval_every < 1:
             raise ValueError(f"eval_every: must be >= 1, got {self.eval_every}")
-        if self.min_clients < 1:
-            raise ValueError(f"min_clients: must be >= 1, got {self.min_clients}")
 
 
 def _mean_std(accuracies: dict[str, float]) -> tuple[float, float]:
@@ -180,7 +177,7 @@ class Federation:
         return None
 
     def select(self) -> list[str]:
-        k = max(self.config.min_clients, math.ceil(self.config.participation * len(self.client_ids)))
+        k = max(1, math.ceil(self.config.participation * len(self.client_ids)))
         k = min(k, len(self.client_ids))
         if k == len(self.client_ids):
             return list(self.client_ids)
