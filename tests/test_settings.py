@@ -88,3 +88,17 @@ def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_pr
     # and at the defaults, a child process gets them all back
     args = parser.parse_args(["--broker", "mqtt://here:1883"])
     assert vars(parser.parse_args(broker_flags(args, "mqtt://here:1883"))) == vars(args)
+
+
+def test_the_loop_and_the_local_training_take_the_runs_settings_declared_once():
+    from edgefd.runtime.loop import LoopConfig
+    from edgefd.training import TrainConfig
+
+    run = {f.name for f in dataclasses.fields(SimulationConfig)}
+    for owner in (LoopConfig, TrainConfig):
+        shared = [f for f in dataclasses.fields(owner) if f.name in run]
+        assert shared, owner
+        assert all(f.default is dataclasses.MISSING for f in shared), f"{owner.__name__} declares a run setting again"
+    config = SimulationConfig(rounds=3, straggler_rate=0.25, lr=0.5, channels_last=False, device="cpu")
+    assert (config.loop_config().rounds, config.loop_config().straggler_rate) == (3, 0.25)
+    assert (config.train_config().lr, config.train_config().channels_last) == (0.5, False)
