@@ -6,9 +6,13 @@ declared with it."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
+
+import tomllib
 
 
 def setting(
@@ -115,3 +119,39 @@ def _default_of(field: dataclasses.Field) -> Any:
     if field.default_factory is not dataclasses.MISSING:
         return field.default_factory()
     raise ValueError(f"setting {field.name} has no default: a flag needs one")
+
+
+CONFIG_RULE = "a flag given on the command line wins over the file, and the file over the flag's default"
+"""How every command that takes `--config` merges the file with its flags (`given_over_file`)."""
+
+
+def add_config_argument(parser: Any, keys: str) -> None:
+    """``--config FILE``; ``keys``: what the file holds."""
+    parser.add_argument("--config", metavar="FILE", help=f"TOML file with {keys}; {CONFIG_RULE}")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A `--config` file's table (ValueError naming the file if it is missing or not TOML)."""
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"--config {path}: not valid TOML ({error})") from None
+
+
+def given_over_file(args: argparse.Namespace, names: Iterable[str], tables: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The one `--config` rule (`CONFIG_RULE`): the settings ``names`` that the command line gives,
+    over those the file ``args.config`` gives; a setting in neither is left out, so that its
+    dataclass gives its default. The flags of ``names`` have no default in ``args`` (argparse's
+    SUPPRESS), so that ``args`` holds the flags given and no others. ``tables``: other keys the file
+    may hold (a run's [params])."""
+    names = tuple(names)
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        values = read_config_file(path)
+        unknown = sorted(set(values) - set(names) - set(tables))
+        if unknown:
+            raise ValueError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
+    return values | {name: getattr(args, name) for name in names if name in vars(args)}

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from edgefd.deploy.flags import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
-from edgefd.runtime.flags import read_config_file
+from edgefd.settings import read_config_file
 
 REQUIRED = ("broker", "run", "client_id")
 
