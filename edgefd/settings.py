@@ -1,8 +1,9 @@
 """`setting()`: the one way edgefd declares a setting. A setting is a dataclass field with its help
 (what it does, what values it takes); the command-line flags, the TOML keys of `--config` and the
 lines of `edgefd methods` are all made from these fields. A run's `SimulationConfig`, each method's
-params, the deployment settings and the broker flags (`edgefd.deploy.flags.BrokerFlags`) are
-declared with it."""
+params, the deployment settings, and the broker settings and flags
+(`edgefd.deploy.mqtt_transport.BrokerSettings`, `edgefd.deploy.flags.BrokerFlags`) are declared
+with it."""
 
 from __future__ import annotations
 
@@ -43,22 +44,24 @@ METAVAR_OF_TYPE = {"int": "N", "float": "X", "str": "TEXT"}
 
 def add_setting_arguments(
     group: Any,
-    owner: type,
+    owner: type | tuple[type, ...],
     names: tuple[str, ...],
     metavars: dict[str, str] | None = None,
     *,
     required: tuple[str, ...] = (),
     helps: dict[str, str] | None = None,
 ) -> None:
-    """One flag per setting ``names`` of the dataclass ``owner`` (`round_timeout` gives
-    --round-timeout); its help and default come from the field (`setting()`), so the flag cannot say
-    another thing than the dataclass. ``group``: an argparse parser or argument group.
+    """One flag per setting ``names`` of the dataclass ``owner`` (or of one of several dataclasses)
+    (`round_timeout` gives --round-timeout); its help and default come from the field (`setting()`),
+    so the flag cannot say another thing than the dataclass. ``group``: an argparse parser or
+    argument group.
 
     The help ends with the default, except where there is none to show: a required flag
-    (``required``), a default of None, a true/false setting (a flag without a value, off by
+    (``required``), a setting without a default (None: its command requires it or says what
+    leaving it out means) or with None, a true/false setting (a flag without a value, off by
     default) and a help that says its default itself ("(default: ..."). A setting with choices
     takes one of them. ``helps``: another help for some flags, for a command where they mean more."""
-    fields = {f.name: f for f in dataclasses.fields(owner)}
+    fields = _fields_of(owner)
     defaults = {name: _default_of(fields[name]) for name in names}
     kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float}
     for name in names:
@@ -88,11 +91,11 @@ def add_setting_arguments(
         )
 
 
-def setting_flags(owner: type, values: Any, names: tuple[str, ...]) -> list[str]:
+def setting_flags(owner: type | tuple[type, ...], values: Any, names: tuple[str, ...]) -> list[str]:
     """The flags `add_setting_arguments` made, with the values ``values`` has (an argparse namespace
     or an ``owner``), for a child process: a true/false setting as its flag when on, a setting at
     None left out."""
-    fields = {f.name: f for f in dataclasses.fields(owner)}
+    fields = _fields_of(owner)
     flags: list[str] = []
     for name in names:
         value = getattr(values, name)
@@ -113,12 +116,22 @@ def settings_from_args(owner: type, args: Any, names: tuple[str, ...]) -> dict[s
     return {name: getattr(args, name) for name in names}
 
 
+def help_of(owner: type, name: str) -> str:
+    """The help of setting ``name`` of ``owner``: for a command that says more about its flag."""
+    return _fields_of(owner)[name].metadata["help"]
+
+
+def _fields_of(owner: type | tuple[type, ...]) -> dict[str, dataclasses.Field]:
+    owners = owner if isinstance(owner, tuple) else (owner,)
+    return {f.name: f for one in owners for f in dataclasses.fields(one)}
+
+
 def _default_of(field: dataclasses.Field) -> Any:
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.default_factory is not dataclasses.MISSING:
         return field.default_factory()
-    raise ValueError(f"setting {field.name} has no default: a flag needs one")
+    return None
 
 
 CONFIG_RULE = "a flag given on the command line wins over the file, and the file over the flag's default"

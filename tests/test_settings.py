@@ -64,18 +64,24 @@ def test_the_deployment_flags_are_made_from_their_settings():
 def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_process():
     import argparse
 
-    from edgefd.deploy.flags import BrokerFlags, add_broker_arguments, broker_flags
+    from edgefd.deploy.flags import BROKER_OWNERS, add_broker_arguments, broker_flags, broker_settings
+    from edgefd.deploy.mqtt_transport import BrokerSettings
 
     parser = argparse.ArgumentParser()
     add_broker_arguments(parser)
-    fields = {f.name: f for f in dataclasses.fields(BrokerFlags)}
+    fields = {f.name: f for owner in BROKER_OWNERS for f in dataclasses.fields(owner) if f.name != "password"}
     actions = {action.dest: action for action in parser._actions if action.dest in fields}
-    assert set(actions) == set(fields)  # every setting has its flag
+    assert set(actions) == set(fields)  # every setting has its flag, but the password: never a flag
     for name, action in actions.items():
         assert action.option_strings == ["--" + name.replace("_", "-")]
         assert action.help.startswith(fields[name].metadata["help"])
-        assert action.default == fields[name].default
+        no_default = fields[name].default is dataclasses.MISSING
+        assert action.default == (None if no_default else fields[name].default)
     assert actions["broker"].required and actions["log_level"].choices == ("DEBUG", "INFO", "WARNING", "ERROR")
+
+    # the settings the flags give, each at its dataclass's default where it is not given
+    args = parser.parse_args(["--broker", "mqtt://here:1883", "--keepalive", "7"])
+    assert broker_settings(vars(args)) == BrokerSettings("mqtt://here:1883", keepalive=7)
 
     # a value other than the default for every setting: the child process parses what this one had
     others = {"tls_insecure": True, "log_level": "DEBUG", "keepalive": 7, "chunk_size": 1000}

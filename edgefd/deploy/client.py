@@ -18,8 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from edgefd.deploy.flags import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
-from edgefd.settings import read_config_file
+from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
+from edgefd.deploy.mqtt_transport import BrokerSettings
+from edgefd.settings import help_of, read_config_file
 
 REQUIRED = ("broker", "run", "client_id")
 
@@ -75,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the largest message this device takes from the server, whatever the run allows (default: what the "
         "run's server may send it: 64 MiB plus twice its model's weights, or the run's --max-message-bytes)",
     )
-    add_broker_arguments(parser, required=False, broker_help=BROKER_HELP + " (required here or in --config)")
+    add_broker_arguments(
+        parser, required=False, broker_help=help_of(BrokerSettings, "broker") + " (required here or in --config)"
+    )
 
 
 def _defaults() -> dict:
@@ -113,11 +116,10 @@ def run(args: argparse.Namespace) -> int:
         settings = ClientSettings(
             args.run,
             args.client_id,
-            broker_settings(args),
+            broker_settings(vars(args)),
             state_dir=args.state_dir,
             models_dir=args.models_dir,
             data_dir=args.data_dir,
-            chunk_size=args.chunk_size,
             max_message_bytes=args.max_message_bytes,
             device=args.device,
         )

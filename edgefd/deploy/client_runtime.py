@@ -41,7 +41,6 @@ from edgefd.algorithms.toolkit import release_shared
 from edgefd.data import clear_cache as clear_dataset_cache
 from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import (
-    DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,
     BrokerSettings,
     Incoming,
@@ -85,7 +84,6 @@ class ClientSettings:
     """Folder for the checkpoint (None: no checkpoint; a restart starts the role afresh)."""
     data_dir: str | None = None
     """Folder with the device's own data (data.npz); None: the run's dataset share of this client."""
-    chunk_size: int = DEFAULT_CHUNK_SIZE
     max_message_bytes: int | None = None
     """The largest message this device takes, whatever the run allows (None: what the run's server
     may send it, `receive_limit`)."""
@@ -144,13 +142,13 @@ class ClientRuntime:
         self.cid = settings.client_id
         self.topics = Topics(settings.run)
         will = encode_frames(
-            deploy_messages.status_message(self.cid, deploy_messages.OFFLINE, settings.run), settings.chunk_size
+            deploy_messages.status_message(self.cid, deploy_messages.OFFLINE, settings.run), settings.broker.chunk_size
         )[0]
         self.endpoint = MqttEndpoint(
             settings.broker,
             self.topics,
             f"edgefd-{settings.run}-{self.cid}",
-            chunk_size=settings.chunk_size,
+            chunk_size=settings.broker.chunk_size,
             max_message_bytes=settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,  # until the config comes
             will=(self.topics.status(self.cid), will),
         )
