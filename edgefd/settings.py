@@ -50,6 +50,7 @@ def add_setting_arguments(
     *,
     required: tuple[str, ...] = (),
     helps: dict[str, str] | None = None,
+    given_only: bool = False,
 ) -> None:
     """One flag per setting ``names`` of the dataclass ``owner`` (or of one of several dataclasses)
     (`round_timeout` gives --round-timeout); its help and default come from the field (`setting()`),
@@ -60,19 +61,21 @@ def add_setting_arguments(
     (``required``), a setting without a default (None: its command requires it or says what
     leaving it out means) or with None, a true/false setting (a flag without a value, off by
     default) and a help that says its default itself ("(default: ..."). A setting with choices
-    takes one of them. ``helps``: another help for some flags, for a command where they mean more."""
+    takes one of them. ``helps``: another help for some flags, for a command where they mean more.
+    ``given_only``: the parsed arguments hold only the flags given, for a command that reads a
+    `--config` file under them (`given_over_file`); the dataclass gives the defaults."""
     fields = _fields_of(owner)
-    defaults = {name: _default_of(fields[name]) for name in names}
     kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float}
     for name in names:
         kind = str(fields[name].type).split(" ")[0]
-        default = defaults[name]
+        default = _default_of(fields[name])
         flag = "--" + name.replace("_", "-")
         help = (helps or {}).get(name) or fields[name].metadata["help"]
+        parsed_default = argparse.SUPPRESS if given_only else default
         if kind == "bool":
             if default is not False:
                 raise ValueError(f"setting {name}: a true/false flag is off by default")
-            group.add_argument(flag, dest=name, action="store_true", help=help)
+            group.add_argument(flag, dest=name, action="store_true", default=parsed_default, help=help)
             continue
         shown = f"{default:g}" if isinstance(default, float) else str(default)
         if name not in required and default is not None and "(default:" not in help:
@@ -83,7 +86,7 @@ def add_setting_arguments(
             flag,
             dest=name,
             type=kinds.get(kind, str),
-            default=default,
+            default=parsed_default,
             required=name in required,
             choices=choices,
             metavar=metavar,
@@ -157,8 +160,8 @@ def given_over_file(args: argparse.Namespace, names: Iterable[str], tables: tupl
     """The one `--config` rule (`CONFIG_RULE`): the settings ``names`` that the command line gives,
     over those the file ``args.config`` gives; a setting in neither is left out, so that its
     dataclass gives its default. The flags of ``names`` have no default in ``args`` (argparse's
-    SUPPRESS), so that ``args`` holds the flags given and no others. ``tables``: other keys the file
-    may hold (a run's [params])."""
+    SUPPRESS: ``given_only`` of `add_setting_arguments`), so that ``args`` holds the flags given and
+    no others. ``tables``: other keys the file may hold (a run's [params])."""
     names = tuple(names)
     values: dict[str, Any] = {}
     if getattr(args, "config", None):

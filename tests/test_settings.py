@@ -26,7 +26,10 @@ def test_choices_and_a_computed_default_are_kept():
 
 
 def test_the_run_and_every_methods_params_declare_each_setting_with_its_help():
-    owners = [SimulationConfig] + [method.params for method in list_methods()]
+    from edgefd.deploy.client_settings import ClientSettings
+    from edgefd.deploy.flags import BROKER_OWNERS
+
+    owners = [SimulationConfig, ClientSettings, *BROKER_OWNERS] + [method.params for method in list_methods()]
     missing = [
         f"{owner.__name__}.{f.name}"
         for owner in owners
@@ -94,6 +97,25 @@ def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_pr
     # and at the defaults, a child process gets them all back
     args = parser.parse_args(["--broker", "mqtt://here:1883"])
     assert vars(parser.parse_args(broker_flags(args, "mqtt://here:1883"))) == vars(args)
+
+
+def test_the_client_flags_are_made_from_its_settings_and_the_brokers():
+    import argparse
+
+    from edgefd.deploy import client
+    from edgefd.deploy.client_settings import ClientSettings
+    from edgefd.deploy.flags import BROKER_FLAGS, BROKER_OWNERS
+
+    parser = argparse.ArgumentParser()
+    client.add_arguments(parser)
+    fields = {f.name: f for owner in (ClientSettings, *BROKER_OWNERS) for f in dataclasses.fields(owner)}
+    flags = {action.dest: action for action in parser._actions if action.dest in fields}
+    assert set(flags) == {*client.CLIENT_FLAGS, *BROKER_FLAGS, "log_level"}
+    assert set(fields) - set(flags) == {"password"}  # never a flag (ClientSettings.broker: these flags)
+    for name, action in flags.items():
+        assert action.help.startswith(fields[name].metadata["help"])
+    # the flags hold only what the command line gives: `--config` fills the rest, then the defaults
+    assert vars(parser.parse_args(["--keepalive", "10"])) == {"config": None, "keepalive": 10}
 
 
 def test_the_loop_and_the_local_training_take_the_runs_settings_declared_once():

@@ -61,9 +61,12 @@ BROKER_METAVARS = {
 }
 
 
-def add_broker_arguments(parser: argparse.ArgumentParser, required: bool = True, broker_help: str = "") -> None:
+def add_broker_arguments(
+    parser: argparse.ArgumentParser, required: bool = True, broker_help: str = "", given_only: bool = False
+) -> None:
     """The broker flags and --log-level. ``broker_help``: the help of ``--broker``, for a command where
-    it means more (or is optional)."""
+    it means more (or is optional). ``given_only``: as `add_setting_arguments`'s, for a command that
+    reads a `--config` file under its flags."""
     group = parser.add_argument_group("broker")
     add_setting_arguments(
         group,
@@ -72,8 +75,9 @@ def add_broker_arguments(parser: argparse.ArgumentParser, required: bool = True,
         BROKER_METAVARS,
         required=("broker",) if required else (),
         helps={"broker": broker_help},
+        given_only=given_only,
     )
-    add_setting_arguments(parser, BrokerFlags, ("log_level",))
+    add_setting_arguments(parser, BrokerFlags, ("log_level",), given_only=given_only)
 
 
 def read_password(path: str | None) -> str | None:

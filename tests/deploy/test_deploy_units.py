@@ -78,11 +78,19 @@ def test_deploy_local_writes_a_config_that_simulate_reads(tmp_path):
 
 def test_client_settings_from_a_toml_file(tmp_path):
     path = tmp_path / "client.toml"
-    path.write_text('broker = "mqtt://10.0.0.2:1883"\nrun = "demo"\nclient_id = "client-1"\nkeepalive = 30\n')
+    path.write_text(
+        'broker = "mqtt://10.0.0.2:1883"\nrun = "demo"\nclient_id = "client-1"\nkeepalive = 30\nlog_level = "DEBUG"\n'
+    )
     parser = argparse.ArgumentParser()
     deploy_client.add_arguments(parser)
-    args = deploy_client.resolve(parser.parse_args(["--config", str(path), "--client-id", "client-2"]))
-    assert (args.broker, args.run, args.client_id, args.keepalive) == ("mqtt://10.0.0.2:1883", "demo", "client-2", 30)
+    settings, flags = deploy_client.resolve(parser.parse_args(["--config", str(path), "--client-id", "client-2"]))
+    assert (settings.broker.broker, settings.run, settings.client_id) == ("mqtt://10.0.0.2:1883", "demo", "client-2")
+    assert (settings.broker.keepalive, flags.log_level, settings.device) == (30, "DEBUG", "auto")
+    # the rule of every --config: a flag given wins over the file, even at its default
+    settings, flags = deploy_client.resolve(
+        parser.parse_args(["--config", str(path), "--keepalive", "10", "--log-level", "INFO"])
+    )
+    assert (settings.broker.keepalive, flags.log_level) == (10, "INFO")
     path.write_text('broker = "mqtt://x:1"\nrun = "demo"\nclient_id = "c"\nbrokr = 1\n')
     with pytest.raises(ValueError, match="unknown key"):
         deploy_client.resolve(parser.parse_args(["--config", str(path)]))
