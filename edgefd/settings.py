@@ -1,8 +1,8 @@
 """`setting()`: the one way edgefd declares a setting. A setting is a dataclass field with its help
 (what it does, what values it takes); the command-line flags, the TOML keys of `--config` and the
 lines of `edgefd methods` are all made from these fields. A run's `SimulationConfig`, each method's
-params, the deployment settings, and the broker settings and flags
-(`edgefd.deploy.mqtt_transport.BrokerSettings`, `edgefd.deploy.flags.BrokerFlags`) are declared
+params, the deployed server's and a device's settings (`DeploymentSettings`, `ClientSettings`), and
+the broker settings and flags (`BrokerSettings`, `edgefd.deploy.flags.BrokerFlags`) are declared
 with it."""
 
 from __future__ import annotations
@@ -130,6 +130,8 @@ def _fields_of(owner: type | tuple[type, ...]) -> dict[str, dataclasses.Field]:
 
 
 def _default_of(field: dataclasses.Field) -> Any:
+    """The field's default; None for a setting without one (a flag its command requires, or whose
+    absence the command gives a meaning: `edgefd deploy-local` without --broker starts one)."""
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.default_factory is not dataclasses.MISSING:
