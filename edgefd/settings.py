@@ -1,14 +1,19 @@
 """`setting()`: the one way edgefd declares a setting. A setting is a dataclass field with its help
 (what it does, what values it takes); the command-line flags, the TOML keys of `--config` and the
 lines of `edgefd methods` are all made from these fields. A run's `SimulationConfig`, each method's
-params, the deployment settings and the broker flags (`edgefd.deploy.flags.BrokerFlags`) are
-declared with it."""
+params, the deployed server's and a device's settings (`DeploymentSettings`, `ClientSettings`), and
+the broker settings and flags (`BrokerSettings`, `edgefd.deploy.flags.BrokerFlags`) are declared
+with it."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
+
+import tomllib
 
 
 def setting(
@@ -39,33 +44,38 @@ METAVAR_OF_TYPE = {"int": "N", "float": "X", "str": "TEXT"}
 
 def add_setting_arguments(
     group: Any,
-    owner: type,
+    owner: type | tuple[type, ...],
     names: tuple[str, ...],
     metavars: dict[str, str] | None = None,
     *,
     required: tuple[str, ...] = (),
     helps: dict[str, str] | None = None,
+    given_only: bool = False,
 ) -> None:
-    """One flag per setting ``names`` of the dataclass ``owner`` (`round_timeout` gives
-    --round-timeout); its help and default come from the field (`setting()`), so the flag cannot say
-    another thing than the dataclass. ``group``: an argparse parser or argument group.
+    """One flag per setting ``names`` of the dataclass ``owner`` (or of one of several dataclasses)
+    (`round_timeout` gives --round-timeout); its help and default come from the field (`setting()`),
+    so the flag cannot say another thing than the dataclass. ``group``: an argparse parser or
+    argument group.
 
     The help ends with the default, except where there is none to show: a required flag
-    (``required``), a default of None, a true/false setting (a flag without a value, off by
+    (``required``), a setting without a default (None: its command requires it or says what
+    leaving it out means) or with None, a true/false setting (a flag without a value, off by
     default) and a help that says its default itself ("(default: ..."). A setting with choices
-    takes one of them. ``helps``: another help for some flags, for a command where they mean more."""
-    fields = {f.name: f for f in dataclasses.fields(owner)}
-    defaults = {name: _default_of(fields[name]) for name in names}
+    takes one of them. ``helps``: another help for some flags, for a command where they mean more.
+    ``given_only``: the parsed arguments hold only the flags given, for a command that reads a
+    `--config` file under them (`given_over_file`); the dataclass gives the defaults."""
+    fields = _fields_of(owner)
     kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float}
     for name in names:
         kind = str(fields[name].type).split(" ")[0]
-        default = defaults[name]
+        default = _default_of(fields[name])
         flag = "--" + name.replace("_", "-")
         help = (helps or {}).get(name) or fields[name].metadata["help"]
+        parsed_default = argparse.SUPPRESS if given_only else default
         if kind == "bool":
             if default is not False:
                 raise ValueError(f"setting {name}: a true/false flag is off by default")
-            group.add_argument(flag, dest=name, action="store_true", help=help)
+            group.add_argument(flag, dest=name, action="store_true", default=parsed_default, help=help)
             continue
         shown = f"{default:g}" if isinstance(default, float) else str(default)
         if name not in required and default is not None and "(default:" not in help:
@@ -76,7 +86,7 @@ def add_setting_arguments(
             flag,
             dest=name,
             type=kinds.get(kind, str),
-            default=default,
+            default=parsed_default,
             required=name in required,
             choices=choices,
             metavar=metavar,
@@ -84,11 +94,11 @@ def add_setting_arguments(
         )
 
 
-def setting_flags(owner: type, values: Any, names: tuple[str, ...]) -> list[str]:
+def setting_flags(owner: type | tuple[type, ...], values: Any, names: tuple[str, ...]) -> list[str]:
     """The flags `add_setting_arguments` made, with the values ``values`` has (an argparse namespace
     or an ``owner``), for a child process: a true/false setting as its flag when on, a setting at
     None left out."""
-    fields = {f.name: f for f in dataclasses.fields(owner)}
+    fields = _fields_of(owner)
     flags: list[str] = []
     for name in names:
         value = getattr(values, name)
@@ -109,9 +119,57 @@ def settings_from_args(owner: type, args: Any, names: tuple[str, ...]) -> dict[s
     return {name: getattr(args, name) for name in names}
 
 
+def help_of(owner: type, name: str) -> str:
+    """The help of setting ``name`` of ``owner``: for a command that says more about its flag."""
+    return _fields_of(owner)[name].metadata["help"]
+
+
+def _fields_of(owner: type | tuple[type, ...]) -> dict[str, dataclasses.Field]:
+    owners = owner if isinstance(owner, tuple) else (owner,)
+    return {f.name: f for one in owners for f in dataclasses.fields(one)}
+
+
 def _default_of(field: dataclasses.Field) -> Any:
+    """The field's default; None for a setting without one (a flag its command requires, or whose
+    absence the command gives a meaning: `edgefd deploy-local` without --broker starts one)."""
     if field.default is not dataclasses.MISSING:
         return field.default
     if field.default_factory is not dataclasses.MISSING:
         return field.default_factory()
-    raise ValueError(f"setting {field.name} has no default: a flag needs one")
+    return None
+
+
+CONFIG_RULE = "a flag given on the command line wins over the file, and the file over the flag's default"
+"""How every command that takes `--config` merges the file with its flags (`given_over_file`)."""
+
+
+def add_config_argument(parser: Any, keys: str) -> None:
+    """``--config FILE``; ``keys``: what the file holds."""
+    parser.add_argument("--config", metavar="FILE", help=f"TOML file with {keys}; {CONFIG_RULE}")
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A `--config` file's table (ValueError naming the file if it is missing or not TOML)."""
+    if not path.is_file():
+        raise ValueError(f"--config {path}: no such file")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"--config {path}: not valid TOML ({error})") from None
+
+
+def given_over_file(args: argparse.Namespace, names: Iterable[str], tables: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The one `--config` rule (`CONFIG_RULE`): the settings ``names`` that the command line gives,
+    over those the file ``args.config`` gives; a setting in neither is left out, so that its
+    dataclass gives its default. The flags of ``names`` have no default in ``args`` (argparse's
+    SUPPRESS: ``given_only`` of `add_setting_arguments`), so that ``args`` holds the flags given and
+    no others. ``tables``: other keys the file may hold (a run's [params])."""
+    names = tuple(names)
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        path = Path(args.config)
+        values = read_config_file(path)
+        unknown = sorted(set(values) - set(names) - set(tables))
+        if unknown:
+            raise ValueError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
+    return values | {name: getattr(args, name) for name in names if name in vars(args)}

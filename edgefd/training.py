@@ -23,32 +23,37 @@ from torch import nn
 
 @dataclass
 class TrainConfig:
-    """Local optimisation settings shared by every method (a method may ignore some)."""
+    """Local optimisation settings shared by every method (a method may ignore some): the run's
+    settings of these names, declared once with their defaults and help in
+    `edgefd.runtime.config.SimulationConfig`, which makes this (`SimulationConfig.train_config`).
+    Checked when made, so that one built otherwise with a bad choice is refused by name too."""
 
-    epochs: int | None = None
-    """Local epochs per round; None: the method's paper's (`LocalTraining.epochs`), resolved by
-    `for_method` before a client is built."""
-    batch_size: int = 32
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    optimizer: str = "sgd"
-    """"sgd" or "adam"."""
-    eval_batch_size: int = 256
-    """Samples per forward pass when evaluating or extracting: no faster on a CPU when larger, and a
-    1,024-image batch of a ResNet at 28x28 held about 800 MB more memory at its peak than 256."""
-    device: str = "cpu"
-    """Where models train: "cpu", "cuda" or "cuda:N" (resolved from ``--device`` by `resolve_device`)."""
-    optimizer_lifecycle: str = "method"
-    """"fresh": a new local optimiser every round; "kept": one for the whole run; "method": what the
-    method's paper code does (`LocalTraining`), resolved by `for_method` before a client is built."""
-    batch_order: str = "method"
-    """"reshuffle": a new batch order every epoch; "fixed": one random permutation per client, drawn once
-    and kept; "method": what the method's paper code does."""
-    channels_last: bool = True
+    epochs: int | None
+    """None: the method's paper's (`LocalTraining.epochs`), resolved by `for_method` before a client
+    is built."""
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    optimizer: str
+    device: str
+    """Resolved from the run's ``--device`` by `resolve_device`: "cpu", "cuda" or "cuda:N"."""
+    optimizer_lifecycle: str
+    """"method": what the method's paper code does (`LocalTraining`), resolved by `for_method`."""
+    batch_order: str
+    """"method": what the method's paper code does, resolved by `for_method`."""
+    channels_last: bool
     """Models with 2-D convolutions keep their weights, and so their activations, channels-last (NHWC):
-    oneDNN's convolutions run about 12% faster so on a CPU at batch 8 (`edgefd bench step`). Only
-    the memory layout changes; results agree to float rounding."""
+    oneDNN's convolutions run about 12% faster so on a CPU at batch 8 (`edgefd bench step`)."""
+    eval_batch_size: int = 256
+    """Samples per forward pass when evaluating or extracting (not a run setting): no faster on a CPU
+    when larger, and a 1,024-image batch of a ResNet at 28x28 held about 800 MB more memory at its
+    peak than 256."""
+
+    def __post_init__(self) -> None:
+        check_choice("optimizer_lifecycle", self.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
+        check_choice("batch_order", self.batch_order, BATCH_ORDERS)
+        check_epochs(self.epochs)
 
 
 OPTIMIZER_LIFECYCLES = ("method", "fresh", "kept")
@@ -94,9 +99,6 @@ def local_epochs(config: TrainConfig) -> int:
 def for_method(config: TrainConfig, method: LocalTraining) -> TrainConfig:
     """``config`` with "method" (and epochs None) replaced by the method's own choices: what a client
     trains with."""
-    check_choice("optimizer_lifecycle", config.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
-    check_choice("batch_order", config.batch_order, BATCH_ORDERS)
-    check_epochs(config.epochs)
     return replace(
         config,
         optimizer_lifecycle=method.optimizer_lifecycle

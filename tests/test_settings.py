@@ -26,7 +26,10 @@ def test_choices_and_a_computed_default_are_kept():
 
 
 def test_the_run_and_every_methods_params_declare_each_setting_with_its_help():
-    owners = [SimulationConfig] + [method.params for method in list_methods()]
+    from edgefd.deploy.client_settings import ClientSettings
+    from edgefd.deploy.flags import BROKER_OWNERS
+
+    owners = [SimulationConfig, ClientSettings, *BROKER_OWNERS] + [method.params for method in list_methods()]
     missing = [
         f"{owner.__name__}.{f.name}"
         for owner in owners
@@ -64,18 +67,24 @@ def test_the_deployment_flags_are_made_from_their_settings():
 def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_process():
     import argparse
 
-    from edgefd.deploy.flags import BrokerFlags, add_broker_arguments, broker_flags
+    from edgefd.deploy.flags import BROKER_OWNERS, add_broker_arguments, broker_flags, broker_settings
+    from edgefd.deploy.mqtt_transport import BrokerSettings
 
     parser = argparse.ArgumentParser()
     add_broker_arguments(parser)
-    fields = {f.name: f for f in dataclasses.fields(BrokerFlags)}
+    fields = {f.name: f for owner in BROKER_OWNERS for f in dataclasses.fields(owner) if f.name != "password"}
     actions = {action.dest: action for action in parser._actions if action.dest in fields}
-    assert set(actions) == set(fields)  # every setting has its flag
+    assert set(actions) == set(fields)  # every setting has its flag, but the password: never a flag
     for name, action in actions.items():
         assert action.option_strings == ["--" + name.replace("_", "-")]
         assert action.help.startswith(fields[name].metadata["help"])
-        assert action.default == fields[name].default
+        no_default = fields[name].default is dataclasses.MISSING
+        assert action.default == (None if no_default else fields[name].default)
     assert actions["broker"].required and actions["log_level"].choices == ("DEBUG", "INFO", "WARNING", "ERROR")
+
+    # the settings the flags give, each at its dataclass's default where it is not given
+    args = parser.parse_args(["--broker", "mqtt://here:1883", "--keepalive", "7"])
+    assert broker_settings(vars(args)) == BrokerSettings("mqtt://here:1883", keepalive=7)
 
     # a value other than the default for every setting: the child process parses what this one had
     others = {"tls_insecure": True, "log_level": "DEBUG", "keepalive": 7, "chunk_size": 1000}
@@ -88,3 +97,36 @@ def test_the_broker_flags_are_made_from_their_settings_and_pass_on_to_a_child_pr
     # and at the defaults, a child process gets them all back
     args = parser.parse_args(["--broker", "mqtt://here:1883"])
     assert vars(parser.parse_args(broker_flags(args, "mqtt://here:1883"))) == vars(args)
+
+
+def test_the_client_flags_are_made_from_its_settings_and_the_brokers():
+    import argparse
+
+    from edgefd.deploy import client
+    from edgefd.deploy.client_settings import ClientSettings
+    from edgefd.deploy.flags import BROKER_FLAGS, BROKER_OWNERS
+
+    parser = argparse.ArgumentParser()
+    client.add_arguments(parser)
+    fields = {f.name: f for owner in (ClientSettings, *BROKER_OWNERS) for f in dataclasses.fields(owner)}
+    flags = {action.dest: action for action in parser._actions if action.dest in fields}
+    assert set(flags) == {*client.CLIENT_FLAGS, *BROKER_FLAGS, "log_level"}
+    assert set(fields) - set(flags) == {"password"}  # never a flag (ClientSettings.broker: these flags)
+    for name, action in flags.items():
+        assert action.help.startswith(fields[name].metadata["help"])
+    # the flags hold only what the command line gives: `--config` fills the rest, then the defaults
+    assert vars(parser.parse_args(["--keepalive", "10"])) == {"config": None, "keepalive": 10}
+
+
+def test_the_loop_and_the_local_training_take_the_runs_settings_declared_once():
+    from edgefd.runtime.loop import LoopConfig
+    from edgefd.training import TrainConfig
+
+    run = {f.name for f in dataclasses.fields(SimulationConfig)}
+    for owner in (LoopConfig, TrainConfig):
+        shared = [f for f in dataclasses.fields(owner) if f.name in run]
+        assert shared, owner
+        assert all(f.default is dataclasses.MISSING for f in shared), f"{owner.__name__} declares a run setting again"
+    config = SimulationConfig(rounds=3, straggler_rate=0.25, lr=0.5, channels_last=False, device="cpu")
+    assert (config.loop_config().rounds, config.loop_config().straggler_rate) == (3, 0.25)
+    assert (config.train_config().lr, config.train_config().channels_last) == (0.5, False)

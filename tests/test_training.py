@@ -3,6 +3,8 @@ order."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -22,10 +24,15 @@ from edgefd.training import (
 )
 
 
+def train_config(**settings) -> TrainConfig:
+    """The run's local training, made as a run makes it, on the CPU."""
+    return SimulationConfig(device="cpu", **settings).train_config()
+
+
 def test_fresh_builds_a_new_optimiser_every_round_and_kept_one_for_the_run():
     model = nn.Linear(3, 2)
-    fresh = RoundOptimizer(model.parameters, TrainConfig(optimizer_lifecycle="fresh"))
-    kept = RoundOptimizer(model.parameters, TrainConfig(optimizer_lifecycle="kept"))
+    fresh = RoundOptimizer(model.parameters, train_config(optimizer_lifecycle="fresh"))
+    kept = RoundOptimizer(model.parameters, train_config(optimizer_lifecycle="kept"))
     assert fresh.for_round() is not fresh.for_round()
     assert kept.for_round() is kept.for_round()
 
@@ -33,7 +40,7 @@ def test_fresh_builds_a_new_optimiser_every_round_and_kept_one_for_the_run():
 def test_a_kept_optimiser_keeps_its_momentum_across_rounds():
     model = nn.Linear(1, 1, bias=False)
     for lifecycle, survives in (("kept", True), ("fresh", False)):
-        holder = RoundOptimizer(model.parameters, TrainConfig(optimizer_lifecycle=lifecycle))
+        holder = RoundOptimizer(model.parameters, train_config(optimizer_lifecycle=lifecycle))
         model.weight.grad = torch.ones_like(model.weight)
         holder.for_round().step()  # round 1 leaves a momentum buffer
         assert bool(holder.for_round().state) == survives  # round 2
@@ -41,17 +48,17 @@ def test_a_kept_optimiser_keeps_its_momentum_across_rounds():
 
 def test_method_resolves_to_the_methods_own_choice_and_an_explicit_choice_wins():
     paper = LocalTraining(optimizer_lifecycle="fresh", batch_order="fixed")
-    resolved = for_method(TrainConfig(), paper)
+    resolved = for_method(train_config(), paper)
     assert (resolved.optimizer_lifecycle, resolved.batch_order) == ("fresh", "fixed")
-    resolved = for_method(TrainConfig(optimizer_lifecycle="kept", batch_order="reshuffle"), paper)
+    resolved = for_method(train_config(optimizer_lifecycle="kept", batch_order="reshuffle"), paper)
     assert (resolved.optimizer_lifecycle, resolved.batch_order) == ("kept", "reshuffle")
 
 
 def test_unset_epochs_resolve_to_the_papers_and_an_explicit_count_wins():
     paper = LocalTraining(epochs=5)
-    assert for_method(TrainConfig(), paper).epochs == 5
-    assert for_method(TrainConfig(epochs=1), paper).epochs == 1
-    assert for_method(TrainConfig(), LocalTraining()).epochs == 1
+    assert for_method(train_config(), paper).epochs == 5
+    assert for_method(train_config(epochs=1), paper).epochs == 1
+    assert for_method(train_config(), LocalTraining()).epochs == 1
 
 
 def test_training_on_unresolved_epochs_is_refused():
@@ -62,22 +69,25 @@ def test_training_on_unresolved_epochs_is_refused():
             torch.zeros(4, 2),
             lambda logits, idx: logits.sum(),
             torch.optim.SGD(model.parameters(), lr=0.1),
-            TrainConfig(),
+            train_config(),
             torch.Generator(),
         )
 
 
 @pytest.mark.parametrize(
-    "config, message",
+    "settings, message",
     [
-        (TrainConfig(optimizer_lifecycle="sometimes"), "optimizer_lifecycle: expected one of method, fresh, kept"),
-        (TrainConfig(batch_order="sorted"), "batch_order: expected one of method, fixed, reshuffle"),
-        (TrainConfig(epochs=0), "epochs: must be an integer >= 1, got 0"),
+        (dict(optimizer_lifecycle="sometimes"), "optimizer_lifecycle: expected one of method, fresh, kept"),
+        (dict(batch_order="sorted"), "batch_order: expected one of method, fixed, reshuffle"),
+        (dict(epochs=0), "epochs: must be an integer >= 1, got 0"),
     ],
 )
-def test_unknown_choices_are_refused_by_name(config, message):
+def test_unknown_choices_are_refused_by_name(settings, message):
     with pytest.raises(ValueError, match=message):
-        for_method(config, LocalTraining())
+        SimulationConfig(**settings).validate()
+    resolved = for_method(train_config(), LocalTraining())
+    with pytest.raises(ValueError, match=message):  # a TrainConfig made otherwise is checked too
+        replace(resolved, **settings)
 
 
 def test_every_method_declares_a_valid_local_training():
@@ -90,12 +100,12 @@ def test_every_method_declares_a_valid_local_training():
 
 def test_a_fixed_order_is_one_permutation_drawn_once_and_reshuffle_draws_every_epoch():
     generator = torch.Generator().manual_seed(0)
-    order = draw_batch_order(10, TrainConfig(batch_order="fixed"), generator)
+    order = draw_batch_order(10, train_config(batch_order="fixed"), generator)
     assert order is not None and sorted(order.tolist()) == list(range(10))
     assert order.tolist() != list(range(10))  # never the stored order
     epochs = [torch.cat(list(batches(10, 4, generator, order))).tolist() for _ in range(2)]
     assert epochs[0] == epochs[1] == order.tolist()
-    assert draw_batch_order(10, TrainConfig(batch_order="reshuffle"), generator) is None
+    assert draw_batch_order(10, train_config(batch_order="reshuffle"), generator) is None
     shuffled = [torch.cat(list(batches(10, 4, generator))).tolist() for _ in range(2)]
     assert shuffled[0] != shuffled[1]
 

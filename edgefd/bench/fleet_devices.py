@@ -111,8 +111,8 @@ def device_scripts(config_path: Path, recorded: Recorded, first: int, count: int
     from edgefd.protocol.message import SERVER
     from edgefd.runtime.build import build_client, prepare
     from edgefd.runtime.config import SimulationConfig
-    from edgefd.runtime.flags import read_config_file
     from edgefd.runtime.verbs import ClientApp
+    from edgefd.settings import read_config_file
 
     config = SimulationConfig(**read_config_file(config_path))
     pieces = prepare(config)

@@ -16,111 +16,65 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from edgefd.deploy.flags import BROKER_HELP, add_broker_arguments, broker_settings, setup_logging
-from edgefd.runtime.flags import read_config_file
+from edgefd.deploy.client_settings import ClientSettings
+from edgefd.deploy.flags import BROKER_FLAGS, BrokerFlags, add_broker_arguments, broker_settings, setup_logging
+from edgefd.deploy.mqtt_transport import BrokerSettings
+from edgefd.settings import add_config_argument, add_setting_arguments, given_over_file, help_of
+
+CLIENT_FLAGS = ("run", "client_id", "state_dir", "models_dir", "data_dir", "device", "max_message_bytes")
+"""The `ClientSettings` flags, in the help's order (the broker flags follow, in their group)."""
 
 REQUIRED = ("broker", "run", "client_id")
+"""Settings without a default: on the command line or in --config."""
+
+METAVARS = {
+    "run": "NAME",
+    "client_id": "ID",
+    "state_dir": "DIR",
+    "models_dir": "DIR",
+    "data_dir": "DIR",
+    "device": "DEVICE",
+    "max_message_bytes": "BYTES",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="TOML file with any of these settings, keyed by the flag names with underscores, e.g. "
-        'client_id = "client-0", broker = "mqtts://HOST:8883"; a flag set to other than its default wins '
-        "over the file",
+    """The flags of `ClientSettings`, `BrokerSettings` and `BrokerFlags`; they hold only what the
+    command line gives, which `resolve` puts over the `--config` file."""
+    add_config_argument(
+        parser,
+        'any of these settings, keyed by the flag names with underscores, e.g. client_id = "client-0", '
+        'broker = "mqtts://HOST:8883"',
     )
-    parser.add_argument(
-        "--run",
-        metavar="NAME",
-        help="run name, as given to `edgefd server --run`, e.g. demo (required here or in --config)",
-    )
-    parser.add_argument(
-        "--client-id",
-        metavar="ID",
-        help="this device's id in the run: client-0, client-1, ... (client-00, client-01, ... for 10 or more "
-        "clients) (required here or in --config)",
-    )
-    parser.add_argument(
-        "--state-dir",
-        metavar="DIR",
-        help="folder for this client's checkpoint, so that a restart resumes the run, e.g. ~/.edgefd "
-        "(default: none, a restart starts the client afresh)",
-    )
-    parser.add_argument(
-        "--models-dir",
-        metavar="DIR",
-        help="folder where the client writes its final model (CLIENT_ID.pt) when the server ends the run, for "
-        "`edgefd export` (default: STATE_DIR/models with --state-dir, else none)",
-    )
-    parser.add_argument(
-        "--data-dir",
-        metavar="DIR",
-        help="folder with this device's own data.npz (train_x, train_y, test_x, test_y, num_classes; see "
-        "device/README.md) (default: the run's dataset share of this client id)",
-    )
-    parser.add_argument(
-        "--device",
-        default="auto",
-        metavar="DEVICE",
-        help="where this device trains: auto (its CUDA GPU when torch sees one, e.g. a Jetson with NVIDIA's torch; "
-        "else the CPU), cpu, cuda or cuda:N (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--max-message-bytes",
-        type=int,
-        metavar="BYTES",
-        help="the largest message this device takes from the server, whatever the run allows (default: what the "
-        "run's server may send it: 64 MiB plus twice its model's weights, or the run's --max-message-bytes)",
-    )
-    add_broker_arguments(parser, required=False, broker_help=BROKER_HELP + " (required here or in --config)")
+    required = " (required here or in --config)"
+    helps = {name: help_of(ClientSettings, name) + required for name in ("run", "client_id")}
+    add_setting_arguments(parser, ClientSettings, CLIENT_FLAGS, METAVARS, helps=helps, given_only=True)
+    broker_help = help_of(BrokerSettings, "broker") + required
+    add_broker_arguments(parser, required=False, broker_help=broker_help, given_only=True)
 
 
-def _defaults() -> dict:
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    return vars(parser.parse_args([]))
-
-
-def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Merge `--config`: a file value fills every setting left at its default on the command line."""
-    if args.config:
-        path = Path(args.config)
-        values = read_config_file(path)
-        defaults = _defaults()
-        unknown = sorted(set(values) - set(defaults) - {"config"})
-        if unknown:
-            raise ValueError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
-        for key, value in values.items():
-            if getattr(args, key) == defaults[key]:
-                setattr(args, key, value)
-    missing = [f"--{k.replace('_', '-')}" for k in REQUIRED if not getattr(args, k)]
+def resolve(args: argparse.Namespace) -> tuple[ClientSettings, BrokerFlags]:
+    """The device's settings and its other flags: a flag given over the `--config` file, the file
+    over the defaults (`given_over_file`, as every command with --config); a ValueError where the
+    broker, the run or the client id is in neither."""
+    values = given_over_file(args, (*CLIENT_FLAGS, *BROKER_FLAGS, "log_level"))
+    missing = [f"--{name.replace('_', '-')}" for name in REQUIRED if not values.get(name)]
     if missing:
         raise ValueError(f"missing {', '.join(missing)} (on the command line or in --config)")
-    return args
+    own = {name: values[name] for name in CLIENT_FLAGS if name in values}
+    flags = {name: values[name] for name in ("password_file", "log_level") if name in values}
+    return ClientSettings(**own, broker=broker_settings(values)), BrokerFlags(**flags)
 
 
 def run(args: argparse.Namespace) -> int:
     # torch comes with these: imported here, not for --help
     from edgefd.data import DatasetNotFoundError
-    from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
+    from edgefd.deploy.client_runtime import ClientRuntime
 
     try:
-        args = resolve(args)
-        setup_logging(args.log_level)
-        settings = ClientSettings(
-            args.run,
-            args.client_id,
-            broker_settings(args),
-            state_dir=args.state_dir,
-            models_dir=args.models_dir,
-            data_dir=args.data_dir,
-            chunk_size=args.chunk_size,
-            max_message_bytes=args.max_message_bytes,
-            device=args.device,
-        )
+        settings, flags = resolve(args)
+        setup_logging(flags.log_level)
         return ClientRuntime(settings).run()
     except (ValueError, DatasetNotFoundError) as error:
         print(f"edgefd client: {error}", file=sys.stderr)

@@ -40,14 +40,12 @@ import torch
 from edgefd.algorithms.base import ClientData, ClientRole
 from edgefd.data import clear_cache as clear_dataset_cache
 from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy.client_settings import ClientSettings
 from edgefd.deploy.mqtt_transport import (
-    DEFAULT_CHUNK_SIZE,
     DEFAULT_MAX_MESSAGE_BYTES,
-    BrokerSettings,
     Incoming,
     MqttEndpoint,
     Topics,
-    check_name,
     encode_frames,
 )
 from edgefd.export.checkpoint import (
@@ -64,40 +62,13 @@ from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import client_limit
 from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.verbs import VERBS, ClientApp, Phase, exchange_done, scores_of
-from edgefd.training import device_choice, resolve_device
+from edgefd.training import device_choice
 
 log = logging.getLogger(__name__)
 
 DATA_FILE = "data.npz"
 STEP_RESEND_SECONDS = 10.0
 """A step request without an answer after this long is sent again (the answer may have been lost)."""
-
-
-@dataclass
-class ClientSettings:
-    """How one device takes part in a run."""
-
-    run: str
-    client_id: str
-    """One of the run's client ids (client-0, client-1, ... or client-00, ... for 10+ clients)."""
-    broker: BrokerSettings
-    state_dir: str | None = None
-    """Folder for the checkpoint (None: no checkpoint; a restart starts the role afresh)."""
-    data_dir: str | None = None
-    """Folder with the device's own data (data.npz); None: the run's dataset share of this client."""
-    chunk_size: int = DEFAULT_CHUNK_SIZE
-    max_message_bytes: int | None = None
-    """The largest message this device takes, whatever the run allows (None: what the run's server
-    may send it, `receive_limit`)."""
-    device: str = "auto"
-    """Where this device trains (auto, cpu, cuda, cuda:N): its own choice, whatever the server uses."""
-    models_dir: str | None = None
-    """Where the client writes its final model (``<client>.pt``, what `edgefd export` reads) when the
-    server ends the run; None: ``state_dir/models``, or nowhere without a state dir."""
-
-    def __post_init__(self) -> None:
-        check_name("client id", self.client_id)
-        resolve_device(self.device)
 
 
 @dataclass
@@ -144,13 +115,13 @@ class ClientRuntime:
         self.cid = settings.client_id
         self.topics = Topics(settings.run)
         will = encode_frames(
-            deploy_messages.status_message(self.cid, deploy_messages.OFFLINE, settings.run), settings.chunk_size
+            deploy_messages.status_message(self.cid, deploy_messages.OFFLINE, settings.run), settings.broker.chunk_size
         )[0]
         self.endpoint = MqttEndpoint(
             settings.broker,
             self.topics,
             f"edgefd-{settings.run}-{self.cid}",
-            chunk_size=settings.chunk_size,
+            chunk_size=settings.broker.chunk_size,
             max_message_bytes=settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,  # until the config comes
             will=(self.topics.status(self.cid), will),
         )

@@ -52,7 +52,6 @@ import numpy as np
 
 from edgefd.deploy import messages as deploy_messages
 from edgefd.deploy.mqtt_transport import (
-    DEFAULT_CHUNK_SIZE,
     BrokerSettings,
     Incoming,
     MqttEndpoint,
@@ -102,7 +101,7 @@ class DeploymentSettings:
 
     run: str
     """Run name: the topics are edgefd/<run>/..."""
-    broker: BrokerSettings = field(default_factory=BrokerSettings)
+    broker: BrokerSettings
     round_timeout: float = setting(
         60.0,
         "seconds a training round waits for the selected clients' uplinks after sending the downlinks; a later "
@@ -140,7 +139,6 @@ class DeploymentSettings:
         f"{MAX_ASKS_AGAIN} times a phase (capped at a third of the phase's timeout, so that every phase asks "
         "at least twice)",
     )
-    chunk_size: int = DEFAULT_CHUNK_SIZE
     connect_timeout: float = 60.0
 
     def validate(self) -> None:
@@ -253,7 +251,7 @@ class MqttChannel:
             settings.broker,
             topics,
             f"edgefd-server-{settings.run}",
-            chunk_size=settings.chunk_size,
+            chunk_size=settings.broker.chunk_size,
             max_message_bytes=config.max_message_bytes or OPEN_MESSAGE_BYTES,
             limit=self._largest_message,
             stale_retained=("up", "status"),

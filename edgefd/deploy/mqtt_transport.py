@@ -44,6 +44,7 @@ from edgefd.protocol import (
 )
 from edgefd.runtime.limits import OPEN_MESSAGE_BYTES
 from edgefd.runtime.verbs import VERBS
+from edgefd.settings import setting
 
 log = logging.getLogger(__name__)
 
@@ -158,30 +159,54 @@ class Topics:
 
 @dataclass
 class BrokerSettings:
-    """How to reach the broker. `url` is mqtt://HOST:PORT or mqtts://HOST:PORT (TLS); credentials
-    in it (mqtt://USER:PASSWORD@HOST:PORT) are used when `username` is not given, and never logged
+    """How this side reaches the broker: the broker flags of `edgefd server`, `edgefd client` and
+    `edgefd deploy-local` are made from these settings (`edgefd.deploy.flags`). Credentials in the
+    URL (mqtt://USER:PASSWORD@HOST:PORT) are used when ``username`` is not given, and never logged
     (`shown_url`)."""
 
-    url: str = "mqtt://127.0.0.1:1883"
-    username: str | None = None
-    password: str | None = None
-    ca_cert: str | None = None
-    """CA certificate that signed the broker's (TLS); None: the system's CAs."""
-    client_cert: str | None = None
-    client_key: str | None = None
-    tls_insecure: bool = False
-    """Skip the check that the broker's certificate names its host (test CAs only)."""
-    keepalive: int = 10
-    """Seconds between pings: the broker publishes a client's last will ~1.5x this after it dies."""
+    broker: str = setting(
+        help="the MQTT broker: mqtt://HOST:PORT, or mqtts://HOST:PORT for TLS (port default 1883 / 8883), "
+        "e.g. mqtts://server.lan:8883"
+    )
+    username: str | None = setting(
+        None,
+        "MQTT username; with the broker set up as in server/README.md: edgefd-server for the server, the "
+        "client id (e.g. client-0) for a device (default: none, connect without a login)",
+    )
+    password: str | None = setting(
+        None,
+        "MQTT password; never a flag, which other users could read in the process list: the commands read it "
+        "from --password-file (or $EDGEFD_MQTT_PASSWORD)",
+    )
+    ca_cert: str | None = setting(
+        None, "with mqtts://: the CA certificate that signed the broker's, e.g. ca.crt (default: the system's CAs)"
+    )
+    client_cert: str | None = setting(
+        None, "with mqtts://: this side's certificate, for brokers that require TLS client auth (with --client-key)"
+    )
+    client_key: str | None = setting(
+        None, "with mqtts://: this side's private key, for brokers that require TLS client auth (with --client-cert)"
+    )
+    tls_insecure: bool = setting(False, "do not check that the broker's certificate names its host (test CAs only)")
+    keepalive: int = setting(
+        10,
+        "seconds between MQTT pings; the broker declares a silent peer dead (and publishes its last will) "
+        "after about 1.5x this",
+    )
+    chunk_size: int = setting(
+        DEFAULT_CHUNK_SIZE,
+        "largest MQTT message this side sends, in bytes, chunk header included; larger payloads are split into "
+        f"chunks (default: {DEFAULT_CHUNK_SIZE} = {DEFAULT_CHUNK_SIZE / 1024:g} KiB)",
+    )
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.url)
+        parts = urlsplit(self.broker)
         if parts.scheme not in ("mqtt", "mqtts") or not parts.hostname:
-            raise ValueError(f"broker {self.url!r}: expected mqtt://HOST:PORT or mqtts://HOST:PORT")
+            raise ValueError(f"broker {self.broker!r}: expected mqtt://HOST:PORT or mqtts://HOST:PORT")
         try:
             port = parts.port
         except ValueError:
-            raise ValueError(f"broker {self.url!r}: the port is not a number") from None
+            raise ValueError(f"broker {self.broker!r}: the port is not a number") from None
         self.host = parts.hostname
         self.tls = parts.scheme == "mqtts"
         self.port = port or (8883 if self.tls else 1883)

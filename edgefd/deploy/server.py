@@ -65,8 +65,7 @@ def deployment_flags(args: argparse.Namespace) -> list[str]:
 def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
     return DeploymentSettings(
         run=args.run,
-        broker=broker_settings(args),
-        chunk_size=args.chunk_size,
+        broker=broker_settings(vars(args)),
         **settings_from_args(DeploymentSettings, args, DEPLOYMENT_FLAGS),
     )
 

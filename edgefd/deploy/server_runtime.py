@@ -110,7 +110,10 @@ class ServerRuntime:
             "deployment": {
                 "run": self.settings.run,
                 "broker": self.settings.broker.shown_url,
-                "settings": {k: v for k, v in asdict(self.settings).items() if k != "broker"},
+                "settings": {
+                    **{k: v for k, v in asdict(self.settings).items() if k != "broker"},
+                    "chunk_size": self.settings.broker.chunk_size,  # how this side talked: a broker setting
+                },
                 "resumed_from_round": self.resumed_from,
                 "peak_rss_mb": peak_rss_mb(),
                 "wire_bytes_up_total": sum(line["wire"]["up"] for line in lines if "wire" in line),

@@ -162,30 +162,23 @@ class SimulationConfig:
     """The method's own hyperparameters (`--param NAME=VALUE`)."""
 
     def train_config(self) -> TrainConfig:
+        """The local-training settings: this config's values of `TrainConfig`'s fields, the device
+        resolved (`resolve_device`)."""
         from edgefd.training import TrainConfig, resolve_device
 
-        return TrainConfig(
-            epochs=self.epochs,
-            batch_size=self.batch_size,
-            lr=self.lr,
-            momentum=self.momentum,
-            weight_decay=self.weight_decay,
-            optimizer=self.optimizer,
-            device=resolve_device(self.device),
-            optimizer_lifecycle=self.optimizer_lifecycle,
-            batch_order=self.batch_order,
-            channels_last=self.channels_last,
-        )
+        return TrainConfig(**{**self._values_of(TrainConfig), "device": resolve_device(self.device)})
 
     def loop_config(self) -> LoopConfig:
+        """The round loop's settings: this config's values of `LoopConfig`'s fields."""
         from edgefd.runtime.loop import LoopConfig
 
-        return LoopConfig(
-            rounds=self.rounds,
-            participation=self.participation,
-            straggler_rate=self.straggler_rate,
-            eval_every=self.eval_every,
-        )
+        return LoopConfig(**self._values_of(LoopConfig))
+
+    def _values_of(self, owner: type) -> dict[str, Any]:
+        """This config's values of the fields of ``owner`` that are settings here (its other fields
+        keep their own defaults)."""
+        names = {f.name for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(owner) if f.name in names}
 
     def out_dir(self) -> Path:
         from edgefd.data import dataset_label
@@ -193,7 +186,7 @@ class SimulationConfig:
         return Path(self.out) if self.out else Path("runs") / f"{self.algo}-{dataset_label(self.dataset)}-s{self.seed}"
 
     def validate(self) -> None:
-        from edgefd.training import BATCH_ORDERS, OPTIMIZER_LIFECYCLES, check_choice, check_epochs, resolve_device
+        from edgefd.training import check_choice
 
         if self.clients < 1:
             raise ValueError(f"clients: must be >= 1, got {self.clients}")
@@ -201,11 +194,8 @@ class SimulationConfig:
             raise ValueError(f"precision: expected fp32, fp16 or int8, got {self.precision!r}")
         if self.threads < 1:
             raise ValueError(f"threads: must be >= 1, got {self.threads}")
-        resolve_device(self.device)
-        check_choice("optimizer_lifecycle", self.optimizer_lifecycle, OPTIMIZER_LIFECYCLES)
-        check_choice("batch_order", self.batch_order, BATCH_ORDERS)
-        check_epochs(self.epochs)
-        self.loop_config().validate()
+        self.train_config()  # checks the device, the local epochs and the training choices
+        self.loop_config()  # checks the rounds, the participation, the straggler rate and eval_every
         check_choice("backend", self.backend, BACKENDS)
         if self.workers < 1:
             raise ValueError(f"workers: must be >= 1, got {self.workers}")

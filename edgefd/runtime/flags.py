@@ -1,18 +1,17 @@
 """The run's settings as command-line flags, shared by `edgefd simulate`, `edgefd server` and
 `edgefd deploy-local`: one flag per `SimulationConfig` field, `--config run.toml` with the same
-keys, and `--param NAME=VALUE` for the method's hyperparameters (flags win over the file)."""
+keys, and `--param NAME=VALUE` for the method's hyperparameters (`edgefd.settings.CONFIG_RULE`: a
+flag given wins over the file)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from edgefd.runtime.config import SimulationConfig
+from edgefd.settings import add_config_argument, given_over_file
 
 
 def config_fields() -> dict[str, dataclasses.Field]:
@@ -36,9 +35,7 @@ METAVARS = {
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """The run's settings as flags, shared by `simulate`, `server` and `deploy-local`."""
-    parser.add_argument(
-        "--config", metavar="FILE", help="TOML file with the same keys as these flags and a [params] table; flags win"
-    )
+    add_config_argument(parser, "the same keys as these flags and a [params] table")
     defaults = SimulationConfig()
     for name, f in config_fields().items():
         flag = "--" + name.replace("_", "-")
@@ -88,31 +85,11 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def read_config_file(path: Path) -> dict[str, Any]:
-    """A `--config` file's table (ValueError naming the file if it is missing or not TOML)."""
-    if not path.is_file():
-        raise ValueError(f"--config {path}: no such file")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
-        raise ValueError(f"--config {path}: not valid TOML ({error})") from None
-
-
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:
+    """The run the flags and the `--config` file give (`given_over_file`: a flag given wins); the
+    file's [params] under the ``--param`` flags."""
     from edgefd.algorithms.base import parse_param_assignments  # torch: not for building the flags
 
-    values: dict[str, Any] = {}
-    params: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        path = Path(args.config)
-        data = read_config_file(path)
-        params.update(data.pop("params", {}))
-        unknown = sorted(set(data) - set(config_fields()))
-        if unknown:
-            raise ValueError(f"--config {path}: unknown key(s) {', '.join(unknown)}")
-        values.update(data)
-    for name in config_fields():
-        if name in vars(args):
-            values[name] = getattr(args, name)
-    params.update(parse_param_assignments(getattr(args, "param", [])))
+    values = given_over_file(args, config_fields(), tables=("params",))
+    params = values.pop("params", {}) | parse_param_assignments(getattr(args, "param", []))
     return SimulationConfig(**values, params=params)

@@ -58,18 +58,17 @@ ScoreServerModels = Callable[[dict[str, nn.Module]], dict[str, float]]
 
 @dataclass
 class LoopConfig:
-    """How rounds are run (the method's own settings live in its params)."""
+    """How rounds are run (the method's own settings live in its params): the run's settings of these
+    names, declared once with their defaults and help in `SimulationConfig`, which makes this
+    (`SimulationConfig.loop_config`). Checked when made, so that one built otherwise with a bad value
+    is refused by name too."""
 
-    rounds: int = 10
-    participation: float = 1.0
-    """Fraction of the clients selected each round (at least `min_clients`)."""
-    min_clients: int = 1
-    straggler_rate: float = 0.0
-    """Probability that a selected client misses the round's deadline (simulated)."""
-    eval_every: int = 1
-    """Evaluate every this many rounds (and always after the last)."""
+    rounds: int
+    participation: float
+    straggler_rate: float
+    eval_every: int
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
         if self.rounds < 1:
             raise ValueError(f"rounds: must be >= 1, got {self.rounds}")
         if not 0 < self.participation <= 1:
@@ -78,8 +77,6 @@ class LoopConfig:
             raise ValueError(f"straggler_rate: must be in [0, 1), got {self.straggler_rate}")
         if self.eval_every < 1:
             raise ValueError(f"eval_every: must be >= 1, got {self.eval_every}")
-        if self.min_clients < 1:
-            raise ValueError(f"min_clients: must be >= 1, got {self.min_clients}")
 
 
 def _mean_std(accuracies: dict[str, float]) -> tuple[float, float]:
@@ -100,7 +97,6 @@ class Federation:
     ) -> None:
         """``score_server_models``: where the run holds the whole test set (a simulation), scores
         the server's own models (``ServerRole.server_models``) after every evaluation."""
-        config.validate()
         if server.step_exchange and config.straggler_rate > 0:
             raise ValueError(
                 "straggler_rate: this method answers every training step, so a round has no "
@@ -181,7 +177,7 @@ class Federation:
         return None
 
     def select(self) -> list[str]:
-        k = max(self.config.min_clients, math.ceil(self.config.participation * len(self.client_ids)))
+        k = max(1, math.ceil(self.config.participation * len(self.client_ids)))
         k = min(k, len(self.client_ids))
         if k == len(self.client_ids):
             return list(self.client_ids)

@@ -18,6 +18,9 @@ from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import config_from_args
 from edgefd.runtime.verbs import ClientApp
 
+LOCAL_BROKER = BrokerSettings("mqtt://127.0.0.1:1883")
+"""A broker URL for the channels and endpoints these tests make and never connect."""
+
 
 def test_broker_urls_and_settings_are_checked():
     settings = BrokerSettings("mqtts://example.org")
@@ -27,7 +30,7 @@ def test_broker_urls_and_settings_are_checked():
         with pytest.raises(ValueError, match="broker"):
             BrokerSettings(bad)
     with pytest.raises(ValueError, match="round_timeout"):
-        DeploymentSettings(run="x", round_timeout=0).validate()
+        DeploymentSettings(run="x", broker=LOCAL_BROKER, round_timeout=0).validate()
 
 
 def test_a_checkpoint_from_when_epochs_defaulted_to_one_resumes_where_the_method_trains_one():
@@ -75,11 +78,19 @@ def test_deploy_local_writes_a_config_that_simulate_reads(tmp_path):
 
 def test_client_settings_from_a_toml_file(tmp_path):
     path = tmp_path / "client.toml"
-    path.write_text('broker = "mqtt://10.0.0.2:1883"\nrun = "demo"\nclient_id = "client-1"\nkeepalive = 30\n')
+    path.write_text(
+        'broker = "mqtt://10.0.0.2:1883"\nrun = "demo"\nclient_id = "client-1"\nkeepalive = 30\nlog_level = "DEBUG"\n'
+    )
     parser = argparse.ArgumentParser()
     deploy_client.add_arguments(parser)
-    args = deploy_client.resolve(parser.parse_args(["--config", str(path), "--client-id", "client-2"]))
-    assert (args.broker, args.run, args.client_id, args.keepalive) == ("mqtt://10.0.0.2:1883", "demo", "client-2", 30)
+    settings, flags = deploy_client.resolve(parser.parse_args(["--config", str(path), "--client-id", "client-2"]))
+    assert (settings.broker.broker, settings.run, settings.client_id) == ("mqtt://10.0.0.2:1883", "demo", "client-2")
+    assert (settings.broker.keepalive, flags.log_level, settings.device) == (30, "DEBUG", "auto")
+    # the rule of every --config: a flag given wins over the file, even at its default
+    settings, flags = deploy_client.resolve(
+        parser.parse_args(["--config", str(path), "--keepalive", "10", "--log-level", "INFO"])
+    )
+    assert (settings.broker.keepalive, flags.log_level) == (10, "INFO")
     path.write_text('broker = "mqtt://x:1"\nrun = "demo"\nclient_id = "c"\nbrokr = 1\n')
     with pytest.raises(ValueError, match="unknown key"):
         deploy_client.resolve(parser.parse_args(["--config", str(path)]))
@@ -201,7 +212,7 @@ def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it(
 
     bounds = {"train": 700, "step": None, "hello": 69_000_000}
     clients = ["client-0", "client-1"]
-    settings = DeploymentSettings(run="b")
+    settings = DeploymentSettings(run="b", broker=LOCAL_BROKER)
     channel = MqttChannel(SimulationConfig(clients=2), settings, clients, Topics("b"), lambda cid: bounds)
     largest = channel._largest_message
     assert largest("up", "client-0", "train") == OPEN_MESSAGE_BYTES  # no round begun yet
@@ -231,7 +242,7 @@ def test_each_client_has_a_share_of_the_reassembly_budget_and_the_budget_holds_e
     from edgefd.runtime.limits import SMALL_ANSWER_MAX_BYTES, WRAPPING_BYTES
 
     clients = [f"client-{i}" for i in range(50)]
-    settings = DeploymentSettings(run="r")
+    settings = DeploymentSettings(run="r", broker=LOCAL_BROKER)
     config = SimulationConfig(clients=50, max_message_bytes=1_000_000)
     bounded = {"hello": 0, "train": 300_000, "steps": 0, "step": 0}
 
@@ -260,7 +271,7 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
 
     clients = ["client-0", "client-1", "client-2"]
     config = SimulationConfig(clients=3)
-    channel = MqttChannel(config, DeploymentSettings(run="r"), clients, Topics("r"))
+    channel = MqttChannel(config, DeploymentSettings(run="r", broker=LOCAL_BROKER), clients, Topics("r"))
     sent = []
     monkeypatch.setattr(channel.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, retain)))
 
@@ -290,7 +301,9 @@ def test_the_server_publishes_again_the_configs_of_clients_it_does_not_see_onlin
     assert sent == []  # everyone online: nothing more
 
     many = [f"client-{i:04d}" for i in range(1000)]
-    fleet = MqttChannel(SimulationConfig(clients=1000), DeploymentSettings(run="r"), many, Topics("r"))
+    fleet = MqttChannel(
+        SimulationConfig(clients=1000), DeploymentSettings(run="r", broker=LOCAL_BROKER), many, Topics("r")
+    )
     monkeypatch.setattr(fleet.endpoint, "publish", lambda topic, message, retain=False: None)
     fleet.publish_configs()
     assert fleet._configs_due - time.monotonic() > 1000 / CONFIG_RESEND_RATE - 1  # a large fleet: less often
@@ -308,7 +321,12 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
     from edgefd.runtime.verbs import VERBS
 
     clients = ["client-0", "client-1", "client-2"]
-    channel = MqttChannel(SimulationConfig(clients=3), DeploymentSettings(run="r", ask_again=0.6), clients, Topics("r"))
+    channel = MqttChannel(
+        SimulationConfig(clients=3),
+        DeploymentSettings(run="r", broker=LOCAL_BROKER, ask_again=0.6),
+        clients,
+        Topics("r"),
+    )
     for cid in clients[:2]:
         channel._handle(
             Incoming("status", cid, "", deploy_messages.status_message(cid, deploy_messages.ONLINE, "r"), nbytes=10)
@@ -401,7 +419,9 @@ def open_phase(monkeypatch, verb: str = "train", serve=None):
     from edgefd.runtime.config import SimulationConfig
 
     clients = ["client-0", "client-1"]
-    channel = MqttChannel(SimulationConfig(clients=2), DeploymentSettings(run="r"), clients, Topics("r"))
+    channel = MqttChannel(
+        SimulationConfig(clients=2), DeploymentSettings(run="r", broker=LOCAL_BROKER), clients, Topics("r")
+    )
     sent = []
 
     def publish(topic, message, retain=False):
@@ -484,7 +504,7 @@ def test_the_server_takes_live_uplinks_and_statuses_only(monkeypatch):
         received.payload, received.retain = encode_frames(message, 4096)[0], retain
         return received
 
-    server = MqttEndpoint(BrokerSettings(), topics, "edgefd-server-u", stale_retained=("up", "status"))
+    server = MqttEndpoint(LOCAL_BROKER, topics, "edgefd-server-u", stale_retained=("up", "status"))
     published = []
 
     def publish(topic, payload, qos, retain):
@@ -507,7 +527,7 @@ def test_the_server_takes_live_uplinks_and_statuses_only(monkeypatch):
     assert published == [(topics.up("client-2", "hello"), b"", True), (topics.status("client-2"), b"", True)]
     assert not server.stats.rejected
 
-    device = MqttEndpoint(BrokerSettings(), topics, "edgefd-u-client-2")
+    device = MqttEndpoint(LOCAL_BROKER, topics, "edgefd-u-client-2")
     config = deploy_messages.config_message(SimulationConfig(algo="fd"), "client-2", "u")
     device._on_message(None, None, frame(topics.down("client-2", "config"), config, True))
     assert device.inbox.get_nowait().verb == "config" and not device.stats.stale_retained

@@ -21,7 +21,10 @@ from edgefd.runtime.verbs import VERBS, ClientApp
 @pytest.fixture
 def channel():
     channel = MqttChannel(
-        SimulationConfig(clients=2, rounds=3), DeploymentSettings(run="u"), ["client-0", "client-1"], Topics("u")
+        SimulationConfig(clients=2, rounds=3),
+        DeploymentSettings(run="u", broker=BrokerSettings("mqtt://127.0.0.1:1883")),
+        ["client-0", "client-1"],
+        Topics("u"),
     )
     channel.published, channel.rejected = [], []
     channel.endpoint.publish = lambda topic, message, retain=False: channel.published.append((topic, message))

@@ -23,7 +23,8 @@ from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime import verbs
 from edgefd.runtime.channel import InProcessChannel
-from edgefd.runtime.loop import Federation, LoopConfig
+from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.loop import Federation
 from edgefd.runtime.transport import InProcessTransport
 
 PAGE = REPO / "docs" / "ARCHITECTURE.md"
@@ -234,7 +235,9 @@ def loop_events(step_exchange: bool) -> list[Event]:
     events: list[Event] = []
     server = Calls(Server(step_exchange), events)
     channel = InProcessChannel({"c0": Client("c0")}, Carried(events))
-    federation = Phased(server, channel, LoopConfig(rounds=1), np.random.default_rng(0), lambda models: {})
+    federation = Phased(
+        server, channel, SimulationConfig(rounds=1).loop_config(), np.random.default_rng(0), lambda models: {}
+    )
     federation.events = events
     federation.run()
     return events

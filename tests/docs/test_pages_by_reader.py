@@ -1,8 +1,13 @@
-"""docs/ by reader: the user pages give the current figures in the present tense; their history is the changelog's.
+"""docs/ by reader: the pages give the current figures in the present tense; what changed for a user
+from one version to the next is the changelog's.
 
-docs/BENCHMARKS.md and docs/METHODS.md carry no run dates and no commit ids (how figures moved over
-time, on which machines and at which commits, is in docs/CHANGELOG.md's dated sections), and
-METHODS.md cites the papers and docs/methods/, never the specs, which are not in the repository.
+No page carries a run date or a commit id: a page says what the code does and the command that
+gives each figure, not the day or the revision it was measured at. The one exception is
+docs/RESULTS.md, whose generated tables are stamped with the revision that made them (`edgefd
+reproduce --check-docs` reads the stamp). docs/CHANGELOG.md is by release: "## Unreleased", then
+"## VERSION - YYYY-MM-DD" for each released version, newest first, none newer than the package's
+version. METHODS.md cites the papers and docs/methods/, never the specs, which are not in the
+repository.
 
 One part of a page is not scanned: ```json blocks (examples of a tool's output, which may hold any
 hex). The block ``scripts/default_runs.py --write`` writes into METHODS.md is scanned like the rest:
@@ -17,8 +22,17 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-USER_PAGES = ["BENCHMARKS.md", "METHODS.md"]
+import edgefd
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+STAMPED = {"docs/RESULTS.md"}
+"""Pages whose generated tables are stamped with the revision that made them."""
+USER_PAGES = sorted(
+    str(path.relative_to(REPO))
+    for pattern in ("README.md", "docs/**/*.md", "benchmarks/*.md", "device/*.md", "export/*.md", "server/*.md")
+    for path in REPO.glob(pattern)
+)
 
 _JSON_BLOCK = re.compile(r"^```json[ \t]*\n.*?^```[ \t]*$", re.S | re.M)
 _WRITTEN_BY_SCRIPT = re.compile(r"<!-- default-runs: start -->.*?<!-- default-runs: end -->", re.S)
@@ -30,7 +44,8 @@ _DATE = re.compile(r"(?<![\w.-])(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d
 _HEXLIKE = re.compile(r"(?<![\w./-])[0-9a-f]{7,40}(?![\w/-])")
 # The specs: "§9", "spec §6.2", "specs/x.md", "the spec's recipe".
 _SPEC = re.compile(r"§|\bspecs?\b", re.I)
-_DATED_SECTION = re.compile(r"^## (\d{4}-\d{2}-\d{2}): \S", re.M)
+_RELEASE = re.compile(r"## (?:Unreleased|(\d+)\.(\d+)\.(\d+) - (\d{4}-\d{2}-\d{2}))")
+"""A changelog section: what is not released yet, or a release and its day."""
 
 
 def scanned(text: str) -> str:
@@ -92,16 +107,16 @@ def test_the_checks_skip_json_examples_only():
 
 @pytest.mark.parametrize("name", USER_PAGES)
 def test_user_pages_carry_no_run_dates(name):
-    assert run_dates((DOCS / name).read_text()) == [], (
-        f"docs/{name} names the day of a run: give the current figures, and move when they were "
-        "measured (and what they were before) to docs/CHANGELOG.md"
+    assert run_dates((REPO / name).read_text()) == [], (
+        f"{name} names the day of a run: give the current figures and the command that gives them "
+        "(what changed for a user goes to docs/CHANGELOG.md, under the release)"
     )
 
 
-@pytest.mark.parametrize("name", USER_PAGES)
+@pytest.mark.parametrize("name", sorted(set(USER_PAGES) - STAMPED))
 def test_user_pages_carry_no_commit_ids(name):
-    assert commit_ids((DOCS / name).read_text()) == [], (
-        f"docs/{name} names a commit: describe the code as it is, and move which commit did what to docs/CHANGELOG.md"
+    assert commit_ids((REPO / name).read_text()) == [], (
+        f"{name} names a commit: describe the code as it is, with the command that gives each figure"
     )
 
 
@@ -117,12 +132,17 @@ def test_the_default_runs_block_is_still_there():
     assert len(_WRITTEN_BY_SCRIPT.findall(text)) == 1
 
 
-def test_changelog_has_dated_sections_newest_first():
+def test_changelog_is_by_release_newest_first():
     text = (DOCS / "CHANGELOG.md").read_text()
     sections = [line for line in text.splitlines() if line.startswith("## ")]
-    dated = _DATED_SECTION.findall(text)
-    assert sections and len(dated) == len(sections), (
-        "every section of docs/CHANGELOG.md is '## YYYY-MM-DD: what changed'"
+    releases = [_RELEASE.fullmatch(line) for line in sections]
+    assert sections and all(releases), (
+        "every section of docs/CHANGELOG.md is '## Unreleased' or '## VERSION - YYYY-MM-DD', not " + repr(sections)
     )
-    days = [date.fromisoformat(day) for day in dated]
-    assert days == sorted(days, reverse=True), "docs/CHANGELOG.md's sections run newest first"
+    released = [match for match in releases if match[1]]
+    assert [match[0] for match in releases if not match[1]] in ([], [sections[0]]), "Unreleased comes first, once"
+    versions = [tuple(int(part) for part in match.groups()[:3]) for match in released]
+    days = [date.fromisoformat(match[4]) for match in released]
+    assert versions == sorted(versions, reverse=True) and days == sorted(days, reverse=True), "newest first"
+    current = tuple(int(part) for part in edgefd.__version__.split("."))
+    assert all(version <= current for version in versions), "a release newer than the package's version"

@@ -1,5 +1,6 @@
 """The round loop: sampling fraction, stragglers, evaluation schedule, determinism."""
 
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import numpy as np
@@ -9,6 +10,7 @@ from edgefd.algorithms.base import ClientRole, ServerRole
 from edgefd.algorithms.schema import ArraySpec, MessageSchema, UplinkRejected
 from edgefd.protocol import Payload
 from edgefd.runtime.channel import InProcessChannel
+from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation, LoopConfig
 
 
@@ -44,6 +46,11 @@ class CollectServer(ServerRole):
         return {"arrived": float(len(uplinks))}
 
 
+def loop_config(**settings) -> LoopConfig:
+    """A run's round settings, made as a run makes them."""
+    return SimulationConfig(**settings).loop_config()
+
+
 def make(config, seed=0, clients=10):
     roles = {f"c{i}": EchoClient(f"c{i}") for i in range(clients)}
     server = CollectServer()
@@ -51,7 +58,7 @@ def make(config, seed=0, clients=10):
 
 
 def test_participation_selects_the_fraction_and_uplinks_reach_the_server():
-    federation, roles, server = make(LoopConfig(rounds=4, participation=0.3))
+    federation, roles, server = make(loop_config(rounds=4, participation=0.3))
     records = federation.run()[1:]  # after round 0, the hellos
     assert all(len(r.selected) == 3 for r in records)
     assert server.received[2] == {cid: 3 for cid in records[1].selected}
@@ -60,7 +67,7 @@ def test_participation_selects_the_fraction_and_uplinks_reach_the_server():
 
 
 def test_stragglers_train_but_their_uplinks_are_discarded():
-    federation, _, server = make(LoopConfig(rounds=20, straggler_rate=0.5))
+    federation, _, server = make(loop_config(rounds=20, straggler_rate=0.5))
     records = federation.run()[1:]  # after round 0, the hellos
     late = sum(len(r.late) for r in records)
     assert 60 < late < 140  # about half of 200
@@ -69,12 +76,12 @@ def test_stragglers_train_but_their_uplinks_are_discarded():
 
 
 def test_evaluation_schedule_and_same_seed_same_selection():
-    first, _, _ = make(LoopConfig(rounds=5, participation=0.5, eval_every=2))
-    second, _, _ = make(LoopConfig(rounds=5, participation=0.5, eval_every=2))
+    first, _, _ = make(loop_config(rounds=5, participation=0.5, eval_every=2))
+    second, _, _ = make(loop_config(rounds=5, participation=0.5, eval_every=2))
     a, b = first.run()[1:], second.run()[1:]
     assert [r.selected for r in a] == [r.selected for r in b]
     assert [r.accuracy is not None for r in a] == [False, True, False, True, True]
-    other, _, _ = make(LoopConfig(rounds=5, participation=0.5), seed=1)
+    other, _, _ = make(loop_config(rounds=5, participation=0.5), seed=1)
     assert [r.selected for r in other.run()[1:]] != [r.selected for r in a]
 
 
@@ -83,8 +90,10 @@ def test_evaluation_schedule_and_same_seed_same_selection():
     [dict(rounds=0), dict(participation=0), dict(participation=1.5), dict(straggler_rate=1.0), dict(eval_every=0)],
 )
 def test_bad_loop_settings_are_rejected(bad):
-    with pytest.raises(ValueError):
-        make(LoopConfig(**bad))
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        loop_config(**bad)
+    with pytest.raises(ValueError, match=next(iter(bad))):  # a LoopConfig made otherwise is checked too
+        LoopConfig(**{**asdict(loop_config()), **bad})
 
 
 class AskingClient(ClientRole):
@@ -135,7 +144,7 @@ class LoggingServer(ServerRole):
 def test_step_exchange_runs_clients_one_after_another_and_counts_every_message():
     roles = {f"c{i}": AskingClient(f"c{i}") for i in range(3)}
     server = LoggingServer()
-    federation = Federation(server, InProcessChannel(roles), LoopConfig(rounds=2), np.random.default_rng(0))
+    federation = Federation(server, InProcessChannel(roles), loop_config(rounds=2), np.random.default_rng(0))
     records = federation.run()[1:]  # after round 0, the hellos
     # client c0's three requests are answered before c1 asks, and so on, every round
     assert server.log == [0, 1, 2, 10, 11, 12, 20, 21, 22] * 2
@@ -151,7 +160,7 @@ def test_step_exchange_refuses_stragglers():
         Federation(
             LoggingServer(),
             InProcessChannel({"c0": AskingClient("c0")}),
-            LoopConfig(straggler_rate=0.2),
+            loop_config(straggler_rate=0.2),
             np.random.default_rng(0),
         )
 
@@ -167,7 +176,7 @@ class LiarClient(EchoClient):
 def test_an_uplink_that_does_not_fit_is_dropped_and_the_round_goes_on(caplog):
     roles = {"c0": EchoClient("c0"), "c1": LiarClient("c1"), "c2": EchoClient("c2")}
     server = CollectServer()
-    federation = Federation(server, InProcessChannel(roles), LoopConfig(rounds=2), np.random.default_rng(0))
+    federation = Federation(server, InProcessChannel(roles), loop_config(rounds=2), np.random.default_rng(0))
     records = federation.run()[1:]
     assert [r.rejected for r in records] == [{"c1": "out-of-range"}] * 2
     assert server.received[2] == {"c0": 3, "c2": 3}  # the others were aggregated
@@ -189,7 +198,7 @@ def test_a_round_that_takes_no_uplink_or_gets_no_accuracy_is_recorded_as_lost(ca
     from edgefd.metrics.results import record_line, summarise
 
     roles = {"c0": BlindLiar("c0"), "c1": BlindLiar("c1")}
-    federation = Federation(CollectServer(), InProcessChannel(roles), LoopConfig(rounds=2), np.random.default_rng(0))
+    federation = Federation(CollectServer(), InProcessChannel(roles), loop_config(rounds=2), np.random.default_rng(0))
     records = federation.run()
     assert [r.lost for r in records] == [[], [], ["uplinks", "evaluation"]]
     assert "round 2: no uplink taken from the 2 selected client(s)" in caplog.text
@@ -206,7 +215,7 @@ def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_s
 
     server = LoggingServer()
     federation = Federation(
-        server, InProcessChannel({"c0": Overasking("c0")}), LoopConfig(rounds=1), np.random.default_rng(0)
+        server, InProcessChannel({"c0": Overasking("c0")}), loop_config(rounds=1), np.random.default_rng(0)
     )
     federation.start()
     with pytest.raises(UplinkRejected, match="out-of-range"):
@@ -242,7 +251,7 @@ class ReplyingServer(CollectServer):
 def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluation():
     roles = {f"c{i}": ReplyingClient(f"c{i}") for i in range(6)}
     server = ReplyingServer()
-    config = LoopConfig(rounds=6, participation=0.5, straggler_rate=0.3)
+    config = loop_config(rounds=6, participation=0.5, straggler_rate=0.3)
     federation = Federation(server, InProcessChannel(roles), config, np.random.default_rng(0))
     records = federation.run()[1:]
     ledger = federation.channel.ledger
@@ -261,7 +270,7 @@ def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluati
 
 
 def test_a_method_without_replies_sends_nothing_after_aggregating():
-    federation, _, _ = make(LoopConfig(rounds=2))
+    federation, _, _ = make(loop_config(rounds=2))
     federation.run()
     sent = {verb for (r, d, _, verb) in federation.channel.ledger.messages if d == "down" and r}
     assert sent == {"train", "evaluate", "stop"}  # no reply
@@ -271,7 +280,6 @@ def test_a_simulated_client_whose_uplink_does_not_encode_misses_the_round(tmp_pa
     """A diverged model's NaN weights cannot be encoded: a device would send nothing (its error is
     logged) and miss the round; a simulated client does the same instead of ending the run."""
     from edgefd.runtime.build import build
-    from edgefd.runtime.config import SimulationConfig
 
     sim = build(SimulationConfig(algo="fd", clients=3, rounds=1, samples_per_client=40, threads=1, out=str(tmp_path)))
     role = sim.clients["client-1"]

@@ -31,7 +31,6 @@ from edgefd.runtime.build import build
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.transport import DOWN, UP
 from edgefd.simulate import run
-from edgefd.training import TrainConfig
 
 # ------------------------------------------------------------------------------------------------
 # The O(C) quantities (Eq. 7, 11, 12, 14; Alg. 2 l.8)
@@ -262,7 +261,7 @@ def make_client(ids, params=None, seed=0, precision="fp32"):
         model,
         "fedict_fc7",
         data,
-        TrainConfig(batch_size=5, lr=0.1),
+        SimulationConfig(batch_size=5, lr=0.1, device="cpu").train_config(),
         np.random.default_rng(seed),
         torch.Generator().manual_seed(seed),
         precision,
@@ -277,7 +276,15 @@ def make_server(params=None, lr=0.1, rounds=3):
 
     torch.manual_seed(1)
     context = ServerContext(
-        ["client-0"], C, (DIM,), {"client-0": "fedict_fc7"}, model, TrainConfig(batch_size=5, lr=lr), 0, "fp32", rounds
+        ["client-0"],
+        C,
+        (DIM,),
+        {"client-0": "fedict_fc7"},
+        model,
+        SimulationConfig(batch_size=5, lr=lr, device="cpu").train_config(),
+        0,
+        "fp32",
+        rounds,
     )
     return FedICTServer(context, params or FedICTParams())
 
