@@ -68,7 +68,7 @@ def _run(
     bar = progress_bars.round_bar(config.rounds, f"{config.algo} on {config.dataset}")
 
     def record(round_record: RoundRecord) -> None:
-        line = writer.add(round_record)
+        line = writer.add(sim.end_round(round_record))
         if round_record.round == HELLO_ROUND:
             return
         if on_round is not None:

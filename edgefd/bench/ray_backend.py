@@ -267,11 +267,11 @@ def run_arm(case: str, arm: str, settings: dict[str, Any]) -> ArmResult:
     sim = build(config)
     start_up = time.perf_counter() - started
     try:
-        sim.federation.start()
+        sim.end_round(sim.federation.start())
         seconds = []
         for r in range(1, config.rounds + 1):
             began = time.perf_counter()
-            sim.federation.run_round(r)
+            sim.end_round(sim.federation.run_round(r))
             seconds.append(time.perf_counter() - began)
         result = ArmResult(
             case,

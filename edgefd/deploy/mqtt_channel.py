@@ -58,11 +58,11 @@ from edgefd.deploy.mqtt_transport import (
     Topics,
 )
 from edgefd.protocol.message import SERVER, Message
-from edgefd.runtime.channel import Serve
+from edgefd.runtime.channel import Delivery, Serve
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import OPEN_MESSAGE_BYTES, Bounds, MessageLimits
 from edgefd.runtime.process import peak_rss_mb
-from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, RoundRecord
+from edgefd.runtime.records import LOST_EVALUATION, RoundRecord
 from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
 from edgefd.settings import setting
 
@@ -264,13 +264,14 @@ class MqttChannel:
         reconnection of theirs the server never saw go offline (a broker restart loses no will)."""
         self.endpoint.on_connect_hooks.append(self._on_connect)
         self.phase: _Phase | None = None
-        self._bytes: dict[int, list[int]] = {}
-        self._wire_at_begin: dict[str, int] = {}
+        self._wire_at_last_record: dict[str, int] | None = None
+        """The wire's totals when the last round's record was made (None: before the first message)."""
+        self._limits_round: int | None = None
         self._configs_due = time.monotonic() + CONFIG_RESEND_SECONDS
         self._last_received = 0.0
         """When the server's thread last took a message (see `_ask_again`)."""
-        self._held: dict[int, dict[str, str]] = {}
-        """Per round, the clients whose steps phase was cut at its hard deadline, and how."""
+        self._held: dict[str, str] = {}
+        """The clients whose steps phase was cut at its hard deadline, and how, since the last delivery."""
 
     def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
         """What the server takes on a topic, decided from the topic alone, before any byte of the
@@ -293,29 +294,37 @@ class MqttChannel:
         return 2 * max(self._largest_message(direction, cid, verb) or 0 for direction, verb in verbs)
 
     # ------------------------------------------------------------------ the Channel protocol
-    def begin(self, round: int) -> None:
+    def _follow_the_limits(self, round: int) -> None:
+        """At a round's first message: the method's bounds of the round (they follow what it
+        learnt, e.g. from the hellos), and the reassembly budget and inbox sized to them."""
+        if round == self._limits_round:
+            return
+        self._limits_round = round
         self.limits.update(self.client_ids)
         shares = {cid: self._budget_share(cid) for cid in self.client_ids}
         self.endpoint.size_budget(shares)
         # room for four of the largest messages waiting for this thread: at least as for open sizes
         largest = max(shares.values(), default=0) // 2
         self.endpoint.size_inbox(max(largest, self.config.max_message_bytes or OPEN_MESSAGE_BYTES))
-        self._wire_at_begin = self._wire_totals()
-        if round != HELLO_ROUND:
-            self._wait_online(self.settings.min_clients)
 
     def send_and_receive(
         self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> dict[str, Message]:
+    ) -> Delivery:
         """Publish each message on its client's topic and collect the answers until each came or
-        the deadline passed (see the module doc); {client: answer} in client-id order. ``steps``:
-        the most requests a client makes (its steps phase's hard deadline grows with it)."""
+        the deadline passed (see the module doc); the answers in client-id order. A training verb
+        waits first until at least `min_clients` clients are online. ``steps``: the most requests
+        a client makes (its steps phase's hard deadline grows with it)."""
+        if self._wire_at_last_record is None:
+            self._wire_at_last_record = self._wire_totals()
         if not messages:
-            return {}
+            return Delivery({})
         spec, round = VERBS[messages[0].verb], messages[0].round
         requests = {m.receiver: m for m in messages}
         if len(requests) != len(messages) or any(m.verb != spec.name or m.round != round for m in messages):
             raise ValueError("send_and_receive: one message per client, all of one verb and round")
+        self._follow_the_limits(round)
+        if spec.trains:
+            self._wait_online(self.settings.min_clients)
         expected = sorted(requests)
         if spec.trains:
             for cid in expected:
@@ -333,10 +342,9 @@ class MqttChannel:
             for cid in expected:
                 if cid not in got:
                     self.stats[cid].missed += 1
-        if spec.counted:
-            down = sum(m.content_bytes for m in messages)
-            self._count(round, sum(msg.content_bytes for msg in got.values()), down)
-        return {cid: got[cid].message for cid in expected if cid in got}
+        held, self._held = self._held, {}
+        answers = {cid: got[cid].message for cid in expected if cid in got}
+        return Delivery(answers, self._refused_on_the_wire(), held)
 
     def send(self, messages: Sequence[Message]) -> None:
         """Publish messages that get no answer; a stop is retained (a client reconnecting now still
@@ -350,33 +358,29 @@ class MqttChannel:
                 STOP_FLUSH_SECONDS,
             )
 
-    def round_bytes(self, round: int) -> tuple[int, int]:
-        up, down = self._bytes.get(round, (0, 0))
-        return up, down
+    def close(self) -> None:
+        """Disconnect from the broker."""
+        self.endpoint.stop()
 
-    def _count(self, round: int, up: int, down: int) -> None:
-        """Method payload bytes of ``round``, as the codec counts them (what `simulate` counts)."""
-        totals = self._bytes.setdefault(round, [0, 0])
-        totals[0] += up
-        totals[1] += down
-
-    def finish(self, record: RoundRecord) -> DeployedRoundRecord:
+    def deployed_record(self, record: RoundRecord) -> DeployedRoundRecord:
+        """A round's record as a deployment keeps it: with what the wire carried since the round
+        before's (MQTT bytes and frames) and the server's memory. Not part of the `Channel`: the
+        server runtime calls it as it records each round."""
         values = {f.name: getattr(record, f.name) for f in fields(record)}
-        held = dict(record.held)
-        for cid, how in self._held.pop(record.round, {}).items():
-            held[cid] = f"{held[cid]}; {how}" if cid in held else how
-        values["held"] = dict(sorted(held.items()))
-        values["rejected"] = self._with_refusals(record.round, dict(record.rejected))
-        deployed = DeployedRoundRecord(**values, wire=self._wire_delta(self._wire_at_begin), peak_rss_mb=peak_rss_mb())
+        before = self._wire_at_last_record if self._wire_at_last_record is not None else self._wire_totals()
+        self._wire_at_last_record = self._wire_totals()
+        wire = {k: v - before[k] for k, v in self._wire_at_last_record.items()}
+        deployed = DeployedRoundRecord(**values, wire=wire, peak_rss_mb=peak_rss_mb())
         self._log_round(deployed)
         return deployed
 
-    def _with_refusals(self, round: int, rejected: dict[str, str]) -> dict[str, str]:
-        """``rejected`` plus the frames and messages the transport refused from each client since
-        the last round's record (before they were ever a message the loop could see), by reason,
-        with the verbs they came on; each such client named in one warning per round, however many
-        frames it sent. An oversized frame on a verb the method takes no content on (FD's hello,
-        FedAvg's step) is counted as VERB_NOT_EXPECTED."""
+    def _refused_on_the_wire(self) -> dict[str, str]:
+        """The frames and messages the transport refused from each client since the last delivery
+        (before they were ever a message the loop could see), by reason, with the verbs they came
+        on, however many frames it sent. An oversized frame
+        on a verb the method takes no content on (FD's hello, FedAvg's step) is counted as
+        VERB_NOT_EXPECTED."""
+        rejected: dict[str, str] = {}
         per_client: dict[str, Counter] = {}
         verbs: dict[tuple[str, str], set[str]] = {}
         for (cid, verb, reason), n in self.endpoint.take_refused().items():
@@ -390,9 +394,8 @@ class MqttChannel:
             said = "; ".join(
                 f"{reason} ({n} on {', '.join(sorted(verbs[cid, reason]))})" for reason, n in sorted(reasons.items())
             )
-            log.warning("round %d: refused from %s on the wire: %s", round, cid, said)
-            rejected[cid] = f"{rejected[cid]}; {said}" if cid in rejected else said
-        return dict(sorted(rejected.items()))
+            rejected[cid] = said  # the loop names each in a warning
+        return rejected
 
     # ------------------------------------------------------------------ the run's start and end
     def publish_configs(self, client_ids: list[str] | None = None) -> None:
@@ -515,7 +518,7 @@ class MqttChannel:
                 f"after {phase.last_step} step(s)"
             )
             log.warning("%s %d: %s held the round: %s", phase.verb, phase.round, cid, how)
-            self._held.setdefault(phase.round, {})[cid] = how
+            self._held[cid] = how
 
     def _wait_online(self, needed: int) -> None:
         started = time.monotonic()
@@ -636,7 +639,6 @@ class MqttChannel:
             return
         phase.last_step, phase.last_answer, phase.step_resends = step, answer, 0
         phase.active_at = time.monotonic()
-        self._count(phase.round, request.content_bytes, answer.content_bytes)
         self.endpoint.publish(self.topics.down(cid, "step"), answer)
 
     def _on_status(self, cid: str, message: Message, topic: str, received_at: float) -> None:
@@ -725,9 +727,6 @@ class MqttChannel:
             "frames_down": sum(s.sent_frames.values()),
             "rejected": sum(s.rejected.values()),
         }
-
-    def _wire_delta(self, before: dict[str, int]) -> dict[str, int]:
-        return {k: v - before[k] for k, v in self._wire_totals().items()}
 
     def _log_round(self, record: DeployedRoundRecord) -> None:
         accuracy = "-" if record.accuracy is None else f"{100 * record.accuracy:.2f}%"

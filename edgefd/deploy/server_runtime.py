@@ -85,13 +85,13 @@ class ServerRuntime:
             summary = self._summary(time.perf_counter() - started)
             self.channel.clear_configs()
         finally:
-            self.channel.endpoint.stop()
+            self.channel.close()
         return summary
 
     def _record(self, record: RoundRecord) -> None:
-        """Each round as it ends: its line in metrics.jsonl, then the checkpoint."""
+        """Each round as it ends: its line in metrics.jsonl (with what the wire carried), then the checkpoint."""
         assert self.writer is not None  # made by run() or _restore()
-        self.writer.add(record)
+        self.writer.add(self.channel.deployed_record(record))
         self._save(record.round)
 
     def _summary(self, seconds: float) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from edgefd.runtime.channel import Channel, InProcessChannel
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import MessageLimits, method_bounds
 from edgefd.runtime.loop import Federation
+from edgefd.runtime.records import RoundRecord
 from edgefd.runtime.transport import InProcessTransport
 from edgefd.runtime.verbs import ClientApp
 from edgefd.training import evaluate_model, for_method, place_model
@@ -56,20 +57,24 @@ class Simulation:
     """Each client's ClientSplit (its train and test indices into `dataset`)."""
     model_note: str | None = None
     """What `--models auto` picked (None when the models were given)."""
+    actors: RayChannel | None = None
+    """Where the clients live in Ray actors (``--backend ray``; also the federation's channel)."""
+
+    def end_round(self, record: RoundRecord) -> RoundRecord:
+        """A round's record as the run keeps it: with Ray, once every actor saved its clients (the
+        time it took is the round's) and with what befell them (`RayChannel.end_round`)."""
+        return record if self.actors is None else self.actors.end_round(record)
 
     def final_clients(self) -> dict[str, Any]:
         """Each client as a finished run's checkpoints read it (its ``model``): the roles, or where
         they live in Ray actors, their models fetched from there."""
-        if self.clients:
+        if self.actors is None:
             return self.clients
-        models = self.federation.channel.client_models()  # type: ignore[attr-defined]
-        return {cid: SimpleNamespace(model=model) for cid, model in models.items()}
+        return {cid: SimpleNamespace(model=model) for cid, model in self.actors.client_models().items()}
 
     def close(self) -> None:
         """Frees what the run holds outside this process (a Ray backend's actors and local Ray)."""
-        close = getattr(self.federation.channel, "close", None)
-        if close is not None:
-            close()
+        self.federation.channel.close()
 
 
 def _seed_stream(seed: int, *key: int) -> np.random.SeedSequence:
@@ -308,6 +313,7 @@ def build_with(config: SimulationConfig, actors: RayChannel | None) -> Simulatio
         pieces.dataset,
         dict(zip(pieces.client_ids, pieces.splits)),
         model_note=model_choice_note(config, pieces),
+        actors=actors,
     )
 
 

@@ -1,11 +1,11 @@
 """How the round loop reaches the clients: the generic `Channel`, and the in-process channel of a
 simulation.
 
-The loop (:class:`edgefd.runtime.loop.Federation`) selects, draws, aggregates, evaluates and
-records; a channel only carries messages to the clients and brings back the answers that came in
-time, and counts the bytes it carried. It knows no phase of a round: a message's verb says what
-the client is asked, and :class:`edgefd.runtime.verbs.ClientApp` answers it wherever the client
-runs. A simulation's channel calls the clients in this process (`InProcessChannel`); a
+The loop (:class:`edgefd.runtime.loop.Federation`) selects, draws, aggregates, evaluates, counts
+the bytes and records; a channel only carries messages to the clients and brings back the
+answers that came in time, saying which it refused and why. It knows no phase of a round: a
+message's verb says what the client is asked, and :class:`edgefd.runtime.verbs.ClientApp` answers
+it wherever the client runs. A simulation's channel calls the clients in this process (`InProcessChannel`); a
 deployment's sends the same messages over MQTT (`edgefd.deploy.mqtt_channel.MqttChannel`).
 """
 
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from edgefd.protocol.errors import OversizedError, ProtocolError
 from edgefd.protocol.message import Message
-from edgefd.runtime.limits import MessageLimits, client_limit, record_refusals
-from edgefd.runtime.records import RoundRecord
-from edgefd.runtime.transport import DOWN, UP, ByteLedger, InProcessTransport
+from edgefd.runtime.limits import MessageLimits, client_limit
+from edgefd.runtime.transport import InProcessTransport
 from edgefd.runtime.verbs import ClientApp, Deadline, exchange_done
 
 # Types only: `edgefd server --help` reaches this module through the MQTT channel, and torch is slow to import.
@@ -35,39 +35,43 @@ Serve = Callable[[Message], Message]
 """The server's answer to a request a client makes during its work (a ``step``)."""
 
 
+@dataclass
+class Delivery:
+    """What one `Channel.send_and_receive` brought back."""
+
+    answers: dict[str, Message]
+    """The answers that came in time and were taken, by client id in sorted order."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """The clients whose messages the channel refused (larger than a deployment of the run takes,
+    malformed on the wire), and why: the round's ``rejected``."""
+    held: dict[str, str] = field(default_factory=dict)
+    """The clients a deployment cut off at their phase's hard deadline, and how: the round's ``held``."""
+
+
 class Channel(Protocol):
-    """The clients of a run, as the loop sees them."""
+    """The clients of a run, as the loop sees them: it moves messages and nothing else."""
 
     client_ids: list[str]
     """Every client of the run, sorted."""
     run: str
     """The run's name, which every message carries ("" in a simulation, which has one run)."""
 
-    def begin(self, round: int) -> None:
-        """A round (0: the hellos) begins; its clients are not selected yet (a deployment waits
-        here for enough of them online)."""
-        ...
-
     def send_and_receive(
         self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> dict[str, Message]:
-        """Send every message (at most one per client) and return the answers that came in time,
-        by client id in sorted order, never in order of arrival. ``serve`` answers the requests a
-        client makes before it answers (a method that exchanges during training); ``steps``: the
-        most of them a client makes (``ServerRole.max_steps``; a deployment's hard deadline for
-        the phase grows with it, None: the steps get no time of their own)."""
+    ) -> Delivery:
+        """Send every message (at most one per client) and bring back the answers that came in
+        time, by client id in sorted order, never in order of arrival. ``serve`` answers the
+        requests a client makes before it answers (a method that exchanges during training);
+        ``steps``: the most of them a client makes (``ServerRole.max_steps``; a deployment's hard
+        deadline for the phase grows with it, None: the steps get no time of their own)."""
         ...
 
     def send(self, messages: Sequence[Message]) -> None:
         """Send messages that get no answer (the stop)."""
         ...
 
-    def round_bytes(self, round: int) -> tuple[int, int]:
-        """Counted content bytes (the codec's count) carried up and down in ``round``."""
-        ...
-
-    def finish(self, record: RoundRecord) -> RoundRecord:
-        """The round's record, with whatever the channel adds to it (a deployment: the MQTT bytes)."""
+    def close(self) -> None:
+        """Free what the channel holds outside this process (a Ray backend's actors)."""
         ...
 
 
@@ -108,29 +112,19 @@ class InProcessChannel:
         self.transport = transport if transport is not None else InProcessTransport()
         self.limits = limits
         self._client_limits: dict[str, int] = {}
-        self._refused: dict[int, dict[str, str]] = {}
-        """Per round, the clients whose answer was refused for its size, and why (see `finish`)."""
-
-    @property
-    def ledger(self) -> ByteLedger:
-        return self.transport.ledger
-
-    def begin(self, round: int) -> None:
-        """Every client is always there; the limits follow what the method knows now."""
-        if self.limits is not None:
-            self.limits.update(self.client_ids)
-
-    def finish(self, record: RoundRecord) -> RoundRecord:
-        """The record, with the clients whose messages were refused for their size under
-        ``rejected`` (each named in a warning, as a deployment names what it refused on the wire)."""
-        record_refusals(record, self._refused.pop(record.round, {}))
-        return record
+        self._limits_round: int | None = None
+        """The round of the messages the limits were last asked for (they follow what the method
+        knows at each round's first message)."""
 
     def send_and_receive(
         self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> dict[str, Message]:
+    ) -> Delivery:
+        if self.limits is not None and messages and messages[0].round != self._limits_round:
+            self.limits.update(self.client_ids)
+            self._limits_round = messages[0].round
         ask = None if serve is None else (lambda request: self._deliver(serve(self._take(request))))
-        answers = {}
+        delivery = Delivery({})
+        answers = delivery.answers
         for message in sorted(messages, key=lambda m: m.receiver):
             try:
                 received = self._deliver(message)  # another error in it is the server's, and ends the run
@@ -146,7 +140,7 @@ class InProcessChannel:
             try:
                 answers[message.receiver] = self._take(self.apps[message.receiver].handle(received, ask))
             except Refused as refused:
-                self._refused.setdefault(message.round, {})[message.receiver] = refused.reason
+                delivery.refused[message.receiver] = refused.reason
             except ProtocolError as error:  # its answer or request does not encode (a diverged model's NaN)
                 log.warning(
                     "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",
@@ -156,7 +150,7 @@ class InProcessChannel:
                     error,
                 )
         exchange_done(self.apps[message.receiver] for message in messages)
-        return answers
+        return delivery
 
     def _deliver(self, message: Message) -> Message:
         """The server's message as its client takes it: OversizedError when it is larger than the
@@ -184,5 +178,5 @@ class InProcessChannel:
         for message in sorted(messages, key=lambda m: m.receiver):
             self.apps[message.receiver].handle(self.transport.carry(message))
 
-    def round_bytes(self, round: int) -> tuple[int, int]:
-        return self.ledger.total(UP, round), self.ledger.total(DOWN, round)
+    def close(self) -> None:
+        """Nothing to free: the clients live in this process."""

@@ -44,8 +44,10 @@ from edgefd.algorithms.base import ServerRole
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
-from edgefd.runtime.channel import Channel, Serve
+from edgefd.runtime.channel import Channel, Delivery, Serve
+from edgefd.runtime.limits import record_refusals
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, LOST_UPLINKS, RoundRecord
+from edgefd.runtime.transport import DOWN, UP, ByteLedger
 from edgefd.runtime.verbs import Phase, Verb, scores_of, server_at_precision, verb, verbs_in
 
 __all__ = ["HELLO_ROUND", "LOST_EVALUATION", "LOST_UPLINKS", "Federation", "LoopConfig", "RoundRecord"]
@@ -108,6 +110,13 @@ class Federation:
         self.rng = rng
         self.score_server_models = score_server_models
         self.client_ids = list(channel.client_ids)
+        self.ledger = ByteLedger()
+        """Every message the server sent and took, counted once (its content's encoding, and apart
+        its metadata): a round's ``bytes_up`` and ``bytes_down``."""
+        self._refused: dict[str, str] = {}
+        self._held: dict[str, str] = {}
+        """What the channel refused, and whom it cut off, in the round under way (its record's
+        ``rejected`` and ``held``)."""
 
     # ------------------------------------------------------------------ messages
     def _messages(self, name: str, round: int, contents: Mapping[str, Payload | None]) -> list[Message]:
@@ -126,8 +135,30 @@ class Federation:
         """Send verb ``name`` with ``contents`` and take the answers in client-id order (``serve``
         and ``steps``: a client's requests during its work, and the most it makes)."""
         spec: Verb = verb(name)
-        answers = self.channel.send_and_receive(self._messages(name, round, contents), spec.deadline, serve, steps)
+        messages = self._messages(name, round, contents)
+        for message in messages:
+            self.ledger.count(message)
+        delivery: Delivery = self.channel.send_and_receive(messages, spec.deadline, serve, steps)
+        answers = delivery.answers
+        for cid in sorted(answers):
+            self.ledger.count(answers[cid])
+        for cid, why in delivery.refused.items():
+            self._refused[cid] = f"{self._refused[cid]}; {why}" if cid in self._refused else why
+        for cid, how in delivery.held.items():
+            self._held[cid] = f"{self._held[cid]}; {how}" if cid in self._held else how
         return {cid: answers[cid] for cid in sorted(answers)}
+
+    def _close_round(self, record: RoundRecord) -> RoundRecord:
+        """The round's record with its bytes, and what the channel refused and held in it."""
+        record.bytes_up = self.ledger.total(UP, record.round)
+        record.bytes_down = self.ledger.total(DOWN, record.round)
+        held = dict(record.held)
+        for cid, how in self._held.items():
+            held[cid] = f"{held[cid]}; {how}" if cid in held else how
+        record.held = dict(sorted(held.items()))
+        record_refusals(record, self._refused)
+        self._refused, self._held = {}, {}
+        return record
 
     def _sealed(self, content: Payload | None) -> Payload | None:
         return server_at_precision(self.server, content)
@@ -137,15 +168,13 @@ class Federation:
         """Round 0: the one-time uploads, the server's start (FedCache: hashing and relations) and the
         accuracy before training."""
         started = time.perf_counter()
-        self.channel.begin(HELLO_ROUND)
         rejected, taken = self.hello()
-        bytes_up, bytes_down = self.channel.round_bytes(HELLO_ROUND)
-        record = RoundRecord(HELLO_ROUND, None, None, bytes_up, bytes_down, 0.0, [], [], rejected=rejected)
+        record = RoundRecord(HELLO_ROUND, None, None, 0, 0, 0.0, [], [], rejected=rejected)
         if self.client_ids and not taken:
             record.lost.append(LOST_UPLINKS)
         self.evaluate(record)
         record.seconds = time.perf_counter() - started
-        return self.channel.finish(record)
+        return self._close_round(record)
 
     def hello(self) -> tuple[dict[str, str], int]:
         """The one-time uploads and the server's start; returns the clients whose hello was
@@ -185,7 +214,6 @@ class Federation:
 
     def run_round(self, round: int) -> RoundRecord:
         start = time.perf_counter()
-        self.channel.begin(round)
         selected = self.select()
         late_draw = self.rng.random(len(selected))
         stragglers = [cid for cid, u in zip(selected, late_draw) if u < self.config.straggler_rate]
@@ -217,13 +245,12 @@ class Federation:
         for spec in verbs_in(Phase.AFTER_AGGREGATION):
             self.send_phase_verb(spec, round, sorted(uplinks))
 
-        bytes_up, bytes_down = self.channel.round_bytes(round)
         record = RoundRecord(
             round,
             None,
             None,
-            bytes_up,
-            bytes_down,
+            0,
+            0,
             0.0,
             selected,
             late,
@@ -242,7 +269,7 @@ class Federation:
         if round % self.config.eval_every == 0 or round == self.config.rounds:
             self.evaluate(record)
         record.seconds = time.perf_counter() - start
-        return self.channel.finish(record)
+        return self._close_round(record)
 
     def downlink(self, round: int, cid: str) -> Payload | None:
         """The server's content for ``cid`` at the start of ``round``, at the run's precision."""
@@ -299,7 +326,10 @@ class Federation:
 
     def stop(self) -> None:
         """The run is over: every client is told so (a device process exits)."""
-        self.channel.send(self._messages("stop", self.config.rounds, {cid: None for cid in self.client_ids}))
+        messages = self._messages("stop", self.config.rounds, {cid: None for cid in self.client_ids})
+        for message in messages:
+            self.ledger.count(message)
+        self.channel.send(messages)
 
     def run(
         self, on_round: Callable[[RoundRecord], None] | None = None, resume_at: int | None = None
@@ -334,8 +364,9 @@ class StepAnswers:
 
     def __call__(self, request: Message) -> Message:
         """The answer; UplinkRejected (a ValueError, which the channel refuses and counts) for a
-        request the server does not take."""
+        request the server does not take. Every request that arrives is counted, and every answer."""
         server, round, cid = self.federation.server, self.round, self.cid
+        self.federation.ledger.count(request)
         if self.cap is not None and self.taken >= self.cap:
             self.refused += 1
             if self.refused == 1:
@@ -350,4 +381,6 @@ class StepAnswers:
             raise UplinkRejected("empty", "a step request without content")
         server.check_request(round, cid, request.content)
         self.taken += 1
-        return request.answer(self.federation._sealed(server.answer(round, cid, request.content)))
+        answer = request.answer(self.federation._sealed(server.answer(round, cid, request.content)))
+        self.federation.ledger.count(answer)
+        return answer

@@ -4,9 +4,8 @@ Each actor (`ClientHost`) builds its own clients from the run's config, as a dep
 (`prepare` + `build_client`, seeded from (seed, 1, index) alone), and keeps them between rounds:
 nothing but the config and the messages leaves the driver. Client i lives on actor i mod workers.
 
-Messages travel encoded, as bytes: the driver encodes the server's, the actor the client's, and
-the driver counts every message in its `ByteLedger` as `InProcessTransport` does, so the bytes a
-round reports are the same. Answers come back in client-id order, never in order of arrival.
+Messages travel encoded, as bytes: the driver encodes the server's, the actor the client's (the
+loop counts them, as every run's). Answers come back in client-id order, never in order of arrival.
 
 Without ``serve`` every actor answers its selected clients at once (each actor its own clients one
 after another). With ``serve`` (a method that exchanges with the server during training, such as
@@ -15,7 +14,8 @@ clients are called one at a time in client-id order, as in process: the actor ru
 work in a thread that stops at each request, and the driver answers it (`ClientHost.start`,
 `ClientHost.resume`). Either way the results are those of `InProcessChannel`, bit for bit.
 
-Faults: at the end of every round each actor writes the state of the clients that worked in it
+Faults: at the end of every round (`end_round`, which the run calls as it records the round) each
+actor writes the state of the clients that worked in it
 (the project's safe checkpoint format, `edgefd.runtime.checkpoint`) to a folder on its node, in
 one file for all of them (`SavedStates`: a hundred small files a round cost more than the round). A
 worker process that dies takes its clients' answers of the round with it: they miss the round, as
@@ -47,14 +47,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from edgefd.data import registry
 from edgefd.data.dataset import DatasetNotFoundError
-from edgefd.protocol import DEFAULT_MAX_BYTES, decode_message, encode_message
+from edgefd.protocol import decode_message, encode_message
 from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import Message
 from edgefd.runtime import checkpoint
-from edgefd.runtime.channel import Serve
-from edgefd.runtime.limits import MessageLimits, client_limit, record_refusals
+from edgefd.runtime.channel import Delivery, Serve
+from edgefd.runtime.limits import MessageLimits, client_limit
 from edgefd.runtime.records import RoundRecord
-from edgefd.runtime.transport import DOWN, UP, ByteLedger
 from edgefd.runtime.verbs import Deadline, exchange_done
 
 if TYPE_CHECKING:
@@ -321,14 +320,12 @@ class RayChannel:
             self.started_ray = config.ray_address is None
         self.client_ids = sorted(client_ids)
         self.run = ""
-        self.ledger = ByteLedger()
         self.limits = MessageLimits(config.max_message_bytes)
         """The run's message limits: the method's bounds once `edgefd.runtime.build` gives them."""
-        self.refused: dict[int, dict[str, str]] = {}
-        """Per round, the clients whose answer was refused for its size, and why."""
-        self.faults: dict[int, dict[str, str]] = {}
-        """What befell clients in each round not yet finished (`RoundRecord.faults`)."""
-        self.gone: set[int] = set()
+        self._limits_round: int | None = None
+        self._faults: dict[int, dict[str, str]] = {}
+        """What befell clients in each round not yet ended (`RoundRecord.faults`)."""
+        self._gone: set[int] = set()
         """The actors Ray will not restart again."""
         groups = host_indices(config.clients, config.workers)
         nodes = place(ray, len(groups), config.gpus_per_worker)
@@ -345,72 +342,69 @@ class RayChannel:
             .remote(config, indices, make_apps, state_dir, f"actor-{n}")
             for n, (node, indices) in enumerate(zip(nodes, groups))
         ]
-        self.groups = {n: [client_ids[i] for i in indices] for n, indices in enumerate(groups)}
-        self.host = {cid: n for n, cids in self.groups.items() for cid in cids}
-        self.building = [actor.ready.remote() for actor in self.actors]
+        self._groups = {n: [client_ids[i] for i in indices] for n, indices in enumerate(groups)}
+        self._host = {cid: n for n, cids in self._groups.items() for cid in cids}
+        self._building = [actor.ready.remote() for actor in self.actors]
         if wait:
             self.wait_ready()
 
     def wait_ready(self) -> None:
         """Waits until every actor has built its clients; a ValueError (the actors ended) if one cannot."""
-        for answer in self.ray.get(self.building):
+        for answer in self.ray.get(self._building):
             if isinstance(answer, str):
                 self.close()
                 raise ValueError(f"--backend ray: {answer}")
         for n, where in enumerate(self.ray.get([actor.placement.remote() for actor in self.actors])):
             gpus = f", GPU {','.join(where['gpus'])}" if where["gpus"] else ""
-            log.info("actor %d (%d clients) on %s, pid %d%s", n, len(self.groups[n]), where["node"], where["pid"], gpus)
+            clients = len(self._groups[n])
+            log.info("actor %d (%d clients) on %s, pid %d%s", n, clients, where["node"], where["pid"], gpus)
 
-    def begin(self, round: int) -> None:
-        """Every client is always there; the limits follow what the method knows now."""
-        self.limits.update(self.client_ids)
-
-    def finish(self, record: RoundRecord) -> RoundRecord:
+    def end_round(self, record: RoundRecord) -> RoundRecord:
         """Has every actor save its clients as they are at the end of the round (the time it takes
-        is the round's), and records what befell clients in it."""
+        is the round's), and records what befell clients in it. Not part of the `Channel`: the
+        run that chose Ray calls it as it records each round (`edgefd.runtime.build.Simulation`)."""
         started = time.perf_counter()
-        saving = {n: self.actors[n].save.remote(record.round) for n in self.live()}
+        saving = {n: self.actors[n].save.remote(record.round) for n in self._live()}
         for n, ref in saving.items():
-            self.get(n, ref, record.round, "while saving its clients' state after the round", missed=[])
+            self._get(n, ref, record.round, "while saving its clients' state after the round", missed=[])
         record.seconds += time.perf_counter() - started
-        record.faults = dict(sorted(self.faults.pop(record.round, {}).items()))
-        record_refusals(record, self.refused.pop(record.round, {}))
+        record.faults = dict(sorted(self._faults.pop(record.round, {}).items()))
         return record
 
-    def live(self) -> list[int]:
-        return [n for n in range(len(self.actors)) if n not in self.gone]
+    def _live(self) -> list[int]:
+        return [n for n in range(len(self.actors)) if n not in self._gone]
 
-    def get(self, n: int, ref: Any, round: int, when: str, missed: list[str]) -> Any:
+    def _get(self, n: int, ref: Any, round: int, when: str, missed: list[str]) -> Any:
         """The result of actor ``n``'s call ``ref``; None if the actor died meanwhile, which is
         noted against its clients (``missed``: those whose answers of the round died with it),
         and the actor's restart awaited."""
         try:
             return self.ray.get(ref)
         except self.ray.exceptions.RayActorError as error:
-            self.fault(n, round, f"its Ray worker died {when} ({first_line(error)})", missed)
+            self._fault(n, round, f"its Ray worker died {when} ({first_line(error)})", missed)
             return None
 
-    def fault(self, n: int, round: int, what: str, missed: list[str]) -> None:
+    def _fault(self, n: int, round: int, what: str, missed: list[str]) -> None:
         """Notes ``what`` happened to actor ``n``'s clients in ``round`` (``missed``: those that
         miss the round for it), then waits for Ray to restart the actor and notes what became of
         each of its clients (or that it is gone for good)."""
-        notes = self.faults.setdefault(round, {})
-        if n in self.gone:
+        notes = self._faults.setdefault(round, {})
+        if n in self._gone:
             for cid in missed:
                 notes[cid] = "its Ray actor is gone: it misses every round left"
             return
         log.warning("round %d: actor %d: %s", round, n, what)
         try:
-            outcome = self.restarted(n)
+            outcome = self._restarted(n)
         except RuntimeError as error:
-            self.gone.add(n)
-            outcome = {cid: f"{error}: it misses every round left" for cid in self.groups[n]}
-        for cid in self.groups[n]:
+            self._gone.add(n)
+            outcome = {cid: f"{error}: it misses every round left" for cid in self._groups[n]}
+        for cid in self._groups[n]:
             missing = ": it missed the round" if cid in missed else ""
             notes[cid] = f"{what}{missing}; {outcome.get(cid, 'not restarted')}"
             log.warning("round %d: %s: %s", round, cid, notes[cid])
 
-    def restarted(self, n: int) -> dict[str, str]:
+    def _restarted(self, n: int) -> dict[str, str]:
         """Waits for Ray to restart actor ``n``: what became of its clients; a RuntimeError when it
         will not come back (restarted `RESTARTS` times already, or not within `RESTART_WAIT_S`)."""
         exceptions = self.ray.exceptions
@@ -427,35 +421,25 @@ class RayChannel:
             except exceptions.RayActorError as error:
                 raise RuntimeError(f"not restarted ({first_line(error)})") from None
 
-    def down(self, message: Message) -> bytes:
-        """The server's message, encoded and counted."""
-        data = encode_message(message)
-        self.ledger.add(message, len(data) - message.metadata_bytes, message.metadata_bytes)
-        return data
-
-    def up(self, data: bytes, max_bytes: int | None = DEFAULT_MAX_BYTES) -> Message:
-        """A client's message, counted and decoded (``max_bytes``: None for an answer whose size the
-        limits took)."""
-        message = decode_message(data, max_bytes=max_bytes)
-        self.ledger.add(message, len(data) - message.metadata_bytes, message.metadata_bytes)
-        return message
-
     def send_and_receive(
         self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> dict[str, Message]:
+    ) -> Delivery:
+        if messages and messages[0].round != self._limits_round:  # the method's bounds of the round
+            self.limits.update(self.client_ids)
+            self._limits_round = messages[0].round
         ordered = sorted(messages, key=lambda m: m.receiver)
         if serve is None:
-            events = self.handle_at_once(ordered)
+            events = self._handle_at_once(ordered)
         else:
-            events = [self.handle_alone(message, serve) for message in ordered]
-        answers = {}
+            events = [self._handle_alone(message, serve) for message in ordered]
+        delivery = Delivery({})
         for message, (kind, value) in zip(ordered, events):
             if kind == "done":
                 refusal = self.limits.refusal(message.receiver, message.verb, len(value))
                 if refusal is None:
-                    answers[message.receiver] = self.up(value, max_bytes=None)
-                else:  # not counted: it never reaches the server (InProcessChannel)
-                    self.refused.setdefault(message.round, {})[message.receiver] = refusal
+                    delivery.answers[message.receiver] = decode_message(value, max_bytes=None)
+                else:  # it never reaches the server (InProcessChannel)
+                    delivery.refused[message.receiver] = refusal
             elif kind == "missed":
                 log.warning(
                     "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",
@@ -466,66 +450,63 @@ class RayChannel:
                 )
             elif kind == "failed":
                 raise RuntimeError(f"{message.receiver} failed on its actor:\n{value}")
-        return answers
+        return delivery
 
-    def by_actor(self, messages: Sequence[Message]) -> dict[int, list[Message]]:
+    def _by_actor(self, messages: Sequence[Message]) -> dict[int, list[Message]]:
         grouped: dict[int, list[Message]] = {}
         for message in messages:
-            grouped.setdefault(self.host[message.receiver], []).append(message)
+            grouped.setdefault(self._host[message.receiver], []).append(message)
         return grouped
 
-    def handle_at_once(self, ordered: list[Message]) -> list[Event]:
+    def _handle_at_once(self, ordered: list[Message]) -> list[Event]:
         """Every actor answers its clients' messages at the same time as the others."""
         if not ordered:
             return []
         round = ordered[0].round
-        grouped = self.by_actor(ordered)
-        pending = {n: self.actors[n].handle.remote([self.down(m) for m in group]) for n, group in grouped.items()}
+        grouped = self._by_actor(ordered)
+        pending = {n: self.actors[n].handle.remote([encode_message(m) for m in group]) for n, group in grouped.items()}
         by_client: dict[str, Event] = {}
         for n, group in grouped.items():
-            events = self.get(n, pending[n], round, "during the round", [m.receiver for m in group])
+            events = self._get(n, pending[n], round, "during the round", [m.receiver for m in group])
             lost: list[Event] = [("lost", "its actor died")] * len(group)
             by_client.update({m.receiver: event for m, event in zip(group, events if events is not None else lost)})
         return [by_client[m.receiver] for m in ordered]
 
-    def handle_alone(self, message: Message, serve: Serve) -> Event:
+    def _handle_alone(self, message: Message, serve: Serve) -> Event:
         """One client's work, each of its requests answered by ``serve`` as it comes."""
-        n = self.host[message.receiver]
+        n = self._host[message.receiver]
         actor = self.actors[n]
         missed = [message.receiver]
-        event = self.get(n, actor.start.remote(self.down(message)), message.round, "during the round", missed)
+        event = self._get(n, actor.start.remote(encode_message(message)), message.round, "during the round", missed)
         while event is not None and event[0] == "ask":
-            reply = serve(self.up(event[1]))
-            event = self.get(n, actor.resume.remote(self.down(reply)), message.round, "during the round", missed)
+            reply = serve(decode_message(event[1]))
+            event = self._get(n, actor.resume.remote(encode_message(reply)), message.round, "during the round", missed)
         return ("lost", "its actor died") if event is None else event
 
     def send(self, messages: Sequence[Message]) -> None:
-        grouped = self.by_actor(sorted(messages, key=lambda m: m.receiver))
-        refs = {n: self.actors[n].send.remote([self.down(m) for m in group]) for n, group in grouped.items()}
+        grouped = self._by_actor(sorted(messages, key=lambda m: m.receiver))
+        refs = {n: self.actors[n].send.remote([encode_message(m) for m in group]) for n, group in grouped.items()}
         for n, ref in refs.items():
             try:
                 self.ray.get(ref)
             except self.ray.exceptions.RayActorError as error:  # the run is over: nothing is lost
                 log.warning("actor %d died while its clients were told the run is over (%s)", n, first_line(error))
 
-    def round_bytes(self, round: int) -> tuple[int, int]:
-        return self.ledger.total(UP, round), self.ledger.total(DOWN, round)
-
     def client_models(self) -> dict[str, Any]:
         """Every client's model as it is now, fetched from the actors (at the end: to save them);
         an actor that died since the last round gives them as it restored them."""
         models: dict[str, Any] = {}
-        for n in self.live():
+        for n in self._live():
             try:
                 models.update(self.ray.get(self.actors[n].models.remote()))
             except self.ray.exceptions.RayActorError:
-                self.restarted(n)
+                self._restarted(n)
                 models.update(self.ray.get(self.actors[n].models.remote()))
         return dict(sorted(models.items()))
 
     def close(self) -> None:
         """Ends the actors (their saved states deleted), and the local Ray this channel started."""
-        clearing = [self.actors[n].clear.remote() for n in self.live()]
+        clearing = [self.actors[n].clear.remote() for n in self._live()]
         try:
             self.ray.get(clearing, timeout=60)
         except (self.ray.exceptions.RayError, self.ray.exceptions.GetTimeoutError) as error:

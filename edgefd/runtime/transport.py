@@ -1,10 +1,10 @@
-"""Moving messages between roles, and counting the bytes.
+"""Moving messages between roles in this process, and the ledger that counts a run's bytes.
 
 The in-process transport of a simulation does what the MQTT transport does to a message: it
-encodes it with the one codec, counts the encoded length, and hands the *decoded* copy to the
-other side. So the bytes a simulation reports are the bytes a deployment sends (MQTT framing and
-chunk headers are reported apart, by that transport), and no Python object is ever shared
-between a client and the server.
+encodes it with the one codec and hands the *decoded* copy to the other side, so no Python object
+is ever shared between a client and the server. The loop counts, once, what it sends and takes
+(:class:`ByteLedger`): the encoded contents, so the bytes a simulation reports are the bytes a
+deployment sends (MQTT framing and chunk headers are reported apart, by that transport).
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ class ByteLedger:
     metadata: dict[tuple[int, str, str, str], int] = field(default_factory=lambda: defaultdict(int))
     messages: dict[tuple[int, str, str, str], int] = field(default_factory=lambda: defaultdict(int))
 
+    def count(self, message: Message) -> None:
+        """Count ``message``, sent or taken by the server."""
+        self.add(message, message.content_bytes, message.metadata_bytes)
+
     def add(self, message: Message, content_bytes: int, metadata_bytes: int) -> None:
         client = message.receiver if message.sender == SERVER else message.sender
         key = (message.round, DOWN if message.sender == SERVER else UP, client, message.verb)
@@ -54,29 +58,17 @@ class ByteLedger:
 
 
 class InProcessTransport:
-    """Encode, count, decode: a wire without a network."""
+    """Encode, decode: a wire without a network."""
 
-    def __init__(self, ledger: ByteLedger | None = None, max_bytes: int | None = None) -> None:
-        self.ledger = ledger if ledger is not None else ByteLedger()
+    def __init__(self, max_bytes: int | None = None) -> None:
         self.max_bytes = max_bytes
 
     def carry(self, message: Message, max_bytes: int | None = None) -> Message:
         """The message as its receiver decodes it. ``max_bytes``: the largest the receiver takes;
-        a larger one raises OversizedError. The ledger counts what the server sends and what it
-        takes, as a deployed server does: a server's message even when its receiver refuses it, a
-        client's only when it is taken."""
+        a larger one raises OversizedError."""
         data = encode_message(message)
-        from_server = message.sender == SERVER
-        if from_server:
-            self._count(message, len(data))
         largest = self.max_bytes if max_bytes is None else max_bytes
         if largest is not None and len(data) > largest:
             what = f"a {message.verb} message of {len(data)} bytes; at most {largest} taken"
             raise OversizedError(what, field="size")
-        if not from_server:
-            self._count(message, len(data))
         return decode_message(data, max_bytes=DEFAULT_MAX_BYTES if largest is None else largest)
-
-    def _count(self, message: Message, size: int) -> None:
-        metadata_bytes = message.metadata_bytes
-        self.ledger.add(message, size - metadata_bytes, metadata_bytes)

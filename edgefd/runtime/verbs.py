@@ -179,8 +179,11 @@ class ClientApp:
 def exchange_done(apps: Iterable[ClientApp]) -> None:
     """Every client of ``apps`` (the clients of one process) has answered its message of one
     exchange: each method lets go of what its clients shared for it (``ClientRole.done_sharing``)."""
-    for role_type in {type(app.role) for app in apps}:
-        role_type.done_sharing()
+    done: set[type] = set()
+    for app in apps:
+        if type(app.role) not in done:  # once a method (a class's hook)
+            done.add(type(app.role))
+            app.role.done_sharing()
 
 
 def server_at_precision(role: ServerRole, content: Payload | None) -> Payload | None:

@@ -345,7 +345,7 @@ def test_bytes_per_client_per_round_follow_the_formula(dtype, precision, b_s):
     # (with --precision fp16 only the table shrinks: model weights always travel as float32)
     sim.federation.hello()
     sim.federation.run_round(1)
-    ledger = sim.federation.channel.ledger
+    ledger = sim.federation.ledger
     for cid in sim.clients:
         assert ledger.total(DOWN, 1, cid) == down
         assert ledger.total(UP, 1, cid) == up_fixed
@@ -364,7 +364,7 @@ def test_soft_targets_cost_cn_squared_plus_counts_over_fedavg():
     soft, counts = np.zeros((10, 10)), np.zeros(10)
     extra_down = 10 * 10 * 4 + table_overhead(SOFT_TARGETS, soft) + len("dfl") - len("weights")
     extra_up = extra_down + 10 * 4 + table_overhead(CLASS_COUNTS, counts)
-    d, f = dfl.federation.channel.ledger, fedavg.federation.channel.ledger
+    d, f = dfl.federation.ledger, fedavg.federation.ledger
     for cid in dfl.clients:
         assert d.total(DOWN, 1, cid) - f.total(DOWN, 1, cid) == extra_down
         assert d.total(UP, 1, cid) - f.total(UP, 1, cid) == extra_up

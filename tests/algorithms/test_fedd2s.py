@@ -151,7 +151,7 @@ def test_m1_mini_dimensions_are_as_documented():
 @pytest.mark.parametrize("schedule, layer", [("deep_to_shallow", 6), ("floor", 2)])
 def test_bytes_of_each_message_follow_the_formulas(schedule, layer, precision, s_f):
     sim = simulation({"schedule": schedule}, precision=precision)
-    ledger = sim.federation.channel.ledger
+    ledger = sim.federation.ledger
     sim.federation.hello()
     first = run_keeping_replies(sim, 1)["client-0"]
     down = run_keeping_replies(sim, 2)["client-0"]

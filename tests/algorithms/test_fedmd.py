@@ -143,7 +143,7 @@ def test_bytes_per_round_are_the_logit_tables_plus_headers():
     sim.federation.hello()
     sim.federation.run_round(1)
     sim.federation.run_round(2)
-    ledger = sim.federation.channel.ledger
+    ledger = sim.federation.ledger
     table = 20 + len(LOGITS) + 8 + 200 * 10 * 4  # entry, name, 2 dims, N_a x C float32
     seed = 2 + len("alignment_seed") + 8
     for cid in sim.clients:

@@ -258,7 +258,7 @@ def test_bytes_per_round_are_each_model_state_plus_headers():
     sim.federation.hello()
     sim.federation.run_round(1)
     sim.federation.run_round(2)
-    ledger = sim.federation.channel.ledger
+    ledger = sim.federation.ledger
     for cid, client in sim.clients.items():
         state = state_arrays(client.model)
         floats = sum(v.size for v in state.values() if v.dtype == np.float32)

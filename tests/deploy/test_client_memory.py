@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgefd.algorithms.toolkit import shared_by_clients
+from edgefd.algorithms.base import ClientRole
 from edgefd.data import clear_cache
 from edgefd.data.idx import write_idx
 from edgefd.deploy import messages as deploy_messages
@@ -72,17 +72,15 @@ def test_a_client_takes_its_share_on_demand_and_reports_its_peak(tmp_path, monke
     for name in ("start", "stop", "publish"):
         monkeypatch.setattr(device.endpoint, name, lambda *a, **k: None)
     clear_cache()
-    builds = []
-    shared = shared_by_clients(lambda: builds.append(1) or object())  # like FedCache's hash encoder
-    shared()
+    done_sharing = []  # the method's hook: what simulated clients share (FedCache's hash encoder) let go
+    monkeypatch.setattr(ClientRole, "done_sharing", classmethod(lambda cls: done_sharing.append(cls.__name__)))
     with caplog.at_level(logging.INFO, logger="edgefd.deploy.client_runtime"):
         device._handle(
             Incoming("down", "client-1", "config", deploy_messages.config_message(config, "client-1", "mem"), nbytes=0)
         )
         hello = Message("hello", "server", "client-1", 0, run="mem")
         device._handle(Incoming("down", "client-1", "hello", hello, nbytes=0))
-        shared()  # the device let go of what simulated clients share once its hello was answered
-        assert len(builds) == 2
+        assert done_sharing == [type(device.role).__name__]  # once its hello was answered
         device.stopping.set()
         assert device.run() == 0
     built, stopped = (r.getMessage() for r in caplog.records if "peak_rss_mb=" in r.getMessage())

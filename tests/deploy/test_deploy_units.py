@@ -216,7 +216,7 @@ def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it(
     channel = MqttChannel(SimulationConfig(clients=2), settings, clients, Topics("b"), lambda cid: bounds)
     largest = channel._largest_message
     assert largest("up", "client-0", "train") == OPEN_MESSAGE_BYTES  # no round begun yet
-    channel.begin(0)
+    channel._follow_the_limits(0)  # a round's first message
     assert largest("up", "client-0", "train") == 700 + WRAPPING_BYTES
     assert largest("up", "client-0", "hello") == 69_000_000 + WRAPPING_BYTES  # above 64 MiB: the bound's
     assert largest("up", "client-0", "step") == OPEN_MESSAGE_BYTES  # open
@@ -226,7 +226,7 @@ def test_the_deployed_server_refuses_what_exceeds_the_bound_before_buffering_it(
     capped = MqttChannel(
         SimulationConfig(clients=2, max_message_bytes=1_000_000), settings, clients, Topics("b"), lambda cid: bounds
     )
-    capped.begin(0)
+    capped._follow_the_limits(0)
     largest = capped._largest_message
     assert largest("up", "client-0", "train") == 700 + WRAPPING_BYTES
     assert largest("up", "client-0", "hello") == largest("up", "client-0", "step") == 1_000_000
@@ -250,13 +250,13 @@ def test_each_client_has_a_share_of_the_reassembly_budget_and_the_budget_holds_e
         return bounded if cid != "client-7" else {**bounded, "hello": None}  # client-7's hello is open
 
     channel = MqttChannel(config, settings, clients, Topics("r"), bounds)
-    channel.begin(0)
+    channel._follow_the_limits(0)  # a round's first message
     share = 2 * (300_000 + WRAPPING_BYTES)
     assert channel.endpoint._share_bytes == {cid: 2 * 1_000_000 if cid == "client-7" else share for cid in clients}
     assert channel.endpoint.budget.max_bytes == 49 * share + 2 * 1_000_000
     small = {"hello": 0, "train": 500, "steps": 0, "step": 0}  # FD: the eval answers' cap is the largest
     channel = MqttChannel(config, settings, clients, Topics("r"), lambda cid: small)
-    channel.begin(0)
+    channel._follow_the_limits(0)  # a round's first message
     assert channel.endpoint.budget.max_bytes == 50 * 2 * SMALL_ANSWER_MAX_BYTES
 
 
@@ -386,7 +386,8 @@ def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeyp
     sent = []
     monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: sent.append((topic, message)))
     taken = []
-    device.app = ClientApp(SimpleNamespace(receive_reply=lambda round, reply: taken.append((round, reply.kind))))
+    role = SimpleNamespace(receive_reply=lambda r, reply: taken.append((r, reply.kind)), done_sharing=lambda: None)
+    device.app = ClientApp(role)
     device.last_round = 3
 
     def reply(round: int) -> None:

@@ -427,7 +427,7 @@ def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, t
     assert "verb-not-expected (" in refused and "on hello, step)" in refused, refused
     assert "reassembly-budget (" in refused, refused
     assert set(lines[0]["rejected"]) == {CID}
-    assert "round 0: refused from client-0 on the wire: " in text
+    assert "round 0: refused from client-0: " in text
     deployment = json.loads((out / "summary.json").read_text())["deployment"]
     assert deployment["clients"]["client-1"]["on_time"] == deployment["clients"]["client-2"]["on_time"] == 1
 

@@ -55,4 +55,4 @@ def test_deploy_local_refuses_the_uplinks_simulate_refuses_and_learns_the_same(t
     assert deployed["refused_clients"] == simulated["refused_clients"] == {"client-0": 2}
     assert "refused: client-0 in 2/2 rounds" in text  # deploy-local's last line
     server_log = (tmp_path / "deploy" / "logs" / "server.log").read_text()
-    assert "round 1: refused from client-0 on the wire: OversizedError" in server_log
+    assert "round 1: refused from client-0: OversizedError" in server_log

@@ -15,9 +15,9 @@ from edgefd.protocol import FRAME_OVERHEAD, Message, Payload, encode, encode_mes
 RUN = "t"
 
 
-def up(verb: str, content: Payload) -> Message:
-    """``content`` as its sender's message to the server."""
-    return Message(verb, content.sender, "server", content.round, content, run=RUN, is_answer=True)
+def up(verb: str, content: Payload, sender: str, round: int) -> Message:
+    """``content`` as ``sender``'s message to the server in ``round``."""
+    return Message(verb, sender, "server", round, content, run=RUN, is_answer=True)
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +56,12 @@ def test_large_payload_is_chunked_and_counted(broker):
     try:
         time.sleep(0.2)
         big = Payload("weights", {"w": np.arange(3000, dtype=np.float32)})
-        sent = client.publish(Topics(RUN).up("client-0", "train"), up("train", big))
+        sent = client.publish(Topics(RUN).up("client-0", "train"), up("train", big, "client-0", 1))
         got = receive(server)
         assert got.message.content.same_as(big) and (got.client_id, got.verb) == ("client-0", "train")
-        assert got.content_bytes == len(encode(big)) and got.nbytes == len(encode_message(up("train", big)))
-        frames = encode_frames(up("train", big), 1024)
+        sent_message = up("train", big, "client-0", 1)
+        assert got.content_bytes == len(encode(big)) and got.nbytes == len(encode_message(sent_message))
+        frames = encode_frames(sent_message, 1024)
         assert len(frames) > 10 and sent == sum(map(len, frames))
         deadline = time.monotonic() + 2
         while server.stats.received_bytes["up/train"] < sent and time.monotonic() < deadline:
@@ -84,7 +85,7 @@ def test_duplicates_out_of_order_and_garbage_are_handled(broker):
     try:
         time.sleep(0.2)
         payload = Payload("knowledge", {"z": np.ones((50, 10), np.float32)})
-        frames = split(encode_message(up("train", payload)), 400)
+        frames = split(encode_message(up("train", payload, "client-1", 2)), 400)
         order = list(reversed(frames)) + frames[:3]
         for frame in order:
             raw.publish(topic, frame, qos=1).wait_for_publish(2)
@@ -92,8 +93,8 @@ def test_duplicates_out_of_order_and_garbage_are_handled(broker):
         nan = Payload("knowledge", {"z": np.full((2, 2), np.nan, np.float32)})
         garbage = [
             np.random.default_rng(0).bytes(300),
-            split(encode_message(up("train", payload)), 400)[0][:30],
-            split(encode_message(up("train", nan)), 4000)[0],
+            split(encode_message(up("train", payload, "client-1", 2)), 400)[0][:30],
+            split(encode_message(up("train", nan, "client-1", 2)), 4000)[0],
             b"EFC1" + b"\x00" * 60,
         ]
         for blob in garbage:
@@ -155,7 +156,7 @@ def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
         try:
             time.sleep(0.3)
             payload = Payload("hello", {"h": np.arange(700, dtype=np.int64)})
-            client.publish(Topics(RUN).up("client-0", "hello"), up("hello", payload))
+            client.publish(Topics(RUN).up("client-0", "hello"), up("hello", payload, "client-0", 0))
             assert receive(server, 10).message.content.same_as(payload)
         finally:
             client.stop()
@@ -215,11 +216,11 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
             if i % 1000 == 0:
                 peak[0] = max(peak[0], server.budget.used)
                 time.sleep(0.002)  # let the broker and the receiver keep up (QoS 0)
-        too_big = encode_message(up("evaluate", Payload("metrics", {"pad": np.zeros(2_000, np.uint8)})))
+        too_big = encode_message(up("evaluate", Payload("metrics", {"pad": np.zeros(2_000, np.uint8)}), "client-1", 1))
         raw.publish(topics.up("client-1", "evaluate"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
         raw.publish(topics.up("client-9", "train"), split(too_big, 4096)[0], qos=1).wait_for_publish(2)
         good = Payload("knowledge", {"z": np.ones((10, 10), np.float32)})
-        for frame in split(encode_message(up("train", good)), 400):
+        for frame in split(encode_message(up("train", good, "client-1", 3)), 400):
             raw.publish(topics.up("client-1", "train"), frame, qos=1).wait_for_publish(2)
         assert receive(server, timeout=30).message.content.same_as(good)
         assert peak[0] <= budget and server.budget.used <= budget
@@ -235,11 +236,11 @@ def test_memory_attacks_are_bounded_before_decoding(broker):
 
 def test_the_inbox_refuses_what_would_pass_its_byte_bound():
     inbox = Inbox(max_bytes=1_000)
-    message = Incoming("up", "client-1", "train", up("train", Payload("k")), nbytes=600)
+    message = Incoming("up", "client-1", "train", up("train", Payload("k"), "client-1", 1), nbytes=600)
     assert inbox.offer(message) and inbox.bytes == 600
     assert not inbox.offer(message)  # 1,200 would pass the bound
     assert inbox.get_nowait() is message and inbox.bytes == 0
-    huge = Incoming("up", "client-1", "train", up("train", Payload("k")), nbytes=5_000)
+    huge = Incoming("up", "client-1", "train", up("train", Payload("k"), "client-1", 1), nbytes=5_000)
     assert inbox.offer(huge)  # an empty inbox takes anything the topic allowed
 
 
@@ -294,7 +295,7 @@ def test_a_sender_that_never_finishes_its_messages_exhausts_only_its_own_share()
             point._on_message(None, None, Frame(topics.up("client-1", verb), frame))
     assert point._shares["client-1"].used <= 50_000
     good = Payload("knowledge", {"z": np.ones((40, 100), np.float32)})
-    for frame in split(encode_message(up("train", good)), 1024):  # 16 kB in 17 frames
+    for frame in split(encode_message(up("train", good, "client-2", 3)), 1024):  # 16 kB in 17 frames
         point._on_message(None, None, Frame(topics.up("client-2", "train"), frame))
     assert point.inbox.get_nowait().message.content.same_as(good)
     refused = point.take_refused()
@@ -325,7 +326,7 @@ def test_unfinished_messages_are_let_go_on_a_timer_without_another_frame_on_thei
         point._on_message(None, None, Frame(topics.up("client-1", "step"), frame))
     assert point.budget.used > 4_000
     clock.t = 62.0  # another client's frame sweeps every topic
-    lone = encode_message(up("evaluate", Payload("metrics", scalars={"accuracy": 0.5})))
+    lone = encode_message(up("evaluate", Payload("metrics", scalars={"accuracy": 0.5}), "client-2", 1))
     point._on_message(None, None, Frame(topics.up("client-2", "evaluate"), split(lone, 4096)[0]))
     assert point.budget.used == 0 and point.inbox.qsize() == 1
     clock.t = 62.5

@@ -30,7 +30,7 @@ SETTINGS = {
 def exchange(clients, verb, r, contents):
     """Send each client ``verb`` with its content in-process; {client: the content of its answer}."""
     messages = [Message(verb, SERVER, cid, r, contents.get(cid)) for cid in sorted(clients)]
-    answers = InProcessChannel(clients).send_and_receive(messages, VERBS[verb].deadline)
+    answers = InProcessChannel(clients).send_and_receive(messages, VERBS[verb].deadline).answers
     return {cid: answer.content for cid, answer in answers.items()}
 
 

@@ -55,7 +55,6 @@ def test_fedicts_uplink_at_mnist5k_shares_is_over_64_mib_and_taken_by_default(tm
     config = SimulationConfig(algo="fedict", dataset="mnist5k", clients=3, seed=2718, threads=1, out=str(tmp_path))
     sim = build(config)
     try:
-        sim.federation.channel.begin(0)
         sim.federation.hello()  # the server learns each client's samples: its uplink's size
         bounds = {cid: method_bounds(sim.server, cid)["train"] for cid in sim.federation.client_ids}
         features = {cid: role.data.num_train * 16 * 28 * 28 * 4 for cid, role in sim.clients.items()}

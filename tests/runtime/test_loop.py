@@ -149,7 +149,7 @@ def test_step_exchange_runs_clients_one_after_another_and_counts_every_message()
     # client c0's three requests are answered before c1 asks, and so on, every round
     assert server.log == [0, 1, 2, 10, 11, 12, 20, 21, 22] * 2
     assert roles["c1"].answers == [10, 11, 12] * 2
-    messages = federation.channel.ledger.messages
+    messages = federation.ledger.messages
     assert all(messages[(1, d, cid, "step")] == 3 for d in ("up", "down") for cid in roles)
     assert all(messages[(1, d, cid, "steps")] == 1 for d in ("up", "down") for cid in roles)
     assert records[0].bytes_up > 0 and records[0].bytes_down > records[0].bytes_up
@@ -254,7 +254,7 @@ def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluati
     config = loop_config(rounds=6, participation=0.5, straggler_rate=0.3)
     federation = Federation(server, InProcessChannel(roles), config, np.random.default_rng(0))
     records = federation.run()[1:]
-    ledger = federation.channel.ledger
+    ledger = federation.ledger
     for record in records:
         aggregated = set(record.selected) - set(record.late)
         expected = (record.round, (record.round + 1) * len(aggregated))  # the sum of the round's uplinks
@@ -272,7 +272,7 @@ def test_a_reply_reaches_the_aggregated_clients_in_the_round_before_its_evaluati
 def test_a_method_without_replies_sends_nothing_after_aggregating():
     federation, _, _ = make(loop_config(rounds=2))
     federation.run()
-    sent = {verb for (r, d, _, verb) in federation.channel.ledger.messages if d == "down" and r}
+    sent = {verb for (r, d, _, verb) in federation.ledger.messages if d == "down" and r}
     assert sent == {"train", "evaluate", "stop"}  # no reply
 
 

@@ -353,10 +353,10 @@ def test_actors_restarted_between_rounds_go_on_as_if_never_stopped(tmp_path, mon
     """Every actor killed after every round (its saved states written) and restored: the run is
     the in-process run, bit for bit; so a restored client is the client it was."""
     run(SimulationConfig(algo="fedict", out=str(tmp_path / "inprocess"), **SMALL), progress=False)
-    finish = RayChannel.finish
+    end_round = RayChannel.end_round
 
-    def finish_then_kill(channel, record):
-        record = finish(channel, record)
+    def end_round_then_kill(channel, record):
+        record = end_round(channel, record)
         killed = [where["pid"] for where in placements(channel)]
         for actor in channel.actors:
             ray.kill(actor, no_restart=False)
@@ -372,6 +372,6 @@ def test_actors_restarted_between_rounds_go_on_as_if_never_stopped(tmp_path, mon
                 time.sleep(0.1)
         return record
 
-    monkeypatch.setattr(RayChannel, "finish", finish_then_kill)
+    monkeypatch.setattr(RayChannel, "end_round", end_round_then_kill)
     run(SimulationConfig(algo="fedict", out=str(tmp_path / "ray"), backend="ray", workers=2, **SMALL), progress=False)
     assert results(tmp_path / "ray") == results(tmp_path / "inprocess")

@@ -91,7 +91,7 @@ def test_a_round_takes_no_more_step_requests_than_the_clients_declared_data_make
     cap = sim.server.max_steps("client-1")
     assert cap == math.ceil(40 / 16) * 1  # its samples' mini-batches, one epoch (the paper's)
     record = sim.federation.run_round(1)
-    ledger = sim.federation.channel.ledger
+    ledger = sim.federation.ledger
     assert all(ledger.messages[(1, "up", cid, "step")] == cap for cid in sim.clients)  # honest clients fit
     assert record.held == {}
     ids = sim.server.cache.sample_ids("client-1")[:16].astype(np.int32)

@@ -142,7 +142,7 @@ def test_per_batch_exchange_sends_the_spec_bytes_in_one_message_per_batch(tmp_pa
     sim = build(config)
     sim.federation.hello()
     record = sim.federation.run_round(1)
-    ledger = sim.federation.channel.ledger
+    ledger = sim.federation.ledger
     for cid, client in sim.clients.items():
         n = len(client.data.train_y)
         steps = -(-n // 8)
@@ -308,3 +308,17 @@ def test_nothing_is_accepted_that_the_client_does_not_send(honest):
     server = honest[2]  # exchange=round: no step requests
     assert server.request_schemas("client-1") == () and server.uplink_schemas("client-1")
     assert server.uplink_schemas("client-9") == ()  # no hello, no uplink
+
+
+def test_fedcache_clients_let_go_of_what_they_share_when_an_exchange_is_done():
+    """The simulated clients of a process share one hash encoder for their hellos; the method's
+    hook (called by whatever runs clients, after each exchange) lets it go."""
+    from edgefd.algorithms.fedcache.method import FedCacheClient
+    from edgefd.algorithms.toolkit import shared_by_clients
+
+    builds = []
+    shared = shared_by_clients(lambda: builds.append(1) or object())  # like the mobilenet encoder
+    assert shared() is shared()  # built once for every client
+    FedCacheClient.done_sharing()
+    shared()
+    assert len(builds) == 2

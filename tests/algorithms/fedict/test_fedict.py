@@ -379,7 +379,7 @@ def test_bytes_per_round_follow_the_formula_and_fp16_halves_features(tmp_path):
     federation = sim.federation
     federation.hello()
     federation.run_round(1)
-    ledger = federation.channel.ledger
+    ledger = federation.ledger
     C, D_H, F = 10, 16 * 8 * 8, (16, 8, 8)
     for cid, client in sim.clients.items():
         n = len(client.data.train_y)
