@@ -46,7 +46,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 
 from edgefd.algorithms.base import ClientContext, ClientRole
-from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy import control
 from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, QOS, BrokerSettings, Topics, encode_frames
 from edgefd.protocol import Message, Payload, ProtocolError, Reassembler, decode_message
 from edgefd.runtime.verbs import VERBS, ClientApp
@@ -194,9 +194,7 @@ class Device:
         )
         if fleet.broker.username is not None:
             self.client.username_pw_set(fleet.broker.username, fleet.broker.password)
-        offline = encode_frames(
-            deploy_messages.status_message(cid, deploy_messages.OFFLINE, fleet.topics.run), fleet.chunk_size
-        )[0]
+        offline = encode_frames(control.status_message(cid, control.OFFLINE, fleet.topics.run), fleet.chunk_size)[0]
         self.client.will_set(topics.status(cid), offline, qos=QOS, retain=True)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
@@ -216,12 +214,12 @@ class Device:
             return
         topics = self.fleet.topics
         client.subscribe(f"{topics.root}/down/{self.cid}/+", qos=QOS)
-        self._say(deploy_messages.ONLINE)
+        self._say(control.ONLINE)
         self.connected = True
         self.fleet.report.connected += 1
 
     def _say(self, state: str) -> None:
-        status = deploy_messages.status_message(self.cid, state, self.fleet.topics.run)
+        status = control.status_message(self.cid, state, self.fleet.topics.run)
         self._publish(self.fleet.topics.status(self.cid), status, retain=True)
 
     def _publish(self, topic: str, message: Message, retain: bool = False) -> None:
@@ -251,14 +249,14 @@ class Device:
             if not self.stopped:
                 self.stopped = True
                 self.fleet.report.stopped += 1
-                self._say(deploy_messages.OFFLINE)
+                self._say(control.OFFLINE)
             return
-        if verb == deploy_messages.CONFIG:
+        if verb == control.CONFIG:
             # as `edgefd client` does: a config sent again means the server has not seen this device
             # online (a broker that hands retained statuses to exact-topic subscriptions only)
-            self._say(deploy_messages.ONLINE)
+            self._say(control.ONLINE)
             return
-        again = deploy_messages.is_again(request)
+        again = control.is_again(request)
         if again:  # answered at once, so its answer went out before the asking
             self.fleet.report.asked_again += 1
         try:  # an "again" has its request's verb and round: the script's answer is the same
