@@ -1181,6 +1181,20 @@ def verify_rule(recipe: Recipe, page: Path) -> str:
     )
 
 
+class _RenamedFlag(argparse.Action):
+    """A flag's old spelling: an error that names the new one (never taken silently)."""
+
+    def __init__(self, option_strings: list[str], dest: str, new: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: str | None = None) -> None:
+        parser.error(
+            f"{option} is now {self.new} N: the runs at a time on a local Ray (simulate's --workers, Ray actors "
+            "that host clients, is another thing)"
+        )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "recipe",
@@ -1257,10 +1271,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "is a Ray task, on this machine or a cluster: docs/RAY.md); the table is the same (default: %(default)s)",
     )
     parser.add_argument(
-        "--workers",
+        "--parallel",
         type=int,
         metavar="N",
         help="with --backend ray: runs at a time on the local Ray it starts (N x the runs' threads CPUs) (default: 2)",
+    )
+    parser.add_argument(
+        "--workers",
+        nargs="?",
+        action=_RenamedFlag,
+        new="--parallel",
+        metavar="N",
+        help="the old name of --parallel: now an error that names it",
     )
     parser.add_argument(
         "--ray-address",
@@ -1326,15 +1348,15 @@ def run(args: argparse.Namespace) -> int:
 def cluster_of(args: argparse.Namespace) -> tuple[Cluster | None, str | None]:
     """Where the runs go (None: in this process, one after another), or why the flags cannot say."""
     if args.backend != "ray":
-        if args.workers is not None or args.ray_address is not None or args.gpus_per_run is not None:
-            return None, "--workers, --ray-address and --gpus-per-run are for --backend ray"
+        if args.parallel is not None or args.ray_address is not None or args.gpus_per_run is not None:
+            return None, "--parallel, --ray-address and --gpus-per-run are for --backend ray"
         return None, None
-    if args.workers is not None and args.workers < 1:
-        return None, f"--workers must be >= 1, got {args.workers}"
+    if args.parallel is not None and args.parallel < 1:
+        return None, f"--parallel must be >= 1, got {args.parallel}"
     gpus = args.gpus_per_run or 0.0
     if not (math.isfinite(gpus) and gpus >= 0) or (gpus > 1 and not gpus.is_integer()):
         return None, f"--gpus-per-run must be a fraction of one GPU or a whole number of GPUs, got {args.gpus_per_run}"
-    return Cluster(workers=args.workers or Cluster.workers, address=args.ray_address, gpus_per_run=gpus), None
+    return Cluster(parallel=args.parallel or Cluster.parallel, address=args.ray_address, gpus_per_run=gpus), None
 
 
 def _run(args: argparse.Namespace, recipe: Recipe, cluster: Cluster | None) -> int:

@@ -47,8 +47,8 @@ class NoRay(ValueError):
 class Cluster:
     """Where `edgefd reproduce --backend ray` runs a recipe's runs."""
 
-    workers: int = 2
-    """Runs at a time on a local Ray, which is started with workers x the runs' threads CPUs and
+    parallel: int = 2
+    """Runs at a time on a local Ray, which is started with parallel x the runs' threads CPUs and
     stopped at the end."""
     address: str | None = None
     """The Ray cluster to join instead (auto, or HOST:PORT): its CPUs decide how many runs go at once."""
@@ -104,7 +104,7 @@ def run_on_ray(configs: Sequence[SimulationConfig], cluster: Cluster, on_run: On
         ray = import_ray()
         started = not ray.is_initialized()
         if started:
-            connect(ray, cluster.address, cluster.workers * threads)
+            connect(ray, cluster.address, cluster.parallel * threads)
     except ValueError as error:
         raise NoRay(str(error)) from None
     try:

@@ -148,6 +148,18 @@ def test_reproduce_refuses_a_thread_count_below_one(capsys):
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err
 
 
+def test_the_old_spelling_of_parallel_is_an_error_that_names_the_new_one(capsys):
+    """--parallel is the runs at a time; --workers (its old name) is simulate's Ray actors."""
+    from edgefd.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["reproduce", "fedcache", "--backend", "ray", "--workers", "2"])
+    assert exited.value.code == 2
+    assert "--workers is now --parallel N: the runs at a time" in capsys.readouterr().err
+    assert main(["reproduce", "fedcache", "--parallel", "0", "--backend", "ray"]) == 2
+    assert "--parallel must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_an_adam_recipe_does_not_list_sgds_momentum_among_its_settings():
     summary = {
         "config": {"dataset": "digits", "optimizer": "adam", "momentum": 0.9, "lr": 0.01},
