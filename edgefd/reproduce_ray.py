@@ -85,7 +85,7 @@ def run_task(config: SimulationConfig) -> tuple[RunFiles, str]:
 
 def write_run(folder: Path, files: RunFiles) -> None:
     """A task's files into the run's folder; summary.json last, which marks the run finished
-    (`edgefd.reproduce.finished_run`)."""
+    (`edgefd.reproduce.runs.finished_run`)."""
     for name in sorted(files, key=lambda name: name == SUMMARY_FILE):
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)

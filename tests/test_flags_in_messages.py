@@ -23,7 +23,7 @@ OTHER_PROGRAMS = {
     ("edgefd/results_page.py", "--short"): "git rev-parse's, for a table's revision",
     ("edgefd/results_page.py", "--porcelain"): "git status's, for uncommitted code under a table",
     ("edgefd/results_page.py", "--name-only"): "git diff's, for the code changed since a table",
-    ("edgefd/reproduce.py", "--show-toplevel"): "git rev-parse's, for the repository of the results page",
+    ("edgefd/reproduce/verify.py", "--show-toplevel"): "git rev-parse's, for the repository of the results page",
 }
 """(file, flag) of flags that belong to other programs, each with its reason."""
 

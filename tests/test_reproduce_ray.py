@@ -12,9 +12,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from edgefd import reproduce, results_page
+from edgefd import results_page
 from edgefd.cli import main
-from edgefd.reproduce import Arm, Recipe, run_recipe, verify
+from edgefd.recipes import RECIPES, Arm, Recipe
+from edgefd.reproduce.runs import run_recipe
+from edgefd.reproduce.verify import verify
 from edgefd.reproduce_ray import Cluster, NoRay, check_room
 from edgefd.runtime.config import SimulationConfig
 
@@ -84,7 +86,7 @@ def folder_contents(folder, out):
 
 def test_the_ray_backend_gives_the_sequential_table_and_run_folders(tmp_path, monkeypatch, capsys):
     """The main table's timing columns (start-up s, s / round) are left out: they are clock readings."""
-    monkeypatch.setitem(reproduce.RECIPES, TINY.name, TINY)
+    monkeypatch.setitem(RECIPES, TINY.name, TINY)
     assert main(["reproduce", TINY.name, "--out", str(tmp_path / "seq")]) == 0
     printed_sequential = capsys.readouterr().out
     assert main(["reproduce", TINY.name, "--backend", "ray", "--parallel", "2", "--out", str(tmp_path / "ray")]) == 0
@@ -115,7 +117,7 @@ def test_the_ray_backend_gives_the_sequential_table_and_run_folders(tmp_path, mo
 
 
 def test_a_recipe_at_two_threads_on_ray_is_the_sequential_recipe(tmp_path, monkeypatch):
-    monkeypatch.setitem(reproduce.RECIPES, TWO_THREADS.name, TWO_THREADS)
+    monkeypatch.setitem(RECIPES, TWO_THREADS.name, TWO_THREADS)
     assert main(["reproduce", TWO_THREADS.name, "--out", str(tmp_path / "seq")]) == 0
     assert main(["reproduce", TWO_THREADS.name, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
     for arm in TWO_THREADS.arms:

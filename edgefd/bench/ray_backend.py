@@ -7,7 +7,7 @@ they ran). The cases:
 
 - ``overhead``: FD on digits with 100 clients (about 14 samples each): little training per client,
   so the cost per message and per client shows;
-- ``compute``: the fedcache-demo recipe's setting (edgefd/reproduce.py: all of Fashion-MNIST over 20
+- ``compute``: the fedcache-demo recipe's setting (edgefd/recipes/fedcache.py: all of Fashion-MNIST over 20
   clients, ResNet-8/16/20, batch 8, one thread) with its FD arm, whose clients train in parallel
   (the FedCache arm's per-batch exchange calls its clients one at a time: docs/RAY.md).
 
@@ -65,25 +65,6 @@ a local Ray of ``workers`` CPUs."""
 
 CASES = ("overhead", "compute")
 
-FEDCACHE_DEMO_FD: dict[str, Any] = {
-    "dataset": "fmnist",
-    "clients": 20,
-    "partition": "dirichlet:1.0",
-    "models": "resnet8,resnet16,resnet20",
-    "batch_size": 8,
-    "lr": 0.01,
-    "momentum": 0.9,
-    "weight_decay": 5e-4,
-    "epochs": 1,
-    "optimizer_lifecycle": "fresh",
-    "batch_order": "fixed",
-    "threads": 1,
-    "algo": "fd",
-    "params": {"beta": 1.5, "temperature": 3.0, "exclude_self": True},
-}
-"""The fedcache-demo recipe's setting and its FD arm (edgefd/reproduce.py; this layer may not import
-it, so tests/bench/test_ray_bench.py checks the copy)."""
-
 GOALS = {
     "compute_1_worker": 1.10,
     "overhead_1_worker": 1.25,
@@ -140,13 +121,22 @@ def case_config(case: str, settings: dict[str, Any]) -> SimulationConfig:
             device="cpu",
             out=None,
         )
-    return SimulationConfig(
-        **{**FEDCACHE_DEMO_FD, "params": dict(FEDCACHE_DEMO_FD["params"])},
+    return replace(
+        fedcache_demo_fd(),
         rounds=settings["compute_rounds"],
         samples_per_client=settings["compute_samples"],
         device="cpu",
         out=None,
     )
+
+
+def fedcache_demo_fd() -> SimulationConfig:
+    """The fedcache-demo recipe's setting with its FD arm: the compute case's run."""
+    from edgefd.recipes import RECIPES
+
+    recipe = RECIPES["fedcache-demo"]
+    (fd,) = [arm for arm in recipe.arms if arm.algo == "fd"]
+    return replace(recipe.base, **fd.config, algo="fd", params=dict(fd.params))
 
 
 def peak_mb_of(pid: int) -> float:

@@ -396,7 +396,7 @@ def test_end_to_end_on_digits_with_partial_participation(tmp_path):
 
 
 def test_fmnist_recipes_compare_the_issues_methods_single_threaded():
-    from edgefd.reproduce import RECIPES
+    from edgefd.recipes import RECIPES
 
     fedd2s, dfl = RECIPES["fedd2s"], RECIPES["dfl-fmnist"]
     assert [arm.algo for arm in fedd2s.arms] == ["local", "fd", "fedavg", "fedd2s", "fedd2s"]

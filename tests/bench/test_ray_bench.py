@@ -17,18 +17,16 @@ from edgefd import cli
 from edgefd.bench import flower_fd
 from edgefd.bench.ray_backend import (
     ARMS,
-    FEDCACHE_DEMO_FD,
     RESIDENT_PAGES,
     ArmResult,
     FlowerResult,
+    case_config,
     flower_lines,
     goal_lines,
     memory_of,
     table,
 )
 from edgefd.models import build_model
-from edgefd.reproduce import RECIPES
-from edgefd.runtime.config import SimulationConfig
 
 try:
     import ray  # noqa: F401
@@ -94,9 +92,11 @@ def test_the_tables_have_a_row_for_every_arm_and_goal():
 
 
 def test_the_compute_case_is_the_fedcache_demo_recipe_with_its_fd_arm():
-    recipe = RECIPES["fedcache-demo"]
-    (fd,) = [arm for arm in recipe.arms if arm.algo == "fd"]
-    assert replace(recipe.base, algo="fd", params=fd.params) == SimulationConfig(**FEDCACHE_DEMO_FD)
+    settings = {"compute_rounds": 1, "compute_samples": None}
+    config = case_config("compute", settings)
+    assert (config.dataset, config.clients, config.models) == ("fmnist", 20, "resnet8,resnet16,resnet20")
+    assert (config.algo, config.params) == ("fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True})
+    assert (config.batch_size, config.threads, config.rounds, config.samples_per_client) == (8, 1, 1, None)
 
 
 def test_flowers_model_is_edgefds_cnn2():
