@@ -98,20 +98,6 @@ BENCHMARKS = {
             "edgefd bench exchange --clients 5 --samples-per-client 400 --rounds 4",
         ),
     ),
-    "fleet": Subcommand(
-        "fleet",
-        "edgefd.bench.fleet",
-        "1,000+ devices against one broker and one server: what breaks first",
-        description="A load test on loopback: a real Mosquitto, one real `edgefd server`, and N lightweight devices "
-        "(several hundred per process, each its own MQTT connection and identity) replaying the uplink a real "
-        "client recorded, for FD rounds and FedCache rounds (exchange=round). For each N (growing until one breaks) "
-        "prints the start-up, round seconds and uplink latency p50/p95, the CPU of the server, the broker and the "
-        "devices, peak memory, messages per second, late uplinks and which part saturated first.",
-        examples=(
-            "edgefd bench fleet                                        # N = 10 .. 8000, FD and FedCache",
-            "edgefd bench fleet --methods fd --clients 50 --rounds 2   # a quick look",
-        ),
-    ),
     "ray": Subcommand(
         "ray",
         "edgefd.bench.ray_backend",

@@ -1,4 +1,5 @@
-"""The load test's devices: many lightweight MQTT clients in one process, replaying real payloads.
+"""The load test's devices (benchmarks/fleet.py): many lightweight MQTT clients in one process, replaying
+real payloads.
 
 Each device is its own MQTT connection with its own client id and last will, speaking the
 deployment's protocol exactly as `edgefd client` does (retained "online" status, requests on
@@ -20,7 +21,7 @@ so that the server, the broker and the wire carry what a fleet of real devices w
 one process holds hundreds of devices. The connections are driven by one selector loop (paho's
 external-loop API), not a thread per device.
 
-    python -m edgefd.bench.fleet_devices --config run.toml --recorded recorded.npz \\
+    python3 benchmarks/fleet_devices.py --config run.toml --recorded recorded.npz \\
         --broker mqtt://127.0.0.1:1883 --run NAME --first 0 --count 250
 
 prints one JSON line ``{"ready": N}`` once every device is connected and subscribed, and one
@@ -368,7 +369,7 @@ def _peak_rss_mb() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m edgefd.bench.fleet_devices", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python3 benchmarks/fleet_devices.py", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="the run's config (run.toml)")
     parser.add_argument("--recorded", type=Path, required=True, help="the recorded uplink and accuracy (.npz)")
     parser.add_argument("--broker", required=True, help="mqtt://HOST:PORT")
