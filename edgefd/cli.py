@@ -101,15 +101,15 @@ BENCHMARKS = {
     "ray": Subcommand(
         "ray",
         "edgefd.bench.ray_backend",
-        "--backend ray against in-process: 1 and 2 workers, 2 nodes; and Flower's simulation engine",
+        "--backend ray against in-process: 1 and 2 workers, 2 nodes",
         description="Runs an overhead-bound case (FD, digits, 100 clients) and a compute-bound one (the "
         "fedcache-demo setting with FD) in-process and through Ray with 1 worker, 2 workers and 2 nodes of 1 worker "
         "(a local Ray cluster), each arm in a process of its own; prints start-up, median seconds per round, the "
         "ratio to in-process, and the peak memory of the driver, of each worker and of Ray's other processes, "
-        "then the issue's goals. With --flower-python, the same FD round also runs through Flower's simulation "
-        "engine and as a plain loop, for Flower's overhead beside edgefd's.",
+        "then the goals the Ray backend is held to (docs/RAY.md). Flower's simulation engine on the same FD round "
+        "is python3 benchmarks/ray_vs_flower.py, a script of the checkout.",
         examples=(
-            "edgefd bench ray --flower-python ~/flwr-venv/bin/python",
+            "edgefd bench ray --json ray.json",
             "edgefd bench ray --cases overhead --overhead-clients 10 --overhead-rounds 2   # a quick look",
         ),
     ),
