@@ -113,7 +113,8 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
+from edgefd.algorithms.params import check_choices
 from edgefd.algorithms.toolkit import average_states
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload

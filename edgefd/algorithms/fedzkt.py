@@ -86,7 +86,8 @@ import torch
 from torch import nn
 
 from edgefd import kernels, progress
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
+from edgefd.algorithms.params import check_choices
 from edgefd.algorithms.schema import MessageSchema, model_state
 from edgefd.models import build_model
 from edgefd.protocol import Payload

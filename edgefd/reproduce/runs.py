@@ -33,7 +33,8 @@ def changed_params(summary: dict[str, Any], config: SimulationConfig) -> list[st
     a default that changed since the run (the run.toml names only the params a recipe pins). A
     param the code leaves None is resolved when the run starts (from a preset, the run's length),
     so it is not compared."""
-    from edgefd.algorithms.base import get_method, make_params  # torch: not for --help
+    from edgefd.algorithms.base import get_method  # torch: not for --help
+    from edgefd.algorithms.params import make_params
 
     current = asdict(make_params(get_method(config.algo).params, config.params))
     recorded = summary.get("params", {})

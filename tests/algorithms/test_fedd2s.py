@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedd2s import (
     DOWN_KIND,
     HEAD_PREFIX,
@@ -24,6 +23,7 @@ from edgefd.algorithms.fedd2s import (
     distillation_layer,
     kd_loss,
 )
+from edgefd.algorithms.params import make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload, encode

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from edgefd import kernels
-from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedzkt import KIND, FedZKTParams, FedZKTServer, TeacherEnsemble, disagreement, prox_term
+from edgefd.algorithms.params import make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.data import load_dataset
 from edgefd.models import count_bn_buffers, count_parameters
