@@ -113,6 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(its run.toml and summary.json) made with the method params this code would use is kept, so an "
         "interrupted recipe goes on where it stopped",
     )
+    _add_ray_arguments(parser)
+
+
+def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the runs go: this process, or Ray (its flags are for --backend ray alone)."""
     parser.add_argument(
         "--backend",
         choices=BACKENDS,
