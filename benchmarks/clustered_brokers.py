@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
+from broker_rigs import rss_mb, start_mosquitto_bridge, start_rabbitmq_cluster
 
-from edgefd.algorithms.base import parse_param_assignments
-from edgefd.bench.broker_rigs import rss_mb, start_mosquitto_bridge, start_rabbitmq_cluster
+from edgefd.algorithms.params import parse_param_assignments
 from edgefd.deploy.broker import start_broker
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.runtime.build import client_ids_of

@@ -98,32 +98,18 @@ BENCHMARKS = {
             "edgefd bench exchange --clients 5 --samples-per-client 400 --rounds 4",
         ),
     ),
-    "fleet": Subcommand(
-        "fleet",
-        "edgefd.bench.fleet",
-        "1,000+ devices against one broker and one server: what breaks first",
-        description="A load test on loopback: a real Mosquitto, one real `edgefd server`, and N lightweight devices "
-        "(several hundred per process, each its own MQTT connection and identity) replaying the uplink a real "
-        "client recorded, for FD rounds and FedCache rounds (exchange=round). For each N (growing until one breaks) "
-        "prints the start-up, round seconds and uplink latency p50/p95, the CPU of the server, the broker and the "
-        "devices, peak memory, messages per second, late uplinks and which part saturated first.",
-        examples=(
-            "edgefd bench fleet                                        # N = 10 .. 8000, FD and FedCache",
-            "edgefd bench fleet --methods fd --clients 50 --rounds 2   # a quick look",
-        ),
-    ),
     "ray": Subcommand(
         "ray",
         "edgefd.bench.ray_backend",
-        "--backend ray against in-process: 1 and 2 workers, 2 nodes; and Flower's simulation engine",
+        "--backend ray against in-process: 1 and 2 workers, 2 nodes",
         description="Runs an overhead-bound case (FD, digits, 100 clients) and a compute-bound one (the "
         "fedcache-demo setting with FD) in-process and through Ray with 1 worker, 2 workers and 2 nodes of 1 worker "
         "(a local Ray cluster), each arm in a process of its own; prints start-up, median seconds per round, the "
         "ratio to in-process, and the peak memory of the driver, of each worker and of Ray's other processes, "
-        "then the issue's goals. With --flower-python, the same FD round also runs through Flower's simulation "
-        "engine and as a plain loop, for Flower's overhead beside edgefd's.",
+        "then the goals the Ray backend is held to (docs/RAY.md). Flower's simulation engine on the same FD round "
+        "is python3 benchmarks/ray_vs_flower.py, a script of the checkout.",
         examples=(
-            "edgefd bench ray --flower-python ~/flwr-venv/bin/python",
+            "edgefd bench ray --json ray.json",
             "edgefd bench ray --cases overhead --overhead-clients 10 --overhead-rounds 2   # a quick look",
         ),
     ),

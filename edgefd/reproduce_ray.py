@@ -47,8 +47,8 @@ class NoRay(ValueError):
 class Cluster:
     """Where `edgefd reproduce --backend ray` runs a recipe's runs."""
 
-    workers: int = 2
-    """Runs at a time on a local Ray, which is started with workers x the runs' threads CPUs and
+    parallel: int = 2
+    """Runs at a time on a local Ray, which is started with parallel x the runs' threads CPUs and
     stopped at the end."""
     address: str | None = None
     """The Ray cluster to join instead (auto, or HOST:PORT): its CPUs decide how many runs go at once."""
@@ -85,7 +85,7 @@ def run_task(config: SimulationConfig) -> tuple[RunFiles, str]:
 
 def write_run(folder: Path, files: RunFiles) -> None:
     """A task's files into the run's folder; summary.json last, which marks the run finished
-    (`edgefd.reproduce.finished_run`)."""
+    (`edgefd.reproduce.runs.finished_run`)."""
     for name in sorted(files, key=lambda name: name == SUMMARY_FILE):
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def run_on_ray(configs: Sequence[SimulationConfig], cluster: Cluster, on_run: On
         ray = import_ray()
         started = not ray.is_initialized()
         if started:
-            connect(ray, cluster.address, cluster.workers * threads)
+            connect(ray, cluster.address, cluster.parallel * threads)
     except ValueError as error:
         raise NoRay(str(error)) from None
     try:

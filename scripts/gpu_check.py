@@ -45,7 +45,7 @@ from typing import Any
 from same_results import SETTINGS as LIGHT_METHOD  # scripts/: the lighter models some methods need on digits
 
 from edgefd.algorithms.base import list_methods
-from edgefd.reproduce import RECIPES
+from edgefd.recipes import RECIPES
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.process import edgefd_command
 

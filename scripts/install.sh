@@ -40,7 +40,7 @@ if ((${#missing[@]})); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# The tests start RabbitMQ nodes of their own (edgefd/bench/broker_rigs.py): the package's service, which
+# The tests start RabbitMQ nodes of their own (benchmarks/broker_rigs.py): the package's service, which
 # Debian starts where systemd runs, would only hold memory and the default ports.
 if dpkg -s rabbitmq-server >/dev/null 2>&1 && command -v systemctl >/dev/null 2>&1 \
     && systemctl is-active --quiet rabbitmq-server 2>/dev/null; then

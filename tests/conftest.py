@@ -7,7 +7,9 @@ while the other thread waits for a core: beside two busy processes on 2 cores, F
 took 84 s with two threads and 30 s with one, and 18 s either way alone (docs/TESTING.md)."""
 
 import os
+import sys
 import tempfile
+from pathlib import Path
 
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["MKL_NUM_THREADS"] = "1"
@@ -20,3 +22,7 @@ os.environ["EDGEFD_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgefd-test-cache-")
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+# The benchmarks' shared pieces (broker rigs, the fleet load test and its devices) are scripts of
+# benchmarks/, not modules of the package: the tests import them by name, as the scripts import each other.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))

@@ -18,12 +18,10 @@ COMMAND = re.compile(r"\bedgefd ((?:bench )?[a-z][a-z-]*)([^`\n]*)")
 """`edgefd NAME ...` in a string, and what follows it up to a backquote or the end of the line."""
 
 OTHER_PROGRAMS = {
-    ("edgefd/bench/broker_rigs.py", "--timeout"): "rabbitmqctl await_startup's, for the RabbitMQ cluster rig",
-    ("edgefd/bench/broker_rigs.py", "--formatter"): "rabbitmqctl cluster_status's, for the RabbitMQ cluster rig",
     ("edgefd/results_page.py", "--short"): "git rev-parse's, for a table's revision",
     ("edgefd/results_page.py", "--porcelain"): "git status's, for uncommitted code under a table",
     ("edgefd/results_page.py", "--name-only"): "git diff's, for the code changed since a table",
-    ("edgefd/reproduce.py", "--show-toplevel"): "git rev-parse's, for the repository of the results page",
+    ("edgefd/reproduce/verify.py", "--show-toplevel"): "git rev-parse's, for the repository of the results page",
 }
 """(file, flag) of flags that belong to other programs, each with its reason."""
 
@@ -44,8 +42,8 @@ def command_flags() -> dict[str, set[str]]:
 
 
 def module_program_flags() -> set[str]:
-    """The flags of the package's own `python -m edgefd...` programs (the embedded broker, the fleet's
-    devices, the broker rigs, the ACL generator): every literal `add_argument("--x", ...)`."""
+    """The flags of the package's own `python -m edgefd...` programs (the embedded broker and the ACL
+    generator): every literal `add_argument("--x", ...)`."""
     flags = set()
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

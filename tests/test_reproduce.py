@@ -6,19 +6,18 @@ from dataclasses import asdict, replace
 
 import pytest
 
-from edgefd import reproduce, results_page
-from edgefd.reproduce import (
-    CROSS_PLATFORM_POINTS,
-    Arm,
-    Recipe,
+from edgefd import results_page
+from edgefd.recipes import RECIPES, Arm, Recipe
+from edgefd.reproduce.runs import changed_params, run_recipe
+from edgefd.reproduce.table import (
+    arm_settings,
     bytes_to_reach,
-    cross_platform_tolerance,
+    command_text,
     read_per_seed,
     rounds_to_reach,
-    run_recipe,
-    verify,
-    verify_rule,
+    settings_text,
 )
+from edgefd.reproduce.verify import CROSS_PLATFORM_POINTS, cross_platform_tolerance, verify, verify_rule
 from edgefd.runtime.build import local_training_of
 from edgefd.runtime.config import SimulationConfig
 
@@ -46,7 +45,7 @@ def test_a_tiny_recipe_writes_its_table(tmp_path):
     assert (tmp_path / "tiny" / "results.md").read_text() == table
     assert "| Local |" in table and "| FD |" in table
     assert (tmp_path / "tiny" / "fd-s0" / "summary.json").is_file()
-    assert "fedcache" in reproduce.RECIPES
+    assert "fedcache" in RECIPES
 
 
 def test_the_table_names_what_the_arms_share_and_where_they_differ(tmp_path):
@@ -68,7 +67,7 @@ def test_the_table_names_what_the_arms_share_and_where_they_differ(tmp_path):
 
 
 def test_every_recipe_gives_all_its_arms_one_optimiser_lifecycle_batch_order_and_epochs():
-    for recipe in reproduce.RECIPES.values():
+    for recipe in RECIPES.values():
         assert recipe.base.optimizer_lifecycle in ("fresh", "kept"), recipe.name
         assert recipe.base.batch_order in ("fixed", "reshuffle"), recipe.name
         # a recipe that leaves --epochs to the methods must not mix papers with different epochs
@@ -83,7 +82,7 @@ def test_the_table_names_a_difference_in_local_epochs():
         | {"local_training": local_training_of(replace(base, algo=algo))}
         for label, algo in (("FedAvg", "fedavg"), ("DFL", "dfl"))
     }
-    lines = reproduce.settings_text({label: reproduce.arm_settings(s) for label, s in summaries.items()})
+    lines = settings_text({label: arm_settings(s) for label, s in summaries.items()})
     assert "Differences between arms: FedAvg: epochs 1; DFL: epochs 5." in lines
 
 
@@ -133,8 +132,8 @@ def test_a_finished_run_of_the_same_config_is_kept_and_a_changed_one_is_run_agai
 def test_the_command_line_names_every_option_that_moved_the_table_off_the_recipe(tmp_path):
     base = SimulationConfig(dataset="digits", clients=2, rounds=1, models="mlp", samples_per_client=30, threads=2)
     recipe = Recipe("cmd", "test", base, [Arm("Local", "local")], ["Local"], seeds=(0, 1))
-    assert reproduce.command_text(recipe, (0, 1), None, None) == "edgefd reproduce cmd"
-    assert reproduce.command_text(recipe, (0, 1), 1, 2) == "edgefd reproduce cmd"  # the recipe's own values
+    assert command_text(recipe, (0, 1), None, None) == "edgefd reproduce cmd"
+    assert command_text(recipe, (0, 1), 1, 2) == "edgefd reproduce cmd"  # the recipe's own values
     table = run_recipe(recipe, tmp_path, (0,), threads=1)
     assert "Command: `edgefd reproduce cmd --seeds 0 --threads 1`." in table
     assert "threads = 1" in (tmp_path / "cmd" / "local-s0" / "run.toml").read_text()
@@ -148,14 +147,26 @@ def test_reproduce_refuses_a_thread_count_below_one(capsys):
     assert "--threads must be >= 1, got 0" in capsys.readouterr().err
 
 
+def test_the_old_spelling_of_parallel_is_an_error_that_names_the_new_one(capsys):
+    """--parallel is the runs at a time; --workers (its old name) is simulate's Ray actors."""
+    from edgefd.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["reproduce", "fedcache", "--backend", "ray", "--workers", "2"])
+    assert exited.value.code == 2
+    assert "--workers is now --parallel N: the runs at a time" in capsys.readouterr().err
+    assert main(["reproduce", "fedcache", "--parallel", "0", "--backend", "ray"]) == 2
+    assert "--parallel must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_an_adam_recipe_does_not_list_sgds_momentum_among_its_settings():
     summary = {
         "config": {"dataset": "digits", "optimizer": "adam", "momentum": 0.9, "lr": 0.01},
         "models": {"client-0": "mlp"},
         "local_training": {"optimizer_lifecycle": "fresh", "batch_order": "reshuffle"},
     }
-    assert "momentum" not in reproduce.arm_settings(summary)
-    assert reproduce.arm_settings({**summary, "config": {**summary["config"], "optimizer": "sgd"}})["momentum"] == "0.9"
+    assert "momentum" not in arm_settings(summary)
+    assert arm_settings({**summary, "config": {**summary["config"], "optimizer": "sgd"}})["momentum"] == "0.9"
 
 
 def test_a_finished_run_made_under_other_method_defaults_is_run_again(tmp_path, capsys):
@@ -166,7 +177,7 @@ def test_a_finished_run_made_under_other_method_defaults_is_run_again(tmp_path, 
     run_recipe(recipe, tmp_path, (0,))
     summary_file = tmp_path / "defaults" / "fd-s0" / "summary.json"
     summary = json.loads(summary_file.read_text())
-    assert reproduce.changed_params(summary, replace(base, algo="fd")) == []
+    assert changed_params(summary, replace(base, algo="fd")) == []
     name = next(name for name, value in summary["params"].items() if isinstance(value, float))
     summary["params"][name] += 1.0  # as if the run was made when this param's default was another
     summary_file.write_text(json.dumps(summary))
@@ -246,15 +257,15 @@ def test_a_claim_must_name_arms_of_its_recipe():
 def test_the_papers_claims_name_their_table_or_figure_and_their_recipes_arms():
     import re
 
-    claimed = {name: recipe.claims for name, recipe in reproduce.RECIPES.items() if recipe.claims}
+    claimed = {name: recipe.claims for name, recipe in RECIPES.items() if recipe.claims}
     assert {"fedcache", "fedict-a0.5", "dfl-noniid", "fedd2s", "fedzkt-dir0.5"} <= set(claimed)
     for name, claims in claimed.items():
-        labels = {arm.label for arm in reproduce.RECIPES[name].arms}
+        labels = {arm.label for arm in RECIPES[name].arms}
         for claim in claims:
             assert {claim.method, claim.baseline} <= labels
             assert re.match(r"(FedCache|FedICT|DFL|FedD2S|FedZKT), (Table|Fig\.) ", claim.source), claim.source
     # FD is no baseline of the FedICT paper: no FedICT claim names it
-    assert all("FD" not in (c.method, c.baseline) for c in reproduce.RECIPES["fedict-a0.5"].claims)
+    assert all("FD" not in (c.method, c.baseline) for c in RECIPES["fedict-a0.5"].claims)
 
 
 def test_rounds_to_reach_is_the_first_trained_round_at_target():

@@ -12,9 +12,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from edgefd import reproduce, results_page
+from edgefd import results_page
 from edgefd.cli import main
-from edgefd.reproduce import Arm, Recipe, run_recipe, verify
+from edgefd.recipes import RECIPES, Arm, Recipe
+from edgefd.reproduce.runs import run_recipe
+from edgefd.reproduce.verify import verify
 from edgefd.reproduce_ray import Cluster, NoRay, check_room
 from edgefd.runtime.config import SimulationConfig
 
@@ -84,10 +86,10 @@ def folder_contents(folder, out):
 
 def test_the_ray_backend_gives_the_sequential_table_and_run_folders(tmp_path, monkeypatch, capsys):
     """The main table's timing columns (start-up s, s / round) are left out: they are clock readings."""
-    monkeypatch.setitem(reproduce.RECIPES, TINY.name, TINY)
+    monkeypatch.setitem(RECIPES, TINY.name, TINY)
     assert main(["reproduce", TINY.name, "--out", str(tmp_path / "seq")]) == 0
     printed_sequential = capsys.readouterr().out
-    assert main(["reproduce", TINY.name, "--backend", "ray", "--workers", "2", "--out", str(tmp_path / "ray")]) == 0
+    assert main(["reproduce", TINY.name, "--backend", "ray", "--parallel", "2", "--out", str(tmp_path / "ray")]) == 0
     printed = capsys.readouterr().out
     assert not ray.is_initialized()  # the local Ray it started is stopped
 
@@ -115,7 +117,7 @@ def test_the_ray_backend_gives_the_sequential_table_and_run_folders(tmp_path, mo
 
 
 def test_a_recipe_at_two_threads_on_ray_is_the_sequential_recipe(tmp_path, monkeypatch):
-    monkeypatch.setitem(reproduce.RECIPES, TWO_THREADS.name, TWO_THREADS)
+    monkeypatch.setitem(RECIPES, TWO_THREADS.name, TWO_THREADS)
     assert main(["reproduce", TWO_THREADS.name, "--out", str(tmp_path / "seq")]) == 0
     assert main(["reproduce", TWO_THREADS.name, "--backend", "ray", "--out", str(tmp_path / "ray")]) == 0
     for arm in TWO_THREADS.arms:
@@ -135,7 +137,7 @@ def test_verify_runs_on_ray_and_finds_the_sequential_values(tmp_path):
         recipe.name,
         results_page.block_text("edgefd reproduce tiny-ray", "abc", 1, table, results_page.numeric_platform()),
     )
-    assert verify(recipe, page, (0,), tmp_path / "verify", Cluster(workers=1)) == []
+    assert verify(recipe, page, (0,), tmp_path / "verify", Cluster(parallel=1)) == []
     assert (tmp_path / "verify" / recipe.name / "fd-s0" / "summary.json").is_file()  # run again, on Ray
 
 
@@ -155,7 +157,7 @@ def test_an_unreachable_ray_address_is_a_one_line_error(tmp_path):
 
 def test_the_ray_flags_need_the_ray_backend(capsys):
     assert main(["reproduce", "fedict-watch", "--gpus-per-run", "0.5"]) == 2
-    assert "--workers, --ray-address and --gpus-per-run are for --backend ray" in capsys.readouterr().err
+    assert "--parallel, --ray-address and --gpus-per-run are for --backend ray" in capsys.readouterr().err
     assert main(["reproduce", "fedict-watch", "--backend", "ray", "--gpus-per-run", "1.5"]) == 2
     assert "--gpus-per-run must be a fraction of one GPU or a whole number of GPUs, got 1.5" in capsys.readouterr().err
 

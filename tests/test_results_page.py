@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from edgefd import cli, results_page
-from edgefd.reproduce import RECIPES
+from edgefd.recipes import RECIPES
 
 PAGE = """# Results
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
         unregister_method,
     )
 
-_NOT_METHODS = {"base", "describe", "toolkit"}
+_NOT_METHODS = {"base", "describe", "params", "toolkit"}
 
 
 def import_methods() -> None:

@@ -58,7 +58,7 @@ def method_page(name: str) -> str:
 
 def describe(method: MethodSpec) -> str:
     """Everything a user needs to run ``method``: summary, paper, models, params, a command line."""
-    from edgefd.algorithms.base import describe_params
+    from edgefd.algorithms.params import describe_params
 
     lines = [f"{method.name}: {method.summary}"]
     if method.paper:
@@ -87,7 +87,8 @@ def describe(method: MethodSpec) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from edgefd.algorithms.base import describe_params, list_methods
+    from edgefd.algorithms.base import list_methods
+    from edgefd.algorithms.params import describe_params
 
     methods = [m for m in list_methods() if args.name in (None, m.name)]
     if not methods:

@@ -91,7 +91,8 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
+from edgefd.algorithms.params import check_choices
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
 from edgefd.algorithms.toolkit import (
     AGGREGATORS,

@@ -50,7 +50,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
+from edgefd.algorithms.params import check_choices
 from edgefd.algorithms.schema import MessageSchema, knowledge
 from edgefd.data import load_dataset
 from edgefd.protocol import Payload

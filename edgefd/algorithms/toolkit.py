@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from edgefd.algorithms.base import check_choices
+from edgefd.algorithms.params import check_choices
 from edgefd.settings import setting
 
 

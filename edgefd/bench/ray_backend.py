@@ -7,7 +7,7 @@ they ran). The cases:
 
 - ``overhead``: FD on digits with 100 clients (about 14 samples each): little training per client,
   so the cost per message and per client shows;
-- ``compute``: the fedcache-demo recipe's setting (edgefd/reproduce.py: all of Fashion-MNIST over 20
+- ``compute``: the fedcache-demo recipe's setting (edgefd/recipes/fedcache.py: all of Fashion-MNIST over 20
   clients, ResNet-8/16/20, batch 8, one thread) with its FD arm, whose clients train in parallel
   (the FedCache arm's per-batch exchange calls its clients one at a time: docs/RAY.md).
 
@@ -28,10 +28,8 @@ clients, until all are ready); round 0 (the hellos and the first evaluation) is 
 is the median of rounds 1..R (train, aggregate, evaluate). Ratios are against the in-process arm of
 the same case in the same run.
 
-With ``--flower-python PYTHON`` (an interpreter with ``flwr[simulation]`` and torch), the same FD
-round of the overhead case (same split, same model, same training) also runs through Flower's
-simulation engine with 1 worker and as a plain loop in one process (edgefd/bench/flower_fd.py), so
-that Flower's overhead over its floor stands beside edgefd's Ray overhead over in-process.
+Flower's simulation engine on the overhead case's FD round, beside edgefd's Ray overhead, is a script
+of the checkout (it runs Flower under another interpreter): benchmarks/ray_vs_flower.py.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from edgefd.bench.memory import descendants, memory_of, peak_mb_of
 
 if TYPE_CHECKING:
     from edgefd.runtime.config import SimulationConfig
@@ -64,25 +62,6 @@ ARMS = {
 a local Ray of ``workers`` CPUs."""
 
 CASES = ("overhead", "compute")
-
-FEDCACHE_DEMO_FD: dict[str, Any] = {
-    "dataset": "fmnist",
-    "clients": 20,
-    "partition": "dirichlet:1.0",
-    "models": "resnet8,resnet16,resnet20",
-    "batch_size": 8,
-    "lr": 0.01,
-    "momentum": 0.9,
-    "weight_decay": 5e-4,
-    "epochs": 1,
-    "optimizer_lifecycle": "fresh",
-    "batch_order": "fixed",
-    "threads": 1,
-    "algo": "fd",
-    "params": {"beta": 1.5, "temperature": 3.0, "exclude_self": True},
-}
-"""The fedcache-demo recipe's setting and its FD arm (edgefd/reproduce.py; this layer may not import
-it, so tests/bench/test_ray_bench.py checks the copy)."""
 
 GOALS = {
     "compute_1_worker": 1.10,
@@ -119,7 +98,8 @@ class ArmResult:
     """The peak of the memory the arm's processes (the driver and its descendants) hold together,
     sampled in a run of its own (`memory_of`); 0 for an arm not in `MEMORY_ARMS`."""
     memory_measure: str = ""
-    """How `memory_mb` was counted: `RESIDENT_PAGES`, or `PSS` where pages cannot be read."""
+    """How `memory_mb` was counted: `edgefd.bench.memory.RESIDENT_PAGES`, or `edgefd.bench.memory.PSS`
+    where pages cannot be read."""
 
     @property
     def total_mb(self) -> float:
@@ -140,8 +120,8 @@ def case_config(case: str, settings: dict[str, Any]) -> SimulationConfig:
             device="cpu",
             out=None,
         )
-    return SimulationConfig(
-        **{**FEDCACHE_DEMO_FD, "params": dict(FEDCACHE_DEMO_FD["params"])},
+    return replace(
+        fedcache_demo_fd(),
         rounds=settings["compute_rounds"],
         samples_per_client=settings["compute_samples"],
         device="cpu",
@@ -149,82 +129,13 @@ def case_config(case: str, settings: dict[str, Any]) -> SimulationConfig:
     )
 
 
-def peak_mb_of(pid: int) -> float:
-    """A process's peak resident memory (``VmHWM``), 0 if it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+def fedcache_demo_fd() -> SimulationConfig:
+    """The fedcache-demo recipe's setting with its FD arm: the compute case's run."""
+    from edgefd.recipes import RECIPES
 
-
-def pss_mb_of(pid: int) -> float:
-    """A process's proportional set size now (``Pss`` of /proc/PID/smaps_rollup), 0 if it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        pass
-    return 0.0
-
-
-RESIDENT_PAGES = "resident pages"
-PSS = "PSS"
-PAGE = 4096
-_PRESENT = np.uint64(1 << 63)
-_FRAME = np.uint64((1 << 55) - 1)
-_READ = 1 << 23
-"""Bytes of /proc/PID/pagemap read at a time (a mapping of GBs, as Ray's object store, is read in pieces)."""
-
-
-def frames_of(pid: int) -> np.ndarray | None:
-    """The physical frame numbers of ``pid``'s resident pages (empty if it is gone), or None when
-    the kernel hides them (frames read as 0 without root)."""
-    frames, hidden = [], False
-    try:
-        with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
-            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-                if line.endswith("[vsyscall]"):
-                    continue
-                first, last = (int(bound, 16) // PAGE for bound in line.split()[0].split("-"))
-                for start in range(first, last, _READ // 8):
-                    pagemap.seek(start * 8)
-                    entries = np.frombuffer(pagemap.read(min(last - start, _READ // 8) * 8), dtype=np.uint64)
-                    present = entries[(entries & _PRESENT) != 0] & _FRAME
-                    hidden = hidden or bool(present.size and not present.any())
-                    frames.append(present)
-    except OSError:
-        return np.zeros(0, dtype=np.uint64)
-    return None if hidden else np.concatenate(frames) if frames else np.zeros(0, dtype=np.uint64)
-
-
-def memory_of(pids: list[int]) -> tuple[float, str]:
-    """MB that ``pids`` hold together: their distinct resident pages, each physical page once
-    (`RESIDENT_PAGES`); where the pages cannot be read, the sum of their PSS (`PSS`)."""
-    frames = [frames_of(pid) for pid in pids]
-    if any(f is None for f in frames):
-        return sum(pss_mb_of(pid) for pid in pids), PSS
-    return len(np.unique(np.concatenate([f for f in frames if f is not None]))) * PAGE / 2**20, RESIDENT_PAGES
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process whose parent chain leads to ``pid`` (from /proc)."""
-    parents: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found += children
-        todo += children
-    return found
+    recipe = RECIPES["fedcache-demo"]
+    (fd,) = [arm for arm in recipe.arms if arm.algo == "fd"]
+    return replace(recipe.base, **fd.config, algo="fd", params=dict(fd.params))
 
 
 def actor_probe(host: Any) -> tuple[int, str, float]:
@@ -333,93 +244,6 @@ def spawn_arm(case: str, arm: str, settings: dict[str, Any], sample: bool = Fals
     return replace(result, memory_mb=round(peak, 1), memory_measure=measure)
 
 
-@dataclass
-class FlowerResult:
-    """Flower's row. Its round 1 starts Ray and the client actors (Flower starts them lazily) and the
-    plain loop's round 1 warms up, so with 2 rounds or more the medians are over rounds 2..R (edgefd's
-    round 0 does that warm-up); ``start_up`` is the time until the `ServerApp` sees every SuperNode,
-    plus what round 1 took over the median round."""
-
-    ran: bool
-    why_not: str = ""
-    version: str = ""
-    plain_seconds_per_round: float = 0.0
-    flower_seconds_per_round: float = 0.0
-    start_up: float = 0.0
-
-    @property
-    def ratio(self) -> float:
-        return self.flower_seconds_per_round / self.plain_seconds_per_round
-
-
-def write_fd_clients(settings: dict[str, Any], folder: Path) -> None:
-    """The overhead case's clients (their training and test samples, as edgefd splits them) and the
-    round's settings, for edgefd/bench/flower_fd.py."""
-    from edgefd.runtime.build import build
-
-    config = case_config("overhead", settings)
-    sim = build(config)
-    import numpy as np
-
-    roles = [sim.clients[cid] for cid in sorted(sim.clients)]
-    for index, role in enumerate(roles):
-        data = role.data
-        np.savez(
-            folder / f"client-{index}.npz",
-            x=data.train_x.float().numpy(),
-            y=data.train_y.numpy(),
-            test_x=data.test_x.float().numpy(),
-            test_y=data.test_y.numpy(),
-        )
-    params = sim.params
-    meta = {
-        "clients": config.clients,
-        "shape": list(sim.dataset.input_shape),
-        "classes": sim.dataset.num_classes,
-        "workload": {
-            "batch_size": config.batch_size,
-            "lr": config.lr,
-            "momentum": config.momentum,
-            "weight_decay": config.weight_decay,
-            "beta": params.beta,
-            "temperature": params.temperature,
-            "threads": config.threads,
-        },
-    }
-    (folder / "meta.json").write_text(json.dumps(meta))
-
-
-def run_flower(python: str | None, settings: dict[str, Any]) -> FlowerResult:
-    """Flower's row: its simulation engine against its plain loop, or why it did not run."""
-    if not python:
-        return FlowerResult(False, "no --flower-python given")
-    try:
-        check = subprocess.run(
-            [python, "-I", "-c", "import flwr.simulation, ray, torch"], capture_output=True, text=True, check=False
-        )
-    except OSError as error:
-        return FlowerResult(False, f"{python} does not run ({error.strerror})")
-    if check.returncode != 0:
-        last = (check.stderr.strip().splitlines() or ["it did not start"])[-1]
-        return FlowerResult(False, f"{python} cannot import flwr.simulation, ray and torch ({last})")
-    script = Path(__file__).with_name("flower_fd.py")
-    with tempfile.TemporaryDirectory(prefix="edgefd-bench-flower-") as folder:
-        write_fd_clients(settings, Path(folder))
-        command = [python, "-I", str(script), "--data", folder, "--rounds", str(settings["overhead_rounds"])]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"edgefd bench ray: Flower's run failed:\n{done.stderr[-3000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    plain, flower = out["plain"][1:] or out["plain"], out["flower"][1:] or out["flower"]
-    return FlowerResult(
-        True,
-        version=out["flwr"],
-        plain_seconds_per_round=round(statistics.median(plain), 3),
-        flower_seconds_per_round=round(statistics.median(flower), 3),
-        start_up=round(out["start_up"] + out["flower"][0] - statistics.median(flower), 3),
-    )
-
-
 def table(results: list[ArmResult]) -> list[str]:
     """One row per case and arm, ratios against the case's in-process arm."""
     base = {r.case: r for r in results if r.arm == "in-process"}
@@ -480,29 +304,6 @@ def goal_lines(results: list[ArmResult]) -> list[str]:
     return lines
 
 
-def flower_lines(flower: FlowerResult, results: list[ArmResult]) -> list[str]:
-    """Flower's overhead over its plain loop beside edgefd's Ray overhead over in-process (overhead case)."""
-    by = {(r.case, r.arm): r for r in results}
-    lines = [
-        "| FD round, 1 worker | reference s / round | s / round | ratio | start-up s |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    if ("overhead", "ray, 1 worker") in by and ("overhead", "in-process") in by:
-        ray, base = by["overhead", "ray, 1 worker"], by["overhead", "in-process"]
-        lines.append(
-            f"| edgefd, Ray vs in-process | {base.seconds_per_round:.3f} | {ray.seconds_per_round:.3f} "
-            f"| {ray.seconds_per_round / base.seconds_per_round:.2f}x | {ray.start_up:.1f} |"
-        )
-    if flower.ran:
-        lines.append(
-            f"| Flower {flower.version} simulation vs its plain loop | {flower.plain_seconds_per_round:.3f} "
-            f"| {flower.flower_seconds_per_round:.3f} | {flower.ratio:.2f}x | {flower.start_up:.1f} |"
-        )
-    else:
-        lines.append(f"| Flower: not run ({flower.why_not}) | - | - | - | - |")
-    return lines
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cases",
@@ -526,7 +327,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=5,
         metavar="R",
-        help="timed rounds of the overhead case (and of Flower's); the median is reported (default: %(default)s)",
+        help="timed rounds of the overhead case; the median is reported (default: %(default)s)",
     )
     parser.add_argument(
         "--compute-rounds", type=int, default=1, metavar="R", help="timed rounds of the compute case (default: 1)"
@@ -541,8 +342,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--flower-python",
         metavar="PYTHON",
-        help="an interpreter with flwr[simulation] and torch (e.g. a virtual environment's bin/python): the "
-        "overhead case's FD round then also runs through Flower's simulation engine (default: Flower not run)",
+        help="moved: Flower's simulation engine against edgefd's Ray backend is python3 benchmarks/ray_vs_flower.py "
+        "--flower-python PYTHON, a script of the checkout; here an error that says so",
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
 
@@ -568,6 +369,13 @@ def machine() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.flower_python is not None:
+        print(
+            "edgefd bench ray: --flower-python moved to a script of the checkout: "
+            "python3 benchmarks/ray_vs_flower.py --flower-python PYTHON",
+            file=sys.stderr,
+        )
+        return 2
     cases = _names(args.cases, CASES, "case(s)")
     arms = ["in-process", *(a for a in _names(args.arms, list(ARMS), "arm(s)") if a != "in-process")]
     settings = {
@@ -595,20 +403,14 @@ def run(args: argparse.Namespace) -> int:
                     flush=True,
                 )
             results.append(result)
-    flower = (
-        run_flower(args.flower_python, settings) if "overhead" in cases else FlowerResult(False, "no overhead case")
-    )
     print()
     print("\n".join(table(results)))
-    print()
-    print("\n".join(flower_lines(flower, results)))
     print()
     print("\n".join(goal_lines(results)))
     if args.json:
         record = {
             "machine": where,
             "arms": [asdict(r) for r in results],
-            "flower": asdict(flower),
             "settings": settings,
         }
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")

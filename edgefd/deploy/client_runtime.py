@@ -39,7 +39,7 @@ import torch
 
 from edgefd.algorithms.base import ClientData, ClientRole
 from edgefd.data import clear_cache as clear_dataset_cache
-from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy import control
 from edgefd.deploy.client_settings import ClientSettings
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -115,7 +115,7 @@ class ClientRuntime:
         self.cid = settings.client_id
         self.topics = Topics(settings.run)
         will = encode_frames(
-            deploy_messages.status_message(self.cid, deploy_messages.OFFLINE, settings.run), settings.broker.chunk_size
+            control.status_message(self.cid, control.OFFLINE, settings.run), settings.broker.chunk_size
         )[0]
         self.endpoint = MqttEndpoint(
             settings.broker,
@@ -169,7 +169,7 @@ class ClientRuntime:
                     continue
                 self._handle(msg)
         finally:
-            self._say(deploy_messages.OFFLINE)
+            self._say(control.OFFLINE)
             self.endpoint.stop()
         # the device's own figure, for sizing a device (2 GB on a Raspberry Pi 4): its whole life's peak
         log.info("%s: stopped; peak_rss_mb=%.1f", self.cid, peak_rss_mb())
@@ -189,7 +189,7 @@ class ClientRuntime:
                 f"a {message.verb!r} message from {message.sender!r} of run {message.run!r} on the server's topic",
             )
             return
-        if msg.verb == deploy_messages.CONFIG:
+        if msg.verb == control.CONFIG:
             self._configure(message)
             for pending in self._backlog:
                 self._handle(pending)
@@ -206,7 +206,7 @@ class ClientRuntime:
         if self.app is None:
             self._backlog.append(msg)
             return
-        if deploy_messages.is_again(message):
+        if control.is_again(message):
             self._send_again(msg.verb, message.round, msg.received_at)
             return
         spec = VERBS[msg.verb]  # a topic's verb is one of the table's (mqtt_transport.Topics.parse)
@@ -328,7 +328,7 @@ class ClientRuntime:
         raise _Interrupted
 
     def _configure(self, message: Message) -> None:
-        values = deploy_messages.config_from(message)
+        values = control.config_from(message)
         config = replace(SimulationConfig(**values), device=self.settings.device)  # the device's own choice
         if self.config is not None:
             if asdict(config) != asdict(self.config):
@@ -336,7 +336,7 @@ class ClientRuntime:
             # The server sends a config again only to clients it does not see online: its broker did
             # not hand it this client's retained status (RabbitMQ's MQTT plugin hands retained
             # messages to exact-topic subscriptions only, and the server's is status/+). Say it again.
-            self._say(deploy_messages.ONLINE)
+            self._say(control.ONLINE)
             return
         if self.cid not in _client_ids(config):
             raise ValueError(
@@ -367,7 +367,7 @@ class ClientRuntime:
         if note := device_choice(config.device):
             log.info("%s: %s", self.cid, note)
         clear_dataset_cache()  # the role holds its share; the rest of the dataset is not needed again
-        self._say(deploy_messages.ONLINE)
+        self._say(control.ONLINE)
         source = f"data from {self.settings.data_dir}" if self.settings.data_dir else f"its share of {config.dataset}"
         log.info(
             "%s: %s, model %s, %d training samples (%s), from round %d; peak_rss_mb=%.1f so far",
@@ -406,12 +406,12 @@ class ClientRuntime:
         """On every connection: "online" once the role is built (a client still loading its data
         and torch is not yet available; the server does not count it)."""
         if self.role is not None:
-            self._say(deploy_messages.ONLINE)
+            self._say(control.ONLINE)
 
     def _say(self, state: str) -> None:
         self.endpoint.publish(
             self.topics.status(self.cid),
-            deploy_messages.status_message(self.cid, state, self.settings.run, self.last_round),
+            control.status_message(self.cid, state, self.settings.run, self.last_round),
             retain=True,
         )
 

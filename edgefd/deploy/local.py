@@ -92,6 +92,12 @@ def _command(*args: str) -> list[str]:
     return edgefd_command(*args)
 
 
+def _spawn(command: list[str], log_path: Path, env: dict[str, str]) -> subprocess.Popen:
+    """A process of the deployment, its output into its log."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
 def run(args: argparse.Namespace) -> int:
     # torch comes with these: imported here, not for --help
     from edgefd import kernels
@@ -123,32 +129,14 @@ def run(args: argparse.Namespace) -> int:
     processes: dict[str, subprocess.Popen] = {}
     started = time.perf_counter()
     try:
-        with open(out / "logs" / "server.log", "wb") as log:
-            processes["server"] = subprocess.Popen(
-                _command("server", "--config", str(out / "run.toml"), "--quiet", *shared, *timing),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
+        server = _command("server", "--config", str(out / "run.toml"), "--quiet", *shared, *timing)
+        processes["server"] = _spawn(server, out / "logs" / "server.log", env)
         for cid in client_ids_of(config.clients):
-            with open(out / "logs" / f"{cid}.log", "wb") as log:
-                processes[cid] = subprocess.Popen(
-                    _command(
-                        "client",
-                        "--client-id",
-                        cid,
-                        "--state-dir",
-                        str(out / "clients"),
-                        "--models-dir",
-                        str(out / MODELS_DIR),
-                        "--device",
-                        config.device,
-                        *shared,
-                    ),  # fmt: skip
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                )
+            client = _command(
+                "client", "--client-id", cid, "--state-dir", str(out / "clients"),
+                "--models-dir", str(out / MODELS_DIR), "--device", config.device, *shared,
+            )  # fmt: skip
+            processes[cid] = _spawn(client, out / "logs" / f"{cid}.log", env)
         code = follow_rounds(processes["server"], out / METRICS_FILE, config, enabled=not args.quiet)
         for process in processes.values():
             try:

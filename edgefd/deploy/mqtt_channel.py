@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy import control as deploy_messages
 from edgefd.deploy.mqtt_transport import (
     BrokerSettings,
     Incoming,

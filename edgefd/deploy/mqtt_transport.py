@@ -15,6 +15,9 @@ reassembled per topic (duplicates and any order are fine) in its sender's share 
 partial messages, decoded with size limits, and anything that fails is rejected, logged and counted
 in :attr:`WireStats.rejected` (and against its sender: :meth:`MqttEndpoint.take_refused`); nothing a
 stranger sends can raise into the caller. The method code never sees any of this.
+
+One module over 500 lines: a deployment's MQTT wire in one place, as the codec is a payload's: the
+topics and the broker settings, and the endpoint that holds every frame to them.
 """
 
 from __future__ import annotations

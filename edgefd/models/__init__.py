@@ -14,7 +14,6 @@ from ._common import SplitModel
 from .fedd2s import LayeredCNN
 from .registry import (
     DEFAULT_HETERO,
-    ModelEntry,
     assign_models,
     build_model,
     count_bn_buffers,
@@ -25,6 +24,7 @@ from .registry import (
     list_models,
     model_entry,
 )
+from .zoo import ModelEntry
 
 __all__ = [
     "DEFAULT_HETERO",

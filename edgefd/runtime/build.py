@@ -24,8 +24,8 @@ from edgefd.algorithms.base import (
     ServerContext,
     ServerRole,
     get_method,
-    make_params,
 )
+from edgefd.algorithms.params import make_params
 from edgefd.data import load_dataset, partition
 from edgefd.data.registry import clear_cache as clear_dataset_cache
 from edgefd.models import assign_models, build_model, in_channels_of

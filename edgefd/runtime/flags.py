@@ -88,7 +88,7 @@ def parse_bool(text: str) -> bool:
 def config_from_args(args: argparse.Namespace) -> SimulationConfig:
     """The run the flags and the `--config` file give (`given_over_file`: a flag given wins); the
     file's [params] under the ``--param`` flags."""
-    from edgefd.algorithms.base import parse_param_assignments  # torch: not for building the flags
+    from edgefd.algorithms.params import parse_param_assignments  # torch: not for building the flags
 
     values = given_over_file(args, config_fields(), tables=("params",))
     params = values.pop("params", {}) | parse_param_assignments(getattr(args, "param", []))

@@ -12,14 +12,13 @@ from edgefd.algorithms.base import (
     ClientRole,
     MissingSchema,
     ServerRole,
-    check_choices,
     check_schemas,
     get_method,
     list_methods,
-    make_params,
     register_method,
     sent_verbs,
 )
+from edgefd.algorithms.params import check_choices, make_params
 from edgefd.algorithms.schema import MessageSchema
 from edgefd.protocol import Payload
 from edgefd.settings import setting

@@ -22,7 +22,8 @@ from label_order import label_ordered
 
 import edgefd.runtime.build as run_build
 import edgefd.simulate as simulate
-from edgefd.algorithms.base import MethodSpec, get_method, list_methods, make_params
+from edgefd.algorithms.base import MethodSpec, get_method, list_methods
+from edgefd.algorithms.params import make_params
 from edgefd.data import load_dataset
 from edgefd.models import assign_models
 from edgefd.runtime.config import SimulationConfig

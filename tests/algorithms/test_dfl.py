@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from edgefd.algorithms.base import describe_params, make_params
 from edgefd.algorithms.dfl import (
     CLASS_COUNTS,
     SOFT_TARGETS,
@@ -22,6 +21,7 @@ from edgefd.algorithms.dfl import (
     dfl_loss,
     rho,
 )
+from edgefd.algorithms.params import describe_params, make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload, encode
 from edgefd.protocol.codec import HEADER_SIZE

@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedd2s import (
     DOWN_KIND,
     HEAD_PREFIX,
@@ -24,6 +23,7 @@ from edgefd.algorithms.fedd2s import (
     distillation_layer,
     kd_loss,
 )
+from edgefd.algorithms.params import make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.algorithms.toolkit import average_states
 from edgefd.protocol import Payload, encode
@@ -396,7 +396,7 @@ def test_end_to_end_on_digits_with_partial_participation(tmp_path):
 
 
 def test_fmnist_recipes_compare_the_issues_methods_single_threaded():
-    from edgefd.reproduce import RECIPES
+    from edgefd.recipes import RECIPES
 
     fedd2s, dfl = RECIPES["fedd2s"], RECIPES["dfl-fmnist"]
     assert [arm.algo for arm in fedd2s.arms] == ["local", "fd", "fedavg", "fedd2s", "fedd2s"]

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from edgefd.algorithms import fedmd
-from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedmd import CONSENSUS, KIND, LOGITS, FedMDParams, alignment_indices
+from edgefd.algorithms.params import make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.data import load_dataset
 from edgefd.data.dataset import Dataset

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from edgefd import kernels
-from edgefd.algorithms.base import make_params
 from edgefd.algorithms.fedzkt import KIND, FedZKTParams, FedZKTServer, TeacherEnsemble, disagreement, prox_term
+from edgefd.algorithms.params import make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.data import load_dataset
 from edgefd.models import count_bn_buffers, count_parameters
@@ -426,7 +426,7 @@ def test_the_teacher_ensemble_is_the_log_of_the_mean_softmax_and_stays_finite():
 
 
 def test_recipes_give_every_arm_its_own_run_folder():
-    from edgefd.reproduce import RECIPES
+    from edgefd.recipes import RECIPES
 
     for name in ("fedzkt", "fedzkt-dir0.5"):
         arms = RECIPES[name].arms
@@ -440,7 +440,7 @@ def test_recipes_give_every_arm_its_own_run_folder():
 
 def test_presets_fill_only_what_is_left_unset():
     from edgefd.algorithms.fedzkt import preset_scale
-    from edgefd.reproduce import _ZKT_SERVER
+    from edgefd.recipes.fedzkt import SERVER
 
     cpu = FedZKTParams().resolved((1, 8, 8))
     assert (cpu.global_model, cpu.generator, cpu.iterations, cpu.server_batch_size) == (
@@ -453,6 +453,6 @@ def test_presets_fill_only_what_is_left_unset():
     mine = make_params(FedZKTParams, {"iterations": "7", "preset": "paper"}).resolved((1, 28, 28))
     assert mine.iterations == 7 and mine.server_batch_size == 256
     # the reproduce recipes set every field a preset would: their settings do not move with the preset
-    assert set(preset_scale("cpu", (1, 28, 28))) <= set(_ZKT_SERVER)
+    assert set(preset_scale("cpu", (1, 28, 28))) <= set(SERVER)
     with pytest.raises(ValueError, match="preset"):
         FedZKTParams(preset="gpu")

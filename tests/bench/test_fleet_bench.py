@@ -1,15 +1,15 @@
-"""`edgefd bench fleet`: a reduced load test (50 devices, 2 rounds) against a real Mosquitto and a real
+"""benchmarks/fleet.py: a reduced load test (50 devices, 2 rounds) against a real Mosquitto and a real
 `edgefd server`, and the pieces the devices replay with."""
 
 import json
 import shutil
 
+import fleet
 import numpy as np
 import pytest
+from fleet import saturated_part
+from fleet_devices import Recorded, with_device_ids
 
-from edgefd import cli
-from edgefd.bench.fleet import saturated_part
-from edgefd.bench.fleet_devices import Recorded, with_device_ids
 from edgefd.protocol import Payload
 
 needs_mosquitto = pytest.mark.skipif(
@@ -21,11 +21,11 @@ needs_mosquitto = pytest.mark.skipif(
 def test_fifty_devices_run_fd_and_fedcache_rounds_against_one_server(tmp_path, capsys):
     out = tmp_path / "fleet.json"
     argv = [
-        "bench", "fleet", "--methods", "fd", "fedcache", "--clients", "50", "--rounds", "2",
+        "--methods", "fd", "fedcache", "--clients", "50", "--rounds", "2",
         "--samples-per-client", "20", "--devices-per-process", "25", "--dataset", "digits",
         "--out", str(tmp_path / "runs"), "--json", str(out),
     ]  # fmt: skip
-    assert cli.main(argv) == 0
+    assert fleet.main(argv) == 0
     results = json.loads(out.read_text())
     assert [(r["method"], r["clients"]) for r in results] == [("fd", 50), ("fedcache", 50)]
     for result in results:
@@ -76,11 +76,11 @@ def test_the_part_that_saturates_first_is_named_from_the_cpu_it_used():
 def test_the_load_test_spreads_its_devices_over_bridged_site_brokers(tmp_path):
     out = tmp_path / "fleet.json"
     argv = [
-        "bench", "fleet", "--methods", "fd", "--clients", "20", "--rounds", "2", "--topology", "bridge:2",
+        "--methods", "fd", "--clients", "20", "--rounds", "2", "--topology", "bridge:2",
         "--samples-per-client", "20", "--devices-per-process", "10", "--dataset", "digits",
         "--out", str(tmp_path / "runs"), "--json", str(out),
     ]  # fmt: skip
-    assert cli.main(argv) == 0
+    assert fleet.main(argv) == 0
     (result,) = json.loads(out.read_text())
     assert result["ok"], result["problem"]
     assert result["topology"] == "bridge:2" and result["rounds_done"] == 2 and result["late_uplinks"] == 0
@@ -89,5 +89,5 @@ def test_the_load_test_spreads_its_devices_over_bridged_site_brokers(tmp_path):
 
 
 def test_an_unknown_topology_is_refused_with_the_choices(capsys):
-    assert cli.main(["bench", "fleet", "--topology", "rabbit"]) == 2
+    assert fleet.main(["--topology", "rabbit"]) == 2
     assert "mosquitto, rabbitmq:N, bridge:N" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""`edgefd bench ray` runs its arms and prints every row; its copies of the fedcache-demo setting and of
-edgefd's cnn2 (for Flower's interpreter) match the originals."""
+"""`edgefd bench ray` runs its arms and prints every row; its compute case is the fedcache-demo recipe's
+FD arm; its memory figure counts a shared page once."""
 
 from __future__ import annotations
 
@@ -11,24 +11,16 @@ import time
 from dataclasses import replace
 
 import pytest
-import torch
 
 from edgefd import cli
-from edgefd.bench import flower_fd
+from edgefd.bench.memory import RESIDENT_PAGES, memory_of
 from edgefd.bench.ray_backend import (
     ARMS,
-    FEDCACHE_DEMO_FD,
-    RESIDENT_PAGES,
     ArmResult,
-    FlowerResult,
-    flower_lines,
+    case_config,
     goal_lines,
-    memory_of,
     table,
 )
-from edgefd.models import build_model
-from edgefd.reproduce import RECIPES
-from edgefd.runtime.config import SimulationConfig
 
 try:
     import ray  # noqa: F401
@@ -42,7 +34,7 @@ except ImportError:
 def test_ray_benchmark_runs_in_process_and_two_workers(tmp_path, capsys):
     out = tmp_path / "ray.json"
     argv = ["bench", "ray", "--cases", "overhead", "--overhead-clients", "2", "--overhead-rounds", "1"]
-    argv += ["--arms", "ray-2", "--flower-python", str(tmp_path / "no-python"), "--json", str(out)]
+    argv += ["--arms", "ray-2", "--json", str(out)]
     assert cli.main(argv) == 0
     record = json.loads(out.read_text())
     in_process, two = record["arms"]
@@ -54,9 +46,9 @@ def test_ray_benchmark_runs_in_process_and_two_workers(tmp_path, capsys):
     sum_of_peaks = two["driver_mb"] + sum(two["worker_mb"]) + two["ray_other_mb"]
     assert 0 < in_process["memory_mb"] < two["memory_mb"] <= sum_of_peaks
     assert in_process["memory_measure"] == two["memory_measure"] == RESIDENT_PAGES  # CI runs as root
-    assert not record["flower"]["ran"] and "does not run" in record["flower"]["why_not"]
+    assert "flower" not in record
     printed = capsys.readouterr().out
-    assert "| overhead | ray, 2 workers | 1 |" in printed and "| Flower: not run (" in printed
+    assert "| overhead | ray, 2 workers | 1 |" in printed and "Flower" not in printed
     assert "| overhead: 2 workers at most the in-process peak + 1,100 MB |" in printed
 
 
@@ -87,23 +79,19 @@ def test_the_tables_have_a_row_for_every_arm_and_goal():
     assert "| compute: 2 workers at most the in-process peak + 1,400 MB | +1,100 MB at the peak, every process" in goals
     assert "(sum of each one's peak RSS: +1,500 MB) | yes |" in goals
     assert "| Ray start-up under 10 s | at most 1.0 s" in goals
-    flower = FlowerResult(True, version="1.42.0", plain_seconds_per_round=1.0, flower_seconds_per_round=1.3)
-    assert "| Flower 1.42.0 simulation vs its plain loop | 1.000 | 1.300 | 1.30x |" in "\n".join(
-        flower_lines(flower, results)
-    )
 
 
 def test_the_compute_case_is_the_fedcache_demo_recipe_with_its_fd_arm():
-    recipe = RECIPES["fedcache-demo"]
-    (fd,) = [arm for arm in recipe.arms if arm.algo == "fd"]
-    assert replace(recipe.base, algo="fd", params=fd.params) == SimulationConfig(**FEDCACHE_DEMO_FD)
+    settings = {"compute_rounds": 1, "compute_samples": None}
+    config = case_config("compute", settings)
+    assert (config.dataset, config.clients, config.models) == ("fmnist", 20, "resnet8,resnet16,resnet20")
+    assert (config.algo, config.params) == ("fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True})
+    assert (config.batch_size, config.threads, config.rounds, config.samples_per_client) == (8, 1, 1, None)
 
 
-def test_flowers_model_is_edgefds_cnn2():
-    ours = build_model("cnn2", in_channels=1, num_classes=10, input_shape=(1, 8, 8))
-    theirs = flower_fd.small_cnn((1, 8, 8), 10)
-    assert [p.shape for p in ours.parameters()] == [p.shape for p in theirs.parameters()]
-    assert theirs(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+def test_the_flower_comparison_moved_to_a_script_and_the_old_flag_says_where(tmp_path, capsys):
+    assert cli.main(["bench", "ray", "--flower-python", str(tmp_path / "python")]) == 2
+    assert "python3 benchmarks/ray_vs_flower.py --flower-python PYTHON" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="where pages lie is the kernel's secret to others than root")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from fleet import BROKER_LIMITS
 from shipped_broker import DEBIAN_MOSQUITTO_CONF, SERVER_DIR, start_installed
 
-from edgefd.bench.fleet import BROKER_LIMITS
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import torch
 from edgefd.algorithms.base import ClientRole
 from edgefd.data import clear_cache
 from edgefd.data.idx import write_idx
-from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy import control
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
 from edgefd.protocol import Message
@@ -76,7 +76,7 @@ def test_a_client_takes_its_share_on_demand_and_reports_its_peak(tmp_path, monke
     monkeypatch.setattr(ClientRole, "done_sharing", classmethod(lambda cls: done_sharing.append(cls.__name__)))
     with caplog.at_level(logging.INFO, logger="edgefd.deploy.client_runtime"):
         device._handle(
-            Incoming("down", "client-1", "config", deploy_messages.config_message(config, "client-1", "mem"), nbytes=0)
+            Incoming("down", "client-1", "config", control.config_message(config, "client-1", "mem"), nbytes=0)
         )
         hello = Message("hello", "server", "client-1", 0, run="mem")
         device._handle(Incoming("down", "client-1", "hello", hello, nbytes=0))

@@ -16,9 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, skip_unless_ci, wait_for
-
-from edgefd.bench.broker_rigs import (
+from broker_rigs import (
     NOT_INSTALLED,
     RunningBridge,
     RunningCluster,
@@ -27,6 +25,8 @@ from edgefd.bench.broker_rigs import (
     start_rabbitmq_cluster,
     still_running,
 )
+from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, skip_unless_ci, wait_for
+
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.runtime.config import SimulationConfig
 from edgefd.simulate import run

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from edgefd.deploy import client as deploy_client
-from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy import control as deploy_messages
 from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
 from edgefd.deploy.server_runtime import DeploymentSettings, same_run_config

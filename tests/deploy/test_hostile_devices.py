@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+from fleet import BROKER_LIMITS
 from mqtt_helpers import ENV, client, finish, lines_of, needs_mosquitto, server, wait_for
 
-from edgefd.bench.fleet import BROKER_LIMITS
 from edgefd.deploy.broker import start_broker
 from edgefd.metrics.results import REFUSED_EXIT
 

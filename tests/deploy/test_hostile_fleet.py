@@ -24,7 +24,7 @@ import pytest
 from mqtt_helpers import client, comparable, edgefd, finish, flags, lines_of, wait_for
 from shipped_broker import start_installed
 
-from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy import control
 from edgefd.deploy.mqtt_transport import BrokerSettings, MqttEndpoint, Topics
 from edgefd.deploy.server import LOST_ROUNDS_EXIT
 from edgefd.protocol import Payload, split
@@ -102,7 +102,7 @@ class Device:
 
     def say(self, state: str) -> None:
         self.endpoint.publish(
-            self.topics.status(self.cid), deploy_messages.status_message(self.cid, state, self.run), retain=True
+            self.topics.status(self.cid), control.status_message(self.cid, state, self.run), retain=True
         )
 
     def next(self, verb: str, timeout: float = 120.0) -> Message:
@@ -115,8 +115,8 @@ class Device:
             self.received.append(incoming.message)
             if incoming.verb == verb:
                 return incoming.message
-            if incoming.verb == deploy_messages.CONFIG:
-                self.say(deploy_messages.ONLINE)
+            if incoming.verb == control.CONFIG:
+                self.say(control.ONLINE)
 
     def answer(self, request: Message, content: Payload | None = None, retain: bool = False) -> None:
         self.endpoint.publish(self.topics.up(self.cid, request.verb), request.answer(content), retain=retain)
@@ -137,25 +137,25 @@ def test_a_device_flooding_its_status_gets_its_request_again_at_most_once(broker
     server, out, log = start_server(broker, "flood", tmp_path, "--round-timeout", 60, "--eval-timeout", 60)
     try:
         with Device(broker, "flood") as device:
-            device.say(deploy_messages.ONLINE)
+            device.say(control.ONLINE)
             device.answer(device.next("hello"))
             device.scores(device.next("evaluate"))
             request = device.next("train")
             # The pauses only give the server time to take each status before the next: the bound
             # asserted below does not depend on them.
             for _ in range(40):
-                device.say(deploy_messages.ONLINE)
+                device.say(control.ONLINE)
                 time.sleep(0.02)
             for _ in range(30):
-                device.say(deploy_messages.OFFLINE)
-                device.say(deploy_messages.ONLINE)
+                device.say(control.OFFLINE)
+                device.say(control.ONLINE)
                 time.sleep(0.02)
             device.answer(request)  # taken after every status above: one session, in order
             device.scores(device.next("evaluate"))
             device.next("stop")
     finally:
         finish([server])
-    copies = [m for m in device.received if m.verb == "train" and m.round == 1 and not deploy_messages.is_again(m)]
+    copies = [m for m in device.received if m.verb == "train" and m.round == 1 and not control.is_again(m)]
     assert request.content is not None and len(copies) in (1, 2), len(copies)
     assert server.returncode == 0, log.read_text()[-3000:]
     deployment = json.loads((out / "summary.json").read_text())["deployment"]
@@ -170,7 +170,7 @@ def test_a_round_that_no_device_answers_is_reported_lost(broker, tmp_path):
     server, out, log = start_server(broker, "lost", tmp_path, "--round-timeout", 2, "--eval-timeout", 2)
     try:
         with Device(broker, "lost") as device:
-            device.say(deploy_messages.ONLINE)
+            device.say(control.ONLINE)
             device.answer(device.next("hello"))
             device.scores(device.next("evaluate"))
             device.next("train")  # never answered, nor round 1's evaluation
@@ -237,10 +237,10 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
     answered, stepping = [], 0.0
     try:
         with Device(broker, "held") as device, Device(broker, "held", "client-3") as oversized:
-            oversized.say(deploy_messages.ONLINE)
+            oversized.say(control.ONLINE)
             oversized.answer(oversized.next("hello"), fedcache_hello("client-3", 65))
-            oversized.say(deploy_messages.OFFLINE)  # not waited for in evaluations; its steps phase ends at once
-            device.say(deploy_messages.ONLINE)
+            oversized.say(control.OFFLINE)  # not waited for in evaluations; its steps phase ends at once
+            device.say(control.ONLINE)
             device.answer(device.next("hello"), fedcache_hello("client-0", 64))
             device.scores(device.next("evaluate"))
             request = device.next("steps")
@@ -396,7 +396,7 @@ def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, t
     ]
     try:
         with Device(broker, "starve") as device:
-            device.say(deploy_messages.ONLINE)
+            device.say(control.ONLINE)
             hello = device.next("hello")
             raw, topics = device.endpoint._client, device.topics
             floods = [
@@ -411,7 +411,7 @@ def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, t
                     raw.publish(topics.up(CID, verb), frame, qos=1)
             device.answer(hello)  # after the flood, on the same connection: the server has taken it all
             assert device.endpoint.flush(30)
-            device.say(deploy_messages.OFFLINE)  # gone: not waited for in evaluations
+            device.say(control.OFFLINE)  # gone: not waited for in evaluations
             assert device.endpoint.flush(10)
     finally:
         finish([server, *honest])
@@ -491,7 +491,7 @@ def test_a_revoked_devices_retained_hello_and_online_are_ignored(broker, tmp_pat
     topics = Topics("ghost")
     ghost_topics = [topics.up(GHOST, "hello"), topics.status(GHOST)]
     with Device(broker, "ghost", GHOST) as ghost:
-        ghost.say(deploy_messages.ONLINE)
+        ghost.say(control.ONLINE)
         ghost.answer(Message("hello", SERVER, GHOST, HELLO_ROUND, None, run="ghost"), retain=True)
         assert ghost.endpoint.flush(10)
     passwd = broker.workdir / "etc/mosquitto/edgefd/passwd"

@@ -166,7 +166,7 @@ def test_embedded_amqtt_broker_carries_chunked_payloads(tmp_path):
 def test_a_repeated_status_frame_is_taken_every_time(broker):
     """A client's last will is one fixed frame: each death must reach the server, not be dropped
     as a duplicate of the previous one."""
-    from edgefd.deploy import messages as deploy_messages
+    from edgefd.deploy import control
 
     server, stranger = endpoint(broker, "server"), endpoint(broker, "stranger")
     server.subscribe(Topics(RUN).status("+"))
@@ -174,11 +174,11 @@ def test_a_repeated_status_frame_is_taken_every_time(broker):
     stranger.start(wait=5)
     try:
         time.sleep(0.2)
-        will = encode_frames(deploy_messages.status_message("client-3", deploy_messages.OFFLINE, RUN), 4096)[0]
-        online = encode_frames(deploy_messages.status_message("client-3", deploy_messages.ONLINE, RUN), 4096)[0]
+        will = encode_frames(control.status_message("client-3", control.OFFLINE, RUN), 4096)[0]
+        online = encode_frames(control.status_message("client-3", control.ONLINE, RUN), 4096)[0]
         for frame in (will, online, will):
             stranger._client.publish(Topics(RUN).status("client-3"), frame, qos=1).wait_for_publish(2)
-        states = [deploy_messages.state_of(receive(server).message) for _ in range(3)]
+        states = [control.state_of(receive(server).message) for _ in range(3)]
         assert states == ["offline", "online", "offline"]
     finally:
         stranger.stop()

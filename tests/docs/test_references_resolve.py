@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgefd.algorithms.base import describe_params, list_methods
+from edgefd.algorithms.base import list_methods
 from edgefd.algorithms.describe import describe, method_page
+from edgefd.algorithms.params import describe_params
 
 REPO = Path(__file__).resolve().parents[2]
 NOTES = re.compile(r"§|\bspecs?\b", re.IGNORECASE)

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 from edgefd import results_page
-from edgefd.reproduce import RECIPES, verify
+from edgefd.recipes import RECIPES
+from edgefd.reproduce.verify import verify
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "RESULTS.md"
 CHECKED = "fedict-watch"

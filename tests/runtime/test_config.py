@@ -4,8 +4,8 @@ import argparse
 
 import pytest
 
-from edgefd.algorithms.base import make_params
 from edgefd.algorithms.dfl import DFLParams
+from edgefd.algorithms.params import make_params
 from edgefd.runtime.config import DEFAULT_THREADS, SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 

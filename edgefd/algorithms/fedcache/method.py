@@ -65,10 +65,11 @@ from torch import nn
 
 from edgefd import kernels
 from edgefd.algorithms import schema
-from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, check_choices, register_method
+from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
 from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache
+from edgefd.algorithms.params import check_choices
 from edgefd.algorithms.toolkit import AGGREGATORS, SampleIndex, check_trim, release_shared
 from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from edgefd.algorithms.base import check_choices
+from edgefd.algorithms.params import check_choices
 from edgefd.settings import setting
 
 PROFILES = ("paper", "reference")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from edgefd import kernels
-from edgefd.algorithms.base import ClientContext, ClientData, ServerContext, get_method, make_params
+from edgefd.algorithms.base import ClientContext, ClientData, ServerContext, get_method
 from edgefd.algorithms.fedict import (
     FedGKTParams,
     FedICTClient,
@@ -23,6 +23,7 @@ from edgefd.algorithms.fedict import (
     lka_balance_weights,
     server_loss,
 )
+from edgefd.algorithms.params import make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.metrics.results import load_run
 from edgefd.models import build_model

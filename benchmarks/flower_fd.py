@@ -1,7 +1,8 @@
-"""FD rounds through Flower's simulation engine and as a plain loop: the Flower row of `edgefd bench ray`.
+"""FD rounds through Flower's simulation engine and as a plain loop: the Flower row of
+benchmarks/ray_vs_flower.py.
 
 This file runs under another interpreter, one that has Flower (``pip install 'flwr[simulation]'``)
-and torch but not edgefd: ``edgefd bench ray --flower-python PYTHON`` starts it as
+and torch but not edgefd: ``python3 benchmarks/ray_vs_flower.py --flower-python PYTHON`` starts it as
 ``PYTHON -I flower_fd.py --data FOLDER ...`` (``-I``: this folder, whose modules are named like
 top-level packages, is not put on ``sys.path``). It imports numpy and torch, and Flower only to run
 Flower's arm, so edgefd's tests can check its model against edgefd's ``cnn2``.

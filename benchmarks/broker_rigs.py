@@ -1,5 +1,8 @@
-"""Past one broker: clustered broker topologies on this machine, rigs for tests and benchmarks (`edgefd bench
-fleet --topology`, benchmarks/clustered_brokers.py), never part of a deployment.
+"""Past one broker: clustered broker topologies on this machine, rigs for tests and benchmarks
+(benchmarks/fleet.py --topology, benchmarks/clustered_brokers.py, tests/deploy/test_clustered_brokers.py),
+never part of a deployment, so not part of the package.
+
+    python3 benchmarks/broker_rigs.py rabbitmq --nodes 2     # or: bridge --sites 2
 
 Two existing ways to spread a fleet over several brokers, started on loopback like
 :func:`edgefd.deploy.broker.start_broker` starts one Mosquitto:
@@ -613,12 +616,12 @@ def start_mosquitto_bridge(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m edgefd.bench.broker_rigs rabbitmq|bridge``: start a topology, print its URLs, keep it
+    """``python3 benchmarks/broker_rigs.py rabbitmq|bridge``: start a topology, print its URLs, keep it
     up until Ctrl-C or SIGTERM, then stop it."""
     import argparse
 
     parser = argparse.ArgumentParser(
-        prog="python -m edgefd.bench.broker_rigs",
+        prog="python3 benchmarks/broker_rigs.py",
         description="Start a clustered broker topology on loopback (for trying out and benchmarks) and keep it up "
         "until Ctrl-C: a RabbitMQ cluster with its MQTT plugin, or Mosquitto sites bridged to a central Mosquitto.",
     )
@@ -640,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
             running = start_mosquitto_bridge(args.sites, args.workdir)
             print("central:", running.central_url, "sites:", " ".join(running.site_urls), flush=True)
     except RuntimeError as error:
-        print(f"python -m edgefd.bench.broker_rigs: {error}")
+        print(f"benchmarks/broker_rigs.py: {error}")
         return 1
     try:
         stop.wait()

@@ -1,5 +1,6 @@
-"""The deployment's own messages, beside the loop's verbs: the run's config, a client's status,
-and the server's "send your answer again".
+"""The deployment's own control messages, beside the loop's verbs: the run's config, a client's
+status, and the server's "send your answer again" (the loop's messages themselves are
+`edgefd.protocol.message`).
 
 The loop's verbs (`edgefd.runtime.verbs`) go out on `down/<client>/<verb>` and come back on
 `up/<client>/<verb>`, as :class:`~edgefd.protocol.Message` s whose metadata says who, which

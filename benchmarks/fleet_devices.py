@@ -1,4 +1,5 @@
-"""The load test's devices: many lightweight MQTT clients in one process, replaying real payloads.
+"""The load test's devices (benchmarks/fleet.py): many lightweight MQTT clients in one process, replaying
+real payloads.
 
 Each device is its own MQTT connection with its own client id and last will, speaking the
 deployment's protocol exactly as `edgefd client` does (retained "online" status, requests on
@@ -20,7 +21,7 @@ so that the server, the broker and the wire carry what a fleet of real devices w
 one process holds hundreds of devices. The connections are driven by one selector loop (paho's
 external-loop API), not a thread per device.
 
-    python -m edgefd.bench.fleet_devices --config run.toml --recorded recorded.npz \\
+    python3 benchmarks/fleet_devices.py --config run.toml --recorded recorded.npz \\
         --broker mqtt://127.0.0.1:1883 --run NAME --first 0 --count 250
 
 prints one JSON line ``{"ready": N}`` once every device is connected and subscribed, and one
@@ -46,7 +47,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 
 from edgefd.algorithms.base import ClientContext, ClientRole
-from edgefd.deploy import messages as deploy_messages
+from edgefd.deploy import control
 from edgefd.deploy.mqtt_transport import DEFAULT_CHUNK_SIZE, QOS, BrokerSettings, Topics, encode_frames
 from edgefd.protocol import Message, Payload, ProtocolError, Reassembler, decode_message
 from edgefd.runtime.verbs import VERBS, ClientApp
@@ -194,9 +195,7 @@ class Device:
         )
         if fleet.broker.username is not None:
             self.client.username_pw_set(fleet.broker.username, fleet.broker.password)
-        offline = encode_frames(
-            deploy_messages.status_message(cid, deploy_messages.OFFLINE, fleet.topics.run), fleet.chunk_size
-        )[0]
+        offline = encode_frames(control.status_message(cid, control.OFFLINE, fleet.topics.run), fleet.chunk_size)[0]
         self.client.will_set(topics.status(cid), offline, qos=QOS, retain=True)
         self.client.on_connect = self._on_connect
         self.client.on_message = self._on_message
@@ -216,12 +215,12 @@ class Device:
             return
         topics = self.fleet.topics
         client.subscribe(f"{topics.root}/down/{self.cid}/+", qos=QOS)
-        self._say(deploy_messages.ONLINE)
+        self._say(control.ONLINE)
         self.connected = True
         self.fleet.report.connected += 1
 
     def _say(self, state: str) -> None:
-        status = deploy_messages.status_message(self.cid, state, self.fleet.topics.run)
+        status = control.status_message(self.cid, state, self.fleet.topics.run)
         self._publish(self.fleet.topics.status(self.cid), status, retain=True)
 
     def _publish(self, topic: str, message: Message, retain: bool = False) -> None:
@@ -251,14 +250,14 @@ class Device:
             if not self.stopped:
                 self.stopped = True
                 self.fleet.report.stopped += 1
-                self._say(deploy_messages.OFFLINE)
+                self._say(control.OFFLINE)
             return
-        if verb == deploy_messages.CONFIG:
+        if verb == control.CONFIG:
             # as `edgefd client` does: a config sent again means the server has not seen this device
             # online (a broker that hands retained statuses to exact-topic subscriptions only)
-            self._say(deploy_messages.ONLINE)
+            self._say(control.ONLINE)
             return
-        again = deploy_messages.is_again(request)
+        again = control.is_again(request)
         if again:  # answered at once, so its answer went out before the asking
             self.fleet.report.asked_again += 1
         try:  # an "again" has its request's verb and round: the script's answer is the same
@@ -370,7 +369,7 @@ def _peak_rss_mb() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m edgefd.bench.fleet_devices", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python3 benchmarks/fleet_devices.py", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="the run's config (run.toml)")
     parser.add_argument("--recorded", type=Path, required=True, help="the recorded uplink and accuracy (.npz)")
     parser.add_argument("--broker", required=True, help="mqtt://HOST:PORT")

@@ -1,12 +1,15 @@
-"""`edgefd bench fleet`: how many devices one broker and one `edgefd server` serve, and what breaks.
+"""The fleet load test: how many devices one broker and one `edgefd server` serve, and what breaks.
+
+    python3 benchmarks/fleet.py                                        # N = 10 .. 8000, FD and FedCache
+    python3 benchmarks/fleet.py --methods fd --clients 50 --rounds 2   # a quick look
 
 For each fleet size N (and each method), on this machine's loopback:
 
 1. a real Mosquitto starts (its default limits, plus no cap on connections);
 2. client 0 of the run is built exactly as `edgefd client` builds it and runs one real round: its
-   uplink and accuracy are recorded (`edgefd.bench.fleet_devices` re-addresses them to every device);
+   uplink and accuracy are recorded (benchmarks/fleet_devices.py re-addresses them to every device);
 3. N lightweight devices connect, several hundred per process, each its own MQTT connection, client
-   id and last will (`edgefd.bench.fleet_devices`);
+   id and last will (benchmarks/fleet_devices.py);
 4. one real `edgefd server` runs R rounds of the method against them (FD, or FedCache with
    ``exchange=round``: one download and one upload per device and round).
 
@@ -40,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from broker_rigs import rss_mb, start_mosquitto_bridge, start_rabbitmq_cluster
 
-from edgefd.bench.broker_rigs import rss_mb, start_mosquitto_bridge, start_rabbitmq_cluster
 from edgefd.deploy.broker import start_broker
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 
@@ -55,6 +58,8 @@ BROKER_LIMITS = "max_connections -1\nmax_inflight_messages 64\nmax_queued_messag
 """The sizes of the shipped server/mosquitto/edgefd.conf: the server's one session must be able to
 queue a message from every device at once (at its start, every device's retained status)."""
 TICKS = os.sysconf("SC_CLK_TCK")
+DEVICES = Path(__file__).resolve().with_name("fleet_devices.py")
+"""The device processes' program (a script beside this one)."""
 MIN_MEASURED_SECONDS = 1.0
 """Rounds shorter than this in all are not given a CPU figure (/proc counts in 10 ms ticks)."""
 
@@ -190,7 +195,8 @@ def _count_lines(path: Path) -> int:
 def record_payloads(config: SimulationConfig, path: Path) -> None:
     """Client 0 of the run, built as `edgefd client` builds it, runs one real round; its uplink and
     its accuracy are written to ``path`` for the devices to replay."""
-    from edgefd.bench.fleet_devices import Recorded
+    from fleet_devices import Recorded
+
     from edgefd.protocol.message import SERVER, Message
     from edgefd.runtime.build import build_client, prepare
     from edgefd.runtime.verbs import ClientApp
@@ -250,7 +256,7 @@ def _start_devices(plan: FleetPlan, folder: Path, urls: list[str], run: str, use
         broker = urls[len(processes) % len(urls)]
         used.append(broker)
         command = [
-            sys.executable, "-m", "edgefd.bench.fleet_devices", "--config", str(folder / "run.toml"),
+            sys.executable, str(DEVICES), "--config", str(folder / "run.toml"),
             "--recorded", str(folder / "recorded.npz"), "--broker", broker, "--run", run,
             "--first", str(first), "--count", str(count), "--deadline", str(plan.deadline),
         ]  # fmt: skip
@@ -544,11 +550,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if any(n < 1 for n in args.clients) or args.rounds < 1 or args.devices_per_process < 1:
-        print("edgefd bench fleet: --clients, --rounds and --devices-per-process must be >= 1", file=sys.stderr)
+        print("benchmarks/fleet.py: --clients, --rounds and --devices-per-process must be >= 1", file=sys.stderr)
         return 2
     kind, _, count = args.topology.partition(":")
     if not (args.topology == "mosquitto" or (kind in ("rabbitmq", "bridge") and count.isdigit() and int(count) >= 1)):
-        print(f"edgefd bench fleet: --topology {args.topology!r}: expected {', '.join(TOPOLOGIES)}", file=sys.stderr)
+        print(f"benchmarks/fleet.py: --topology {args.topology!r}: expected {', '.join(TOPOLOGIES)}", file=sys.stderr)
         return 2
     root = args.out or Path(tempfile.mkdtemp(prefix="edgefd-fleet-"))
     from edgefd.data import load_dataset
@@ -582,3 +588,20 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     return 0 if all(r.ok for r in results[:1]) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python3 benchmarks/fleet.py",
+        description="A load test on loopback: a real Mosquitto, one real `edgefd server`, and N lightweight devices "
+        "(several hundred per process, each its own MQTT connection and identity) replaying the uplink a real "
+        "client recorded, for FD rounds and FedCache rounds (exchange=round). For each N (growing until one breaks) "
+        "prints the start-up, round seconds and uplink latency p50/p95, the CPU of the server, the broker and the "
+        "devices, peak memory, messages per second, late uplinks and which part saturated first.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""The table of `edgefd reproduce`: from a recipe's runs (summaries and metrics lines), the mean ±
+std over seeds of each arm's accuracy and bytes, the bytes and rounds to a common target, each
+seed's values (what `--verify` compares), the settings the arms share, and the claims' verdicts."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import fields
+from typing import Any
+
+from edgefd.claims import METRIC_NAMES, METRICS, Claim, judge
+from edgefd.recipes import Recipe
+from edgefd.recipes.recipe import NOT_SHARED
+from edgefd.runtime.config import SimulationConfig
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def bytes_to_reach(lines: list[dict[str, Any]], target: float) -> int | None:
+    """Cumulative bytes (up + down, one-time uploads included) at the first round >= target."""
+    for line in lines:
+        if line.get("accuracy") is not None and line["accuracy"] >= target:
+            return line["bytes_up_cumulative"] + line["bytes_down_cumulative"]
+    return None
+
+
+def rounds_to_reach(lines: list[dict[str, Any]], target: float) -> int | None:
+    """The first round whose mean client accuracy is >= target (the papers' rounds-to-target)."""
+    for line in lines:
+        if line["round"] >= 1 and line.get("accuracy") is not None and line["accuracy"] >= target:
+            return int(line["round"])
+    return None
+
+
+def _reached_text(values: list[int | None], scale: float, digits: int) -> str:
+    """The mean over the seeds that reached the target, and how many did when not all."""
+    reached = [value / scale for value in values if value is not None]
+    text = f"{statistics.mean(reached):.{digits}f}" if reached else "not reached"
+    return text + (f" ({len(reached)}/{len(values)} seeds)" if len(reached) != len(values) else "")
+
+
+PER_SEED_TITLE = "Per seed ({seeds}), accuracy %:"
+"""The line above a table's per-seed values; `verify` finds a seed's column by it."""
+
+
+def per_seed_metrics(recipe: Recipe) -> list[str]:
+    """The metrics a table gives per seed: best and final accuracy, and every metric a claim names."""
+    return list(dict.fromkeys(["best", "final", *(claim.metric for claim in recipe.claims)]))
+
+
+def per_seed_table(
+    recipe: Recipe, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]], seeds: tuple[int, ...]
+) -> list[str]:
+    """Every arm's metrics seed by seed ("a / b / c" in the order of ``seeds``): the paired values a
+    claim's verdict is computed from, and what `edgefd reproduce --verify` compares."""
+    metrics = per_seed_metrics(recipe)
+    rows = [
+        PER_SEED_TITLE.format(seeds=" / ".join(map(str, seeds))),
+        "",
+        "| method | " + " | ".join(METRIC_NAMES[name] for name in metrics) + " |",
+        "|---|" + "---:|" * len(metrics),
+    ]
+    for label, runs in by_seed.items():
+        cells = [" / ".join(_metric_text(name, runs[seed]) for seed in seeds) for name in metrics]
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _metric_text(name: str, run: tuple[dict, list[dict]]) -> str:
+    try:
+        return f"{100 * METRICS[name](*run):.2f}"
+    except ValueError:  # a run shorter than the metric's window (--rounds for a quick look)
+        return "-"
+
+
+def read_per_seed(text: str) -> dict[tuple[str, str, int], str]:
+    """(arm label, metric header, seed) -> the value as printed, from a table's per-seed part."""
+    lines = text.splitlines()
+    prefix, suffix = PER_SEED_TITLE.split("{seeds}")
+    starts = [i for i, line in enumerate(lines) if line.startswith(prefix) and line.endswith(suffix)]
+    if not starts:
+        raise ValueError("the table has no per-seed values (a table made before they were printed)")
+    start = starts[0]
+    seeds = [int(seed) for seed in lines[start][len(prefix) : -len(suffix)].split(" / ")]
+    header = [cell.strip() for cell in lines[start + 2].strip("|").split("|")]
+    values = {}
+    for line in lines[start + 4 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        for name, cell in zip(header[1:], cells[1:]):
+            for seed, value in zip(seeds, cell.split(" / ")):
+                values[(cells[0], name, seed)] = value
+    return values
+
+
+def arm_settings(summary: dict[str, Any]) -> dict[str, str]:
+    """What a run trained with, besides its method: every config field that shapes the result, the
+    models it got and its local epochs, optimiser lifecycle and batch order as resolved (never "method")."""
+    config = summary["config"]
+    in_field_order = [
+        f.name for f in fields(SimulationConfig) if f.name in config
+    ]  # a summary.json read back is sorted
+    settings = {name: str(config[name]) for name in in_field_order if name not in NOT_SHARED}
+    if config.get("attack", "none") == "none":
+        settings.pop("attackers", None)  # how many attack, in a run where none does
+    if config.get("max_message_bytes") is None:
+        settings.pop("max_message_bytes", None)  # no cap: each message's own bound, which refuses nothing
+    if config.get("optimizer") != "sgd":
+        settings.pop("momentum", None)  # SGD's alone: Adam never reads it
+    settings["models"] = ", ".join(dict.fromkeys(summary["models"].values()))
+    settings.update({name: str(value) for name, value in summary["local_training"].items()})
+    return settings
+
+
+def settings_text(per_arm: dict[str, dict[str, str]]) -> list[str]:
+    """The settings every arm shares, then each arm's differences (beyond its method and params):
+    a comparison is fair when the second list is empty."""
+    arms = list(per_arm.values())
+    names = list(dict.fromkeys(name for settings in arms for name in settings))
+    common = [name for name in names if all(settings.get(name) == arms[0].get(name) for settings in arms)]
+    lines = ["Common to all arms: " + ", ".join(f"{name} {arms[0][name]}" for name in common) + "."]
+    differing = [name for name in names if name not in common]
+    if differing:
+        lines.append(
+            "Differences between arms: "
+            + "; ".join(
+                f"{label}: " + ", ".join(f"{name} {settings.get(name, '-')}" for name in differing)
+                for label, settings in per_arm.items()
+            )
+            + "."
+        )
+    else:
+        lines.append("The arms differ only in the method and its params.")
+    return lines
+
+
+def timing_columns(runs: list[tuple[dict, list[dict]]]) -> tuple[float, float]:
+    """Mean start-up seconds (the one-time uploads and the server's start) and median seconds a round."""
+    startup = statistics.mean(s.get("startup_seconds", 0.0) for s, _ in runs)
+    per_round = statistics.median(line["seconds"] for _, lines in runs for line in lines if line["round"] > 0)
+    return startup, per_round
+
+
+def per_round_table(results: dict[str, list[tuple[dict, list[dict]]]]) -> list[str]:
+    """Mean client accuracy (%) of every evaluated round, arms side by side, mean over seeds."""
+    labels = list(results)
+    rounds = sorted({line["round"] for runs in results.values() for _, lines in runs for line in lines})
+    rows = ["| round | " + " | ".join(labels) + " |", "|---:|" + "---:|" * len(labels)]
+    for number in rounds:
+        cells = []
+        for label in labels:
+            values = [
+                line["accuracy"]
+                for _, lines in results[label]
+                for line in lines
+                if line["round"] == number and line.get("accuracy") is not None
+            ]
+            cells.append(f"{100 * statistics.mean(values):.2f}" if values else "")
+        rows.append(f"| {number} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def command_text(recipe: Recipe, seeds: tuple[int, ...], rounds: int | None, threads: int | None) -> str:
+    """The `edgefd reproduce` command that makes this table: the recipe's name and every option that
+    moved it off the recipe's own seeds, rounds or threads."""
+    options = []
+    if seeds != recipe.seeds:
+        options.append("--seeds " + " ".join(map(str, seeds)))
+    if rounds is not None and rounds != recipe.base.rounds:
+        options.append(f"--rounds {rounds}")
+    if threads is not None and threads != recipe.base.threads:
+        options.append(f"--threads {threads}")
+    return " ".join(["edgefd reproduce", recipe.name, *options])
+
+
+def results_table(
+    recipe: Recipe,
+    done: list[tuple[str, int, tuple[dict, list[dict]]]],
+    seeds: tuple[int, ...],
+    rounds: int | None,
+    threads: int | None,
+) -> str:
+    """The recipe's table from its runs ``done``, as (arm label, seed, (summary, metrics lines)) in the
+    table's order (`edgefd.reproduce.runs.recipe_runs`): the setting, the mean ± std over seeds of
+    every arm's figures, each seed's values, and the claims' verdicts."""
+    results: dict[str, list[tuple[dict, list[dict]]]] = {}
+    by_seed: dict[str, dict[int, tuple[dict, list[dict]]]] = {}
+    for label, seed, run in done:
+        results.setdefault(label, []).append(run)
+        by_seed.setdefault(label, {})[seed] = run
+    best = {label: _mean_std([s["best_accuracy"] for s, _ in runs]) for label, runs in results.items()}
+    target = min(best[label][0] for label in recipe.target_from) - 0.01
+    rounds_run = rounds or recipe.base.rounds
+    full = all("best_accuracy_full" in s for runs in results.values() for s, _ in runs)
+    rows = [
+        f"Recipe `{recipe.name}`: {recipe.source}; ran {rounds_run} rounds, seeds {', '.join(map(str, seeds))}.",
+        f'Command: `{command_text(recipe, seeds, rounds, threads)}`. Target accuracy for "bytes to target": '
+        f"{100 * target:.2f}% (lowest mean best accuracy of {', '.join(recipe.target_from)}, minus 1 point).",
+        *settings_text({label: arm_settings(runs[0][0]) for label, runs in results.items()}),
+        "",
+        "| method | best acc. % (MAUA) | final acc. % |"
+        + (" best % whole test set | final % whole test set |" if full else "")
+        + " MB up + down per run | one-time upload MB | MB to target | rounds to target | start-up s | s / round |"
+        + (" peak memory MiB |" if recipe.isolated else ""),
+        "|---|---:|---:|"
+        + ("---:|---:|" if full else "")
+        + "---:|---:|---:|---:|---:|---:|"
+        + ("---:|" if recipe.isolated else ""),
+    ]
+    for label, runs in results.items():
+        final = _mean_std([s["final_accuracy"] for s, _ in runs])
+        total = statistics.mean((s["bytes_up_total"] + s["bytes_down_total"]) / 1e6 for s, _ in runs)
+        hello = statistics.mean(s["bytes_hello"] / 1e6 for s, _ in runs)
+        reach_text = _reached_text([bytes_to_reach(lines, target) for _, lines in runs], 1e6, 3)
+        rounds_text = _reached_text([rounds_to_reach(lines, target) for _, lines in runs], 1, 1)
+        whole = ""
+        if full:
+            best_full = _mean_std([s["best_accuracy_full"] for s, _ in runs])
+            final_full = _mean_std([s["final_accuracy_full"] for s, _ in runs])
+            whole = (
+                f" {100 * best_full[0]:.2f} ± {100 * best_full[1]:.2f} |"
+                f" {100 * final_full[0]:.2f} ± {100 * final_full[1]:.2f} |"
+            )
+        startup, per_round = timing_columns(runs)
+        memory = f" {max(s['peak_rss_mb'] for s, _ in runs):.0f} |" if recipe.isolated else ""
+        rows.append(
+            f"| {label} | {100 * best[label][0]:.2f} ± {100 * best[label][1]:.2f} | "
+            f"{100 * final[0]:.2f} ± {100 * final[1]:.2f} |{whole} {total:.3f} | {hello:.3f} | {reach_text} | "
+            f"{rounds_text} | "
+            f"{startup:.1f} | {per_round:.1f} |{memory}"
+        )
+    rows += ["", *per_seed_table(recipe, by_seed, seeds)]
+    if recipe.isolated:
+        rows += ["", "Mean client accuracy (%) after every round, mean over seeds:", "", *per_round_table(results)]
+    if recipe.claims:
+        rows += ["", "The papers' claims, judged on paired seeds (reproduced: the paper's direction on every seed):"]
+        rows += [""] + [f"- {_verdict_line(claim, by_seed)}" for claim in recipe.claims]
+    table = "\n".join(rows) + "\n"
+    return table
+
+
+def _verdict_line(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> str:
+    try:
+        return judge(claim, by_seed).line()
+    except ValueError as error:  # a run too short for the claim's metric (--rounds for a quick look)
+        return f"**{claim.text}** ({claim.source}): not judged: {error}"
