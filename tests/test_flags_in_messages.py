@@ -1,15 +1,14 @@
 """Every `--flag` that edgefd's code names in a string (an error, a hint, a help text, a command it
 builds) is a flag that exists: a user who follows a hint never meets "unrecognized arguments"."""
 
-import argparse
 import ast
 import re
 from pathlib import Path
 
 import pytest
+from command_flags import command_flags
 
 import edgefd
-from edgefd import cli
 from edgefd.data import DatasetNotFoundError, load_dataset
 
 PACKAGE = Path(edgefd.__file__).resolve().parent
@@ -24,21 +23,6 @@ OTHER_PROGRAMS = {
     ("edgefd/reproduce/verify.py", "--show-toplevel"): "git rev-parse's, for the repository of the results page",
 }
 """(file, flag) of flags that belong to other programs, each with its reason."""
-
-
-def _walk(parser: argparse.ArgumentParser, name: str, found: dict[str, set[str]]) -> None:
-    found[name] = {flag for action in parser._actions for flag in action.option_strings}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub_name, sub in action.choices.items():
-                _walk(sub, f"{name} {sub_name}".strip(), found)
-
-
-def command_flags() -> dict[str, set[str]]:
-    """{"simulate": {"--algo", ...}, "bench kernels": {...}, "": the top level's}."""
-    found: dict[str, set[str]] = {}
-    _walk(cli.build_parser(), "", found)
-    return found
 
 
 def module_program_flags() -> set[str]:

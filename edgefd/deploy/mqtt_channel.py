@@ -36,6 +36,9 @@ their deadlines: `edgefd.runtime.verbs`):
 The answers are returned in client-id order, whatever order they arrived in: what the loop does
 with them (selection, stragglers, aggregation, the accuracy average, the records) is
 `edgefd.runtime.loop.Federation`'s, as in a simulation.
+
+One module, though long: every rule above works on the one phase under way (`_Phase`: the
+requests out, the answers, steps, resends and statuses in), and they read best beside it.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ Placement: the actors are spread over the cluster's nodes in turn, as many on a 
 CPUs (and GPUs, with ``gpus_per_worker``); a cluster too small for them is an error, not a wait.
 
 Ray is imported only when a `RayChannel` is made: the rest of edgefd does not need it installed.
+One module, though long: the driver's side (`RayChannel`) and the actor's (`ClientHost`) speak the
+events above to each other, and read best together.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ programs' options (pip, pytest, mosquitto, ray) need no exception there.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
 import importlib
@@ -37,9 +36,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from command_flags import command_flags
 from doc_pages import REPO, blocks
-
-from edgefd import cli
 
 PAGE_PATTERNS = ("README.md", "docs/**/*.md", "benchmarks/*.md", "device/*.md", "export/*.md", "server/*.md")
 PAGES = sorted({path for pattern in PAGE_PATTERNS for path in REPO.glob(pattern)})
@@ -85,20 +83,6 @@ with its program."""
 
 
 # ---------------------------------------------------------------------- what the code has
-def _walk(parser: argparse.ArgumentParser, name: str, found: dict[str, set[str]]) -> None:
-    found[name] = {flag for action in parser._actions for flag in action.option_strings}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub_name, sub in action.choices.items():
-                _walk(sub, f"{name} {sub_name}".strip(), found)
-
-
-@functools.cache
-def command_flags() -> dict[str, set[str]]:
-    """{"simulate": {"--algo", ...}, "bench kernels": {...}, "": the top level's}, from `edgefd`'s parser."""
-    found: dict[str, set[str]] = {}
-    _walk(cli.build_parser(), "", found)
-    return found
 
 
 @functools.cache
