@@ -380,9 +380,8 @@ class MqttChannel:
     def _refused_on_the_wire(self) -> dict[str, str]:
         """The frames and messages the transport refused from each client since the last delivery
         (before they were ever a message the loop could see), by reason, with the verbs they came
-        on, however many frames it sent. An oversized frame
-        on a verb the method takes no content on (FD's hello, FedAvg's step) is counted as
-        VERB_NOT_EXPECTED."""
+        on, in one line however many frames it sent. An oversized frame on a verb the method takes
+        no content on (FD's hello, FedAvg's step) is counted as VERB_NOT_EXPECTED."""
         rejected: dict[str, str] = {}
         per_client: dict[str, Counter] = {}
         verbs: dict[tuple[str, str], set[str]] = {}

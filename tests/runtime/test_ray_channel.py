@@ -186,7 +186,8 @@ def test_unreachable_ray_address_is_a_one_line_error(tmp_path):
 class Unsendable:
     """A client whose message cannot be encoded (a diverged model's NaN), asking first where it may."""
 
-    role = SimpleNamespace(model=torch.nn.Linear(1, 1))  # what the actor sizes the client's limit from
+    # what the actor sizes the client's limit from, and the method's hook after each exchange
+    role = SimpleNamespace(model=torch.nn.Linear(1, 1), done_sharing=lambda: None)
 
     def handle(self, message, ask=None):
         if ask is not None:
