@@ -81,6 +81,12 @@ class LoopConfig:
             raise ValueError(f"eval_every: must be >= 1, got {self.eval_every}")
 
 
+def _add_reasons(into: dict[str, str], more: Mapping[str, str]) -> None:
+    """Each client's reason in ``more`` added to its reasons in ``into`` ("; " between them)."""
+    for cid, why in more.items():
+        into[cid] = f"{into[cid]}; {why}" if cid in into else why
+
+
 def _mean_std(accuracies: dict[str, float]) -> tuple[float, float]:
     values = np.array([v for v in accuracies.values() if not math.isnan(v)])
     return (float(values.mean()), float(values.std())) if len(values) else (float("nan"), float("nan"))
@@ -142,10 +148,8 @@ class Federation:
         answers = delivery.answers
         for cid in sorted(answers):
             self.ledger.count(answers[cid])
-        for cid, why in delivery.refused.items():
-            self._refused[cid] = f"{self._refused[cid]}; {why}" if cid in self._refused else why
-        for cid, how in delivery.held.items():
-            self._held[cid] = f"{self._held[cid]}; {how}" if cid in self._held else how
+        _add_reasons(self._refused, delivery.refused)
+        _add_reasons(self._held, delivery.held)
         return {cid: answers[cid] for cid in sorted(answers)}
 
     def _close_round(self, record: RoundRecord) -> RoundRecord:
@@ -153,8 +157,7 @@ class Federation:
         record.bytes_up = self.ledger.total(UP, record.round)
         record.bytes_down = self.ledger.total(DOWN, record.round)
         held = dict(record.held)
-        for cid, how in self._held.items():
-            held[cid] = f"{held[cid]}; {how}" if cid in held else how
+        _add_reasons(held, self._held)
         record.held = dict(sorted(held.items()))
         record_refusals(record, self._refused)
         self._refused, self._held = {}, {}
