@@ -246,7 +246,7 @@ class Device:
         self._answer(verb, request)
 
     def _answer(self, verb: str, request: Message) -> None:
-        if verb == "stop":
+        if verb in VERBS and VERBS[verb].ends_run:
             if not self.stopped:
                 self.stopped = True
                 self.fleet.report.stopped += 1

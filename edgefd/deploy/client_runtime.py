@@ -61,7 +61,7 @@ from edgefd.runtime.build import build_client, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import client_limit
 from edgefd.runtime.process import peak_rss_mb
-from edgefd.runtime.verbs import VERBS, ClientApp, Phase, exchange_done, scores_of
+from edgefd.runtime.verbs import STEP, VERBS, ClientApp, Phase, StepRefused, exchange_done, scores_of
 from edgefd.training import device_choice
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,8 @@ class ClientRuntime:
                 self._handle(pending)
             self._backlog.clear()
             return
-        if msg.verb == "stop":
+        spec = VERBS[msg.verb]  # a topic's verb is one of the table's (mqtt_transport.Topics.parse)
+        if spec.ends_run:
             if self.config is None:  # retained by an earlier run of this name; this run has not begun
                 log.info("%s: a stop left by an earlier run; waiting for this run's config", self.cid)
                 return
@@ -209,7 +210,6 @@ class ClientRuntime:
         if control.is_again(message):
             self._send_again(msg.verb, message.round, msg.received_at)
             return
-        spec = VERBS[msg.verb]  # a topic's verb is one of the table's (mqtt_transport.Topics.parse)
         if spec.handle is None:
             log.debug(
                 "%s: an answer to step %d of round %d that nobody waits for", self.cid, message.step, message.round
@@ -237,10 +237,12 @@ class ClientRuntime:
             return
         try:
             self._answer(message)
-            if msg.verb == "evaluate":
+            if spec.evaluates:
                 self.last_evaluation = message
         except _Interrupted:
             log.info("%s: round %d's %s abandoned unanswered", self.cid, message.round, msg.verb)
+        except StepRefused as refused:
+            log.warning("%s: %s; round %d's %s ends unanswered", self.cid, refused, message.round, msg.verb)
         except ValueError as error:  # a request the client cannot take (a reply without content, ...)
             self.endpoint.reject(f"bad-{msg.verb}", topic, str(error))
 
@@ -253,7 +255,7 @@ class ClientRuntime:
             log.info("%s: %s %d requested", self.cid, request.verb, request.round)
             answer = self.app.handle(request, self._ask)
             if VERBS[request.verb].trains:
-                self.stored_answers = {k: v for k, v in self.stored_answers.items() if k[0] == "hello"}
+                self.stored_answers = {k: v for k, v in self.stored_answers.items() if VERBS[k[0]].once}
                 self.last_round = request.round
             self.stored_answers[key] = answer
             if VERBS[request.verb].counted:
@@ -284,7 +286,7 @@ class ClientRuntime:
         sends a repeat the same answer again). Other messages wait: the server asks nothing else of
         this client until its steps are done; a stop interrupts."""
         round, step = request.round, request.step
-        topic = self.topics.up(self.cid, "step")
+        topic = self.topics.up(self.cid, STEP)
         self.endpoint.publish(topic, request)
         sent = time.monotonic()
         while not self.stopping.is_set():
@@ -296,7 +298,7 @@ class ClientRuntime:
                     self.endpoint.publish(topic, request)
                     sent = time.monotonic()
                 continue
-            answer = msg.message
+            answer, spec = msg.message, VERBS.get(msg.verb)  # None: the deployment's own (a config)
             if (
                 msg.direction != "down"
                 or msg.client_id != self.cid
@@ -304,9 +306,9 @@ class ClientRuntime:
                 or answer.run != self.settings.run
             ):
                 self._handle(msg)  # rejected there, with its reason
-            elif msg.verb == "stop":
+            elif spec is not None and spec.ends_run:
                 self._handle(msg)
-            elif msg.verb == "step":
+            elif msg.verb == STEP:
                 if answer.round == round and answer.step == step and answer.is_answer:
                     return answer
                 log.debug(
@@ -316,7 +318,7 @@ class ClientRuntime:
                     answer.round,
                     step,
                 )
-            elif msg.verb == "evaluate" or answer.round > round:
+            elif (spec is not None and spec.evaluates) or answer.round > round:
                 # the server closed this client's steps (it went silent too long) and went on
                 log.warning(
                     "%s: the server moved on (%s %d) during round %d's steps", self.cid, msg.verb, answer.round, round
@@ -390,7 +392,7 @@ class ClientRuntime:
             log.info("%s: trained on its own data (--data-dir): no model file for edgefd export", self.cid)
             return
         evaluation = self.last_evaluation
-        answer = self.stored_answers.get(("evaluate", evaluation.round)) if evaluation is not None else None
+        answer = self.stored_answers.get((evaluation.verb, evaluation.round)) if evaluation is not None else None
         accuracy = scores_of(answer.content)["accuracy"] if answer is not None else None
         model = deliverable_model(self.role, evaluation.content if evaluation is not None else None)
         card = replace(self.model_card, accuracy=accuracy, state=model.state_dict())

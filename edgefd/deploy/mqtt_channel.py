@@ -22,11 +22,16 @@ their deadlines: `edgefd.runtime.verbs`):
 - an online client without an answer after `ask_again` seconds is asked, in a few bytes, to send
   its answer again (a broker under load may have dropped it), at most `MAX_ASKS_AGAIN` times a
   phase; the client sends its stored answer;
-- a client's own requests during its work (`step`, numbered) are answered in order, each once: a
-  repeat gets the same answer again, at most `MAX_STEP_RESENDS` times a step; its steps phase waits
-  `round_timeout` after each request the server took, and ends at the latest at its hard deadline,
-  `round_timeout` + `step_seconds` x the steps its declared data makes after it began (no message
-  extends it: a client still sending then is cut off and named in the round's ``held``);
+- a client's own requests during its work (`step`, numbered) are taken in order, each once, and
+  returned to the loop as messages; the loop's answer goes out with its next call, and a repeat of
+  an answered request gets the same answer again, at most `MAX_STEP_RESENDS` times a step; the
+  phase waits `round_timeout` after each request the server took (an answer without content
+  refuses one, and buys no time), and ends at the latest at its hard
+  deadline, `round_timeout` + `step_seconds` x the steps its declared data makes (`Deadline.steps`)
+  after it began (no message extends it: a client still sending then is cut off and named in the
+  round's ``held``);
+- the hello waits past `hello_timeout` (up to `max_wait`) until `min_clients` hellos came: the
+  deployment's quorum, which the loop knows nothing of;
 - while the server waits, it publishes again, every few seconds, the configs of the clients it does
   not see online (a broker may not hand a retained config to every client: RabbitMQ's MQTT plugin);
 - an evaluation does not wait for clients that are offline;
@@ -61,12 +66,12 @@ from edgefd.deploy.mqtt_transport import (
     Topics,
 )
 from edgefd.protocol.message import SERVER, Message
-from edgefd.runtime.channel import Delivery, Serve
+from edgefd.runtime.channel import Delivery
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import OPEN_MESSAGE_BYTES, Bounds, MessageLimits
 from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.records import LOST_EVALUATION, RoundRecord
-from edgefd.runtime.verbs import VERBS, Deadline, Verb, Wait
+from edgefd.runtime.verbs import STEP, VERBS, Deadline, Wait
 from edgefd.settings import setting
 
 log = logging.getLogger(__name__)
@@ -209,15 +214,26 @@ class _Phase:
     resent: set[str] = field(default_factory=set)
     """Clients whose request went out again when they came online: once a phase (and once more
     after each reconnection of the server)."""
-    serve: Serve | None = None
-    """The server's answer to a client's request during its work (a ``step``)."""
-    last_step: int = 0
-    last_answer: Message | None = None
-    step_resends: int = 0
-    """How often ``last_answer`` went out again (at most MAX_STEP_RESENDS)."""
+    timeout: float = 0.0
+    """Seconds the phase waits (after its start; on a verb that asks, after the server's last answer
+    to a step)."""
+    min_needed: int = 0
+    """Answers the phase waits for past ``timeout`` (up to ``ends_at``): the hello's quorum."""
+    skip_offline: bool = False
+    """Stop waiting once every client still missing is offline."""
+    asks: bool = False
+    """The verb asks: its clients' step requests go to the loop, which answers each."""
+    steps: int = 0
+    """The most step requests a client makes (its hard deadline grows with them)."""
+    pending: dict[str, Incoming] = field(default_factory=dict)
+    """Each client's step request that the loop has not answered yet."""
+    last_step: dict[str, int] = field(default_factory=dict)
+    last_answer: dict[str, Message] = field(default_factory=dict)
+    step_resends: dict[str, int] = field(default_factory=dict)
+    """How often each client's ``last_answer`` went out again (at most MAX_STEP_RESENDS)."""
     active_at: float = 0.0
-    """When the server last took one of its client's steps (a ``steps`` phase waits from there, up
-    to ``ends_at``)."""
+    """When the server last answered one of its clients' steps (a verb that asks waits from there,
+    up to ``ends_at``)."""
     ends_at: float = float("inf")
     """The phase's hard deadline: no message extends it."""
     asked: frozenset[str] = frozenset()
@@ -310,17 +326,18 @@ class MqttChannel:
         largest = max(shares.values(), default=0) // 2
         self.endpoint.size_inbox(max(largest, self.config.max_message_bytes or OPEN_MESSAGE_BYTES))
 
-    def send_and_receive(
-        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> Delivery:
-        """Publish each message on its client's topic and collect the answers until each came or
-        the deadline passed (see the module doc); the answers in client-id order. A training verb
-        waits first until at least `min_clients` clients are online. ``steps``: the most requests
-        a client makes (its steps phase's hard deadline grows with it)."""
+    def send_and_receive(self, messages: Sequence[Message], deadline: Deadline) -> Delivery:
+        """Publish each message on its client's topic and collect what each client sends next until
+        each came or the deadline passed (see the module doc), in client-id order: its answer, or on
+        a verb that asks, a step request, whose answer the loop sends with the next call. A
+        training verb waits first until at least `min_clients` clients are online; the hello waits
+        past its timeout (up to `max_wait`) for `min_clients` hellos."""
         if self._wire_at_last_record is None:
             self._wire_at_last_record = self._wire_totals()
         if not messages:
             return Delivery({})
+        if all(m.is_answer for m in messages):
+            return self._answer_steps(messages)
         spec, round = VERBS[messages[0].verb], messages[0].round
         requests = {m.receiver: m for m in messages}
         if len(requests) != len(messages) or any(m.verb != spec.name or m.round != round for m in messages):
@@ -337,17 +354,51 @@ class MqttChannel:
             Wait.ROUND: self.settings.round_timeout,
             Wait.EVAL: self.settings.eval_timeout,
         }[deadline.wait]
-        min_needed = min(self.settings.min_clients, len(expected)) if deadline.quorum else 0
-        got = self._collect(
-            spec, round, expected, requests, timeout, min_needed, deadline.skip_offline, serve, steps or 0
-        ).got
-        if spec.trains:
-            for cid in expected:
-                if cid not in got:
-                    self.stats[cid].missed += 1
+        now = time.monotonic()
+        steps = deadline.steps or 0
+        phase = _Phase(
+            spec.name,
+            round,
+            expected,
+            requests,
+            now,
+            timeout=timeout,
+            min_needed=min(self.settings.min_clients, len(expected)) if deadline.wait is Wait.HELLO else 0,
+            skip_offline=deadline.skip_offline,
+            asks=spec.asks,
+            steps=steps,
+            active_at=now,
+            ends_at=now + timeout + (self.settings.step_seconds * steps if spec.asks else self.settings.max_wait),
+        )
+        self._open(phase)
+        return self._delivery(phase)
+
+    def _answer_steps(self, answers: Sequence[Message]) -> Delivery:
+        """Publish the loop's answers to the step requests its last delivery brought, and collect
+        again in the same phase: its clients' next requests, or their answers."""
+        phase = self.phase
+        for answer in answers:
+            cid = answer.receiver
+            pending = phase.pending.get(cid) if phase is not None else None
+            if phase is None or pending is None or (answer.round, answer.step) != (phase.round, pending.message.step):
+                raise ValueError(f"send_and_receive: {cid} waits for no answer to step {answer.step} of this phase")
+            del phase.pending[cid]
+            phase.last_step[cid], phase.last_answer[cid], phase.step_resends[cid] = answer.step, answer, 0
+            if answer.content is not None:  # taken; a refusal (no content) buys the client no time
+                phase.active_at = time.monotonic()
+            self.endpoint.publish(self.topics.down(cid, STEP), answer)
+        assert phase is not None  # checked with each answer
+        return self._delivery(phase)
+
+    def _delivery(self, phase: _Phase) -> Delivery:
+        """Wait in ``phase``, then what it brought: each client's answer or pending step request.
+        The phase stays open while a request waits for the loop's answer."""
+        self._wait(phase)
+        came = {cid: incoming.message for cid, incoming in {**phase.got, **phase.pending}.items()}
+        if not phase.pending:
+            self._close(phase)
         held, self._held = self._held, {}
-        answers = {cid: got[cid].message for cid in expected if cid in got}
-        return Delivery(answers, self._refused_on_the_wire(), held)
+        return Delivery(dict(sorted(came.items())), self._refused_on_the_wire(), held)
 
     def send(self, messages: Sequence[Message]) -> None:
         """Publish messages that get no answer; a stop is retained (a client reconnecting now still
@@ -427,7 +478,9 @@ class MqttChannel:
     def clear_stops(self) -> None:
         """A run starts: forget the retained stops an earlier run of this name left behind."""
         for cid in self.client_ids:
-            self.endpoint.clear_retained(self.topics.down(cid, "stop"))
+            for spec in VERBS.values():
+                if spec.ends_run:
+                    self.endpoint.clear_retained(self.topics.down(cid, spec.name))
 
     def clear_configs(self) -> None:
         """The run is over: its retained configs go (a client started later finds no run)."""
@@ -436,58 +489,61 @@ class MqttChannel:
         self.endpoint.flush(timeout=STOP_FLUSH_SECONDS)
 
     # ------------------------------------------------------------------ waiting for messages
-    def _collect(
-        self,
-        spec: Verb,
-        round: int,
-        expected: list[str],
-        requests: dict[str, Message],
-        timeout: float,
-        min_needed: int,
-        stop_when_rest_offline: bool = False,
-        serve: Serve | None = None,
-        steps: int = 0,
-    ) -> _Phase:
-        """Send the requests, then take messages until the phase can close (see the module doc).
-        Every phase has a hard deadline from its start that no message extends: `timeout` plus
-        `max_wait` while it waits for `min_needed` answers; a client's steps phase (``serve``),
-        `timeout` + `step_seconds` x ``steps``, and in it the client's steps keep the phase open
-        `timeout` after each the server took, never past that deadline."""
-        verb = spec.name
-        now = time.monotonic()
-        ends_at = now + timeout + (self.settings.step_seconds * steps if serve is not None else self.settings.max_wait)
-        self.phase = phase = _Phase(
-            verb, round, list(expected), requests, now, serve=serve, active_at=now, ends_at=ends_at
-        )
-        for cid in expected:
+    def _open(self, phase: _Phase) -> None:
+        """Make ``phase`` the open one and send its requests; a phase still open (its loop stopped
+        answering a client's steps) is closed first."""
+        if self.phase is not None:
+            log.warning("%s %d: closed unfinished: the server went on", self.phase.verb, self.phase.round)
+            self.phase.pending.clear()
+            self._close(self.phase)
+        self.phase = phase
+        for cid in phase.expected:
             self._send_request(cid)
+
+    def _close(self, phase: _Phase) -> None:
+        """The phase is over: who missed it, and who held it to its hard deadline."""
+        self.phase = None
+        if VERBS[phase.verb].trains:
+            for cid in phase.expected:
+                if cid not in phase.got:
+                    self.stats[cid].missed += 1
+        if phase.asks:
+            self._cut_at_hard_deadline(phase)
+
+    def _wait(self, phase: _Phase) -> None:
+        """Take messages until every client of the phase answered or has a step request waiting
+        for the loop, or the phase's deadline passed (see the module doc). Every phase has a hard
+        deadline from its start that no message extends: `timeout` plus `max_wait` while it waits
+        for `min_needed` answers; on a verb that asks, `timeout` + `step_seconds` x ``steps``, and
+        in it the client's steps keep the phase open `timeout` after each the server answered,
+        never past that deadline."""
+        verb, round, expected, timeout = phase.verb, phase.round, phase.expected, phase.timeout
         warned = False
-        scanned = now
-        while len(phase.got) < len(expected):
+        scanned = time.monotonic()
+        while len(phase.got) + len(phase.pending) < len(expected):
             now = time.monotonic()
             deadline = min(phase.active_at + timeout, phase.ends_at)
-            hard_deadline = phase.ends_at
             # twice a second, not at every message: the scans are over every client still waited for
             if now - scanned >= 0.5:
                 scanned = now
-                if serve is None:  # a client in the middle of its steps asks, and is answered, by itself
+                if not phase.asks:  # a client in the middle of its steps asks by itself
                     self._ask_again(phase, now, min(self.settings.ask_again, timeout / 3))
                 if (
-                    stop_when_rest_offline
+                    phase.skip_offline
                     and now > phase.sent_at + 1.0
                     and not any(self.stats[c].online for c in expected if c not in phase.got)
                 ):
                     break
-            if now >= deadline and len(phase.got) >= min_needed:
+            if now >= deadline and len(phase.got) >= phase.min_needed:
                 break
-            if now >= hard_deadline:
-                if serve is None:
+            if now >= phase.ends_at:
+                if not phase.asks:
                     log.error(
                         "%s %d: %d of the %d answers needed after %.0f s more; going on",
                         verb,
                         round,
                         len(phase.got),
-                        min_needed,
+                        phase.min_needed,
                         self.settings.max_wait,
                     )
                 break
@@ -497,19 +553,15 @@ class MqttChannel:
                     verb,
                     round,
                     len(phase.got),
-                    min_needed,
+                    phase.min_needed,
                 )
                 warned = True
             self._pump(min(0.1, max(0.0, deadline - now)) or 0.1)
-        self.phase = None
-        if serve is not None:
-            self._cut_at_hard_deadline(phase, timeout, steps)
-        return phase
 
-    def _cut_at_hard_deadline(self, phase: _Phase, timeout: float, steps: int) -> None:
+    def _cut_at_hard_deadline(self, phase: _Phase) -> None:
         """A steps phase that ended at its hard deadline while its client was still sending steps
-        (not silent for `timeout`): the client held the round, and the round's record says so."""
-        now = time.monotonic()
+        (not silent for its timeout): the client held the round, and the round's record says so."""
+        now, timeout, steps = time.monotonic(), phase.timeout, phase.steps
         for cid in phase.expected:
             if cid in phase.got or now < phase.ends_at or phase.active_at + timeout <= phase.ends_at:
                 continue
@@ -517,7 +569,7 @@ class MqttChannel:
             how = (
                 f"its steps phase was cut at its hard deadline, {seconds:.0f} s after it began "
                 f"(--round-timeout {timeout:g} + {steps} step(s) x --step-seconds {self.settings.step_seconds:g}), "
-                f"after {phase.last_step} step(s)"
+                f"after {phase.last_step.get(cid, 0)} step(s)"
             )
             log.warning("%s %d: %s held the round: %s", phase.verb, phase.round, cid, how)
             self._held[cid] = how
@@ -578,7 +630,7 @@ class MqttChannel:
         if msg.direction == "status":
             self._on_status(cid, message, topic, msg.received_at)
             return
-        if msg.verb == "step":
+        if msg.verb == STEP:
             self._on_step(msg, topic)
             return
         phase = self.phase
@@ -595,6 +647,7 @@ class MqttChannel:
                 self.endpoint.reject(spec.refused_as, topic, problem)
             else:
                 phase.got[cid] = msg
+                phase.pending.pop(cid, None)  # its work is over: no request of it waits
                 if spec.trains:
                     stats.on_time += 1
                     stats.latency_seconds.append(msg.received_at - phase.sent_at)
@@ -609,9 +662,10 @@ class MqttChannel:
             self.endpoint.reject("future-round", topic, f"{msg.verb} for round {message.round}")
 
     def _on_step(self, msg: Incoming, topic: str) -> None:
-        """A client's step request: answered once, in order; a repeat gets the same answer again."""
+        """A client's step request: taken once, in order, for the loop to answer; a repeat of one
+        answered gets the same answer again."""
         cid, request, phase = msg.client_id, msg.message, self.phase
-        if phase is None or phase.serve is None or request.round != phase.round or cid not in phase.asked:
+        if phase is None or not phase.asks or request.round != phase.round or cid not in phase.asked:
             current = phase.round if phase is not None else self.config.rounds + 1
             if request.round > current:
                 self.endpoint.reject("future-round", topic, f"step for round {request.round}")
@@ -622,26 +676,27 @@ class MqttChannel:
         if step < 1 or request.is_answer:
             self.endpoint.reject("bad-step", topic, f"a step request needs a step number >= 1, got {step}")
             return
-        if step == phase.last_step and phase.last_answer is not None:
-            if phase.step_resends >= MAX_STEP_RESENDS:
+        if cid in phase.pending:
+            if step != phase.pending[cid].message.step:
+                self.endpoint.reject(
+                    "step-out-of-order", topic, f"step {step} while step {phase.pending[cid].message.step} waits"
+                )
+            return  # else a repeat of the request the loop is answering
+        last = phase.last_step.get(cid, 0)
+        if step == last and cid in phase.last_answer:
+            resends = phase.step_resends.get(cid, 0)
+            if resends >= MAX_STEP_RESENDS:
                 self.endpoint.reject("step-repeated", topic, f"step {step} asked {MAX_STEP_RESENDS + 1} times")
                 return
-            phase.step_resends += 1
-            self.endpoint.publish(self.topics.down(cid, "step"), phase.last_answer)  # its answer was lost
+            phase.step_resends[cid] = resends + 1
+            self.endpoint.publish(self.topics.down(cid, STEP), phase.last_answer[cid])  # its answer was lost
             return
-        if step != phase.last_step + 1:
+        if step != last + 1:
             if step != 1:
-                self.endpoint.reject("step-out-of-order", topic, f"step {step} after step {phase.last_step}")
+                self.endpoint.reject("step-out-of-order", topic, f"step {step} after step {last}")
                 return
-            log.warning("%s restarted its round-%d steps after step %d", cid, phase.round, phase.last_step)
-        try:
-            answer = phase.serve(request)
-        except ValueError as error:  # the method refused the request: the run goes on without it
-            self.endpoint.reject("bad-request", topic, str(error))
-            return
-        phase.last_step, phase.last_answer, phase.step_resends = step, answer, 0
-        phase.active_at = time.monotonic()
-        self.endpoint.publish(self.topics.down(cid, "step"), answer)
+            log.warning("%s restarted its round-%d steps after step %d", cid, phase.round, last)
+        phase.pending[cid] = msg
 
     def _on_status(self, cid: str, message: Message, topic: str, received_at: float) -> None:
         state = deploy_messages.state_of(message)

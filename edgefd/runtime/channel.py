@@ -12,15 +12,16 @@ deployment's sends the same messages over MQTT (`edgefd.deploy.mqtt_channel.Mqtt
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from edgefd.protocol.errors import OversizedError, ProtocolError
 from edgefd.protocol.message import Message
+from edgefd.runtime.conversation import Conversation, Event
 from edgefd.runtime.limits import MessageLimits, client_limit
 from edgefd.runtime.transport import InProcessTransport
-from edgefd.runtime.verbs import ClientApp, Deadline, exchange_done
+from edgefd.runtime.verbs import ClientApp, Deadline, exchange_done, verb
 
 # Types only: `edgefd server --help` reaches this module through the MQTT channel, and torch is slow to import.
 if TYPE_CHECKING:
@@ -31,16 +32,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Serve = Callable[[Message], Message]
-"""The server's answer to a request a client makes during its work (a ``step``)."""
-
 
 @dataclass
 class Delivery:
     """What one `Channel.send_and_receive` brought back."""
 
     answers: dict[str, Message]
-    """The answers that came in time and were taken, by client id in sorted order."""
+    """What each client sent next, in time, and was taken, by client id in sorted order: its
+    answer, or a request it makes during its work (``Message.is_answer`` False)."""
     refused: dict[str, str] = field(default_factory=dict)
     """The clients whose messages the channel refused (larger than a deployment of the run takes,
     malformed on the wire), and why: the round's ``rejected``."""
@@ -56,14 +55,11 @@ class Channel(Protocol):
     run: str
     """The run's name, which every message carries ("" in a simulation, which has one run)."""
 
-    def send_and_receive(
-        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> Delivery:
-        """Send every message (at most one per client) and bring back the answers that came in
-        time, by client id in sorted order, never in order of arrival. ``serve`` answers the
-        requests a client makes before it answers (a method that exchanges during training);
-        ``steps``: the most of them a client makes (``ServerRole.max_steps``; a deployment's hard
-        deadline for the phase grows with it, None: the steps get no time of their own)."""
+    def send_and_receive(self, messages: Sequence[Message], deadline: Deadline) -> Delivery:
+        """Send every message (at most one per client) and bring back what each client sent next
+        in time, by client id in sorted order, never in order of arrival: its answer, or, on a
+        verb that ``asks``, a request (a message that is no answer), which the loop answers with
+        the next send_and_receive; ``deadline``: how long a deployment waits."""
         ...
 
     def send(self, messages: Sequence[Message]) -> None:
@@ -115,42 +111,68 @@ class InProcessChannel:
         self._limits_round: int | None = None
         """The round of the messages the limits were last asked for (they follow what the method
         knows at each round's first message)."""
+        self._conversations: dict[str, Conversation] = {}
+        """The clients whose work waits for the server's answer to a request."""
 
-    def send_and_receive(
-        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> Delivery:
+    def send_and_receive(self, messages: Sequence[Message], deadline: Deadline) -> Delivery:
         if self.limits is not None and messages and messages[0].round != self._limits_round:
             self.limits.update(self.client_ids)
             self._limits_round = messages[0].round
-        ask = None if serve is None else (lambda request: self._deliver(serve(self._take(request))))
         delivery = Delivery({})
-        answers = delivery.answers
         for message in sorted(messages, key=lambda m: m.receiver):
+            cid = message.receiver
             try:
                 received = self._deliver(message)  # another error in it is the server's, and ends the run
             except OversizedError as error:
                 log.warning(
                     "round %d: %s refuses the server's %s (%s): it misses the round, as a device would",
                     message.round,
-                    message.receiver,
+                    cid,
                     message.verb,
                     error,
                 )
+                if cid in self._conversations:
+                    self._conversations.pop(cid).abandon(message)
                 continue
-            try:
-                answers[message.receiver] = self._take(self.apps[message.receiver].handle(received, ask))
-            except Refused as refused:
-                delivery.refused[message.receiver] = refused.reason
-            except ProtocolError as error:  # its answer or request does not encode (a diverged model's NaN)
-                log.warning(
-                    "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",
-                    message.round,
-                    message.receiver,
-                    message.verb,
-                    error,
-                )
+            if cid in self._conversations:  # the server's answer to the client's request
+                event = self._conversations[cid].resume(received)
+            elif verb(message.verb).asks:
+                self._conversations[cid] = Conversation(self.apps[cid], received)
+                event = self._conversations[cid].start()
+            else:
+                event = self._answer_now(received)
+            self._take_event(delivery, message, event)
         exchange_done(self.apps[message.receiver] for message in messages)
         return delivery
+
+    def _answer_now(self, message: Message) -> Event:
+        """The client's answer to a message it works on without asking the server."""
+        return Event("done", self.apps[message.receiver].handle(message))
+
+    def _take_event(self, delivery: Delivery, message: Message, event: Event) -> None:
+        """Put what the client's work came to into ``delivery``: its answer or request, as the
+        server takes it, or why it has none."""
+        cid = message.receiver
+        if event.kind == "failed":
+            assert event.error is not None
+            raise event.error
+        if event.kind == "missed" or event.message is None:
+            self._conversations.pop(cid, None)
+            _missed(message, event.error)
+            return
+        try:
+            delivery.answers[cid] = self._take(event.message)
+        except (Refused, ProtocolError) as problem:  # ProtocolError: it does not encode (a diverged model's NaN)
+            conversation = self._conversations.pop(cid, None)
+            if conversation is not None and conversation.open:  # the client waits for an answer: refused
+                conversation.abandon(event.message)
+            if isinstance(problem, Refused):
+                delivery.refused[cid] = problem.reason
+            else:
+                _missed(message, problem)
+            return
+        if event.kind == "done":
+            self._conversations.pop(cid, None)
 
     def _deliver(self, message: Message) -> Message:
         """The server's message as its client takes it: OversizedError when it is larger than the
@@ -180,3 +202,17 @@ class InProcessChannel:
 
     def close(self) -> None:
         """Nothing to free: the clients live in this process."""
+
+
+def _missed(message: Message, why: BaseException | None) -> None:
+    """Log that the client of ``message`` misses the round: its answer or request does not
+    encode (a diverged model's NaN), or the server refused one of its requests."""
+    what = "cannot be sent" if isinstance(why, ProtocolError) else "ends unanswered"
+    log.warning(
+        "round %d: %s's %s %s (%s): it misses the round, as a device's would",
+        message.round,
+        message.receiver,
+        message.verb,
+        what,
+        why,
+    )

@@ -18,8 +18,9 @@ training. Then one round r:
   6. every client is evaluated (every `eval_every` rounds and the last).
 
 A method that exchanges during training (``ServerRole.step_exchange``) replaces 2-3: the selected
-clients train one after another, and every request a client makes is carried to the server and
-answered at once, so each client sees what the clients before it wrote.
+clients train one after another, and every request a client makes comes back through the channel
+as a message and is answered at once by the next one, so each client sees what the clients before
+it wrote.
 
 Each phase is one verb of `edgefd.runtime.verbs` (hello, a method's own verbs before training,
 train or steps, reply and a method's own verbs after aggregation, evaluate, stop), sent through
@@ -35,7 +36,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from torch import nn
@@ -44,11 +45,11 @@ from edgefd.algorithms.base import ServerRole
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
-from edgefd.runtime.channel import Channel, Delivery, Serve
+from edgefd.runtime.channel import Channel, Delivery
 from edgefd.runtime.limits import record_refusals
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, LOST_UPLINKS, RoundRecord
 from edgefd.runtime.transport import DOWN, UP, ByteLedger
-from edgefd.runtime.verbs import Phase, Verb, scores_of, server_at_precision, verb, verbs_in
+from edgefd.runtime.verbs import Deadline, Phase, Verb, scores_of, server_at_precision, verb, verbs_in
 
 __all__ = ["HELLO_ROUND", "LOST_EVALUATION", "LOST_UPLINKS", "Federation", "LoopConfig", "RoundRecord"]
 
@@ -131,20 +132,19 @@ class Federation:
         return [Message(name, SERVER, cid, round, contents[cid], run=run) for cid in sorted(contents)]
 
     def exchange(
-        self,
-        name: str,
-        round: int,
-        contents: Mapping[str, Payload | None],
-        serve: Serve | None = None,
-        steps: int | None = None,
+        self, name: str, round: int, contents: Mapping[str, Payload | None], deadline: Deadline | None = None
     ) -> dict[str, Message]:
-        """Send verb ``name`` with ``contents`` and take the answers in client-id order (``serve``
-        and ``steps``: a client's requests during its work, and the most it makes)."""
-        spec: Verb = verb(name)
-        messages = self._messages(name, round, contents)
+        """Send verb ``name`` with ``contents`` and take what comes back in client-id order
+        (``deadline``: the verb's own unless given)."""
+        return self.carry(self._messages(name, round, contents), deadline or verb(name).deadline)
+
+    def carry(self, messages: list[Message], deadline: Deadline) -> dict[str, Message]:
+        """Send ``messages`` through the channel, and take what comes back in client-id order;
+        every message both ways is counted once, and what the channel refused or held is kept for
+        the round's record."""
         for message in messages:
             self.ledger.count(message)
-        delivery: Delivery = self.channel.send_and_receive(messages, spec.deadline, serve, steps)
+        delivery: Delivery = self.channel.send_and_receive(messages, deadline)
         answers = delivery.answers
         for cid in sorted(answers):
             self.ledger.count(answers[cid])
@@ -223,15 +223,10 @@ class Federation:
 
         for spec in verbs_in(Phase.BEFORE_TRAINING):
             self.send_phase_verb(spec, round, selected)
-        held: dict[str, str] = {}
         if self.server.step_exchange:
             answered: dict[str, Message] = {}
             for cid in selected:  # one after another: each client sees what the ones before it wrote
-                cap = self.server.max_steps(cid)
-                serve = self.step_answers(round, cid, cap)
-                answered.update(self.exchange("steps", round, {cid: None}, serve, steps=cap))
-                if serve.refused:
-                    held[cid] = f"{serve.refused} step request(s) refused past the {cap} its declared data makes"
+                answered.update(self.train_with_steps(round, cid))
         else:
             answered = self.exchange("train", round, {cid: self.downlink(round, cid) for cid in selected})
         late = [cid for cid in selected if cid in stragglers or cid not in answered]
@@ -259,7 +254,6 @@ class Federation:
             late,
             server=server_metrics,
             rejected=rejected,
-            held=held,
         )
         if selected and not any(cid not in stragglers and cid not in rejected for cid in answered):
             record.lost.append(LOST_UPLINKS)
@@ -300,10 +294,23 @@ class Federation:
                 ", ".join(missing[:5]),
             )
 
-    def step_answers(self, round: int, cid: str, cap: int | None = None) -> StepAnswers:
-        """The server's answers to one client's step requests in ``round``; ``cap``: the most it
-        takes (``ServerRole.max_steps``), the rest are refused and counted."""
-        return StepAnswers(self, round, cid, cap)
+    def train_with_steps(self, round: int, cid: str) -> dict[str, Message]:
+        """One client's training that asks the server (``ServerRole.step_exchange``): each of its
+        requests comes back from the channel as a message and is answered at once (`StepAnswers`),
+        until its uplink comes, or nothing more in time. Its answer, if it came; a client that asks
+        past the steps its declared data makes is named in the round's ``held``."""
+        cap = self.server.max_steps(cid)
+        deadline = replace(verb("steps").deadline, steps=cap)
+        answer_to = StepAnswers(self.server, round, cid, cap, self._sealed)
+        came = self.exchange("steps", round, {cid: None}, deadline)
+        while cid in came and not came[cid].is_answer:
+            came = self.carry([answer_to(came[cid])], deadline)
+        if answer_to.refused:
+            _add_reasons(self._refused, {cid: "; ".join(answer_to.refused)})
+        if answer_to.over_cap:
+            over = f"{answer_to.over_cap} step request(s) refused past the {cap} its declared data makes"
+            _add_reasons(self._held, {cid: over})
+        return came
 
     def evaluate(self, record: RoundRecord) -> None:
         """Every client's accuracy of its deliverable model; the record's mean over those that answered."""
@@ -356,34 +363,47 @@ class Federation:
 
 
 class StepAnswers:
-    """The server's answers to one client's step requests in one round (a ``Serve``): each request
-    is checked against the method's ``request_schemas`` and answered; past ``cap`` requests
-    (``ServerRole.max_steps``) the rest are refused unread and counted (``refused``)."""
+    """The server's answers to one client's step requests in one round: each request is checked
+    against the method's ``request_schemas`` and answered; one it does not take, or past ``cap``
+    requests (``ServerRole.max_steps``), is refused with an answer without content (the client's
+    work of the round then ends unanswered), and counted."""
 
-    def __init__(self, federation: Federation, round: int, cid: str, cap: int | None) -> None:
-        self.federation, self.round, self.cid, self.cap = federation, round, cid, cap
+    def __init__(
+        self,
+        server: ServerRole,
+        round: int,
+        cid: str,
+        cap: int | None,
+        seal: Callable[[Payload | None], Payload | None],
+    ) -> None:
+        """``seal``: the server's content at the run's wire precision."""
+        self.server, self.round, self.cid, self.cap, self.seal = server, round, cid, cap, seal
         self.taken = 0
-        self.refused = 0
+        self.over_cap = 0
+        """Requests refused past ``cap``."""
+        self.refused: list[str] = []
+        """Why each request the method does not take was refused."""
 
     def __call__(self, request: Message) -> Message:
-        """The answer; UplinkRejected (a ValueError, which the channel refuses and counts) for a
-        request the server does not take. Every request that arrives is counted, and every answer."""
-        server, round, cid = self.federation.server, self.round, self.cid
-        self.federation.ledger.count(request)
+        """The answer to ``request``: the method's, or a refusal (content None)."""
+        round, cid = self.round, self.cid
         if self.cap is not None and self.taken >= self.cap:
-            self.refused += 1
-            if self.refused == 1:
+            self.over_cap += 1
+            if self.over_cap == 1:
                 log.warning(
                     "round %d: %s asks past the %d step(s) its declared data makes; the rest are refused",
                     round,
                     cid,
                     self.cap,
                 )
-            raise UplinkRejected("steps-over-cap", f"step request {request.step} of round {round}; at most {self.cap}")
-        if request.content is None:
-            raise UplinkRejected("empty", "a step request without content")
-        server.check_request(round, cid, request.content)
+            return request.answer(None)
+        try:
+            if request.content is None:
+                raise UplinkRejected("empty", "a step request without content")
+            self.server.check_request(round, cid, request.content)
+        except UplinkRejected as problem:
+            log.warning("round %d: %s's step request %d refused: %s", round, cid, request.step, problem)
+            self.refused.append(f"step {request.step}: {problem.reason}")
+            return request.answer(None)
         self.taken += 1
-        answer = request.answer(self.federation._sealed(server.answer(round, cid, request.content)))
-        self.federation.ledger.count(answer)
-        return answer
+        return request.answer(self.seal(self.server.answer(round, cid, request.content)))

@@ -7,12 +7,13 @@ nothing but the config and the messages leaves the driver. Client i lives on act
 Messages travel encoded, as bytes: the driver encodes the server's, the actor the client's (the
 loop counts them, as every run's). Answers come back in client-id order, never in order of arrival.
 
-Without ``serve`` every actor answers its selected clients at once (each actor its own clients one
-after another). With ``serve`` (a method that exchanges with the server during training, such as
-FedCache's per-batch exchange) the order of the clients' requests is the server's state, so the
-clients are called one at a time in client-id order, as in process: the actor runs the client's
-work in a thread that stops at each request, and the driver answers it (`ClientHost.start`,
-`ClientHost.resume`). Either way the results are those of `InProcessChannel`, bit for bit.
+On most verbs every actor answers its selected clients at once (each actor its own clients one
+after another). On a verb that ``asks`` (a method that exchanges with the server during training,
+such as FedCache's per-batch exchange) the order of the clients' requests is the server's state, so
+the clients are called one at a time in client-id order, as in process: the actor runs the client's
+work as a `Conversation` that stops at each request, which comes back to the loop as a message, and
+the loop's answer goes to the actor as one (`ClientHost.start`, `ClientHost.resume`). Either way the
+results are those of `InProcessChannel`, bit for bit.
 
 Faults: at the end of every round (`end_round`, which the run calls as it records the round) each
 actor writes the state of the clients that worked in it
@@ -35,15 +36,14 @@ from __future__ import annotations
 import logging
 import math
 import os
-import queue
 import socket
 import tempfile
-import threading
 import time
 import traceback
 import uuid
 import zipfile
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -53,10 +53,12 @@ from edgefd.protocol import decode_message, encode_message
 from edgefd.protocol.errors import ProtocolError
 from edgefd.protocol.message import Message
 from edgefd.runtime import checkpoint
-from edgefd.runtime.channel import Delivery, Serve
+from edgefd.runtime.channel import Delivery
+from edgefd.runtime.conversation import Conversation
+from edgefd.runtime.conversation import Event as ConversationEvent
 from edgefd.runtime.limits import MessageLimits, client_limit
 from edgefd.runtime.records import RoundRecord
-from edgefd.runtime.verbs import Deadline, exchange_done
+from edgefd.runtime.verbs import Deadline, exchange_done, verb
 
 if TYPE_CHECKING:
     from edgefd.runtime.config import SimulationConfig
@@ -177,7 +179,8 @@ class ClientHost:
         self.threads = config.threads
         self.cap = config.max_message_bytes
         self.saved = SavedStates(Path(state_dir), name)
-        self.session: tuple[queue.Queue[Event], queue.Queue[bytes]] | None = None
+        self.conversations: dict[str, Conversation] = {}
+        """The clients whose work waits for the server's answer to a request."""
         self.dirty: set[str] = set()
         """Clients that worked since their state was last saved."""
         self.error: str | None = None
@@ -262,38 +265,41 @@ class ClientHost:
         return events
 
     def start(self, data: bytes) -> Event:
-        """Start a client's work that makes requests of the server: its first request, or its answer."""
+        """Start a client's work that asks the server: its first request, or its answer."""
         from edgefd import kernels
 
         message = decode_message(data)
-        app = self.apps[message.receiver]
         self.dirty.add(message.receiver)
-        events: queue.Queue[Event] = queue.Queue()
-        replies: queue.Queue[bytes] = queue.Queue()
-
-        def ask(request: Message) -> Message:
-            events.put(("ask", encode_message(request)))
-            return decode_message(replies.get())
-
-        def work() -> None:
-            kernels.set_num_threads(self.threads)  # a thread's own OpenMP setting: the run's, as in the main thread
-            try:
-                events.put(("done", encode_message(app.handle(message, ask))))
-            except ProtocolError as error:
-                events.put(("missed", str(error)))
-            except BaseException:
-                events.put(("failed", traceback.format_exc()))
-
-        self.session = (events, replies)
-        threading.Thread(target=work, name=f"edgefd-{message.receiver}", daemon=True).start()
-        return events.get()
+        # a thread's own OpenMP setting: the run's, as in the main thread
+        prepare = partial(kernels.set_num_threads, self.threads)
+        conversation = Conversation(self.apps[message.receiver], message, prepare)
+        self.conversations[message.receiver] = conversation
+        return self._said(message.receiver, conversation.start())
 
     def resume(self, reply: bytes) -> Event:
-        """Give the client the server's reply to its request: its next request, or its answer."""
-        assert self.session is not None, "resume without start"
-        events, replies = self.session
-        replies.put(reply)
-        return events.get()
+        """Give the client the server's answer to its request: its next request, or its answer."""
+        message = decode_message(reply)
+        return self._said(message.receiver, self.conversations[message.receiver].resume(message))
+
+    def _said(self, cid: str, event: ConversationEvent) -> Event:
+        """A conversation's event as the driver takes it (its message encoded)."""
+        conversation = self.conversations[cid]
+        if event.message is not None:
+            try:
+                data = encode_message(event.message)
+            except ProtocolError as error:  # a diverged model's NaN: the client misses the round
+                if conversation.open:
+                    event = conversation.abandon(event.message)
+                self.conversations.pop(cid)
+                return ("missed", str(error))
+            if not conversation.open:
+                self.conversations.pop(cid)
+            return (event.kind, data)
+        self.conversations.pop(cid)
+        assert event.error is not None
+        if event.kind == "missed":
+            return ("missed", str(event.error))
+        return ("failed", "".join(traceback.format_exception(event.error)))
 
     def send(self, messages: list[bytes]) -> None:
         """Messages that get no answer (the stop)."""
@@ -423,28 +429,29 @@ class RayChannel:
             except exceptions.RayActorError as error:
                 raise RuntimeError(f"not restarted ({first_line(error)})") from None
 
-    def send_and_receive(
-        self, messages: Sequence[Message], deadline: Deadline, serve: Serve | None = None, steps: int | None = None
-    ) -> Delivery:
+    def send_and_receive(self, messages: Sequence[Message], deadline: Deadline) -> Delivery:
         if messages and messages[0].round != self._limits_round:  # the method's bounds of the round
             self.limits.update(self.client_ids)
             self._limits_round = messages[0].round
         ordered = sorted(messages, key=lambda m: m.receiver)
-        if serve is None:
-            events = self._handle_at_once(ordered)
+        if ordered and (ordered[0].is_answer or verb(ordered[0].verb).asks):
+            events = [self._one_at_a_time(message) for message in ordered]
         else:
-            events = [self._handle_alone(message, serve) for message in ordered]
+            events = self._handle_at_once(ordered)
         delivery = Delivery({})
         for message, (kind, value) in zip(ordered, events):
-            if kind == "done":
-                refusal = self.limits.refusal(message.receiver, message.verb, len(value))
+            if kind in ("done", "ask"):
+                came = decode_message(value, max_bytes=None)
+                refusal = self.limits.refusal(message.receiver, came.verb, len(value))
                 if refusal is None:
-                    delivery.answers[message.receiver] = decode_message(value, max_bytes=None)
-                else:  # it never reaches the server (InProcessChannel)
-                    delivery.refused[message.receiver] = refusal
+                    delivery.answers[message.receiver] = came
+                    continue
+                delivery.refused[message.receiver] = refusal  # it never reaches the server (InProcessChannel)
+                if kind == "ask":  # the client waits for an answer: refused
+                    self._abandon(came)
             elif kind == "missed":
                 log.warning(
-                    "round %d: %s's %s cannot be sent (%s): it misses the round, as a device's would",
+                    "round %d: %s's %s ends unanswered (%s): it misses the round, as a device's would",
                     message.round,
                     message.receiver,
                     message.verb,
@@ -474,16 +481,21 @@ class RayChannel:
             by_client.update({m.receiver: event for m, event in zip(group, events if events is not None else lost)})
         return [by_client[m.receiver] for m in ordered]
 
-    def _handle_alone(self, message: Message, serve: Serve) -> Event:
-        """One client's work, each of its requests answered by ``serve`` as it comes."""
+    def _one_at_a_time(self, message: Message) -> Event:
+        """A message of a verb that asks, or the server's answer to a client's request: the
+        client works until its next request, or its answer."""
         n = self._host[message.receiver]
-        actor = self.actors[n]
-        missed = [message.receiver]
-        event = self._get(n, actor.start.remote(encode_message(message)), message.round, "during the round", missed)
-        while event is not None and event[0] == "ask":
-            reply = serve(decode_message(event[1]))
-            event = self._get(n, actor.resume.remote(encode_message(reply)), message.round, "during the round", missed)
+        call = self.actors[n].resume if message.is_answer else self.actors[n].start
+        event = self._get(
+            n, call.remote(encode_message(message)), message.round, "during the round", [message.receiver]
+        )
         return ("lost", "its actor died") if event is None else event
+
+    def _abandon(self, request: Message) -> None:
+        """Refuse a request its client waits on: its work of the round ends unanswered."""
+        kind, value = self._one_at_a_time(request.answer(None))
+        while kind == "ask":  # a client that asks on regardless
+            kind, value = self._one_at_a_time(decode_message(value, max_bytes=None).answer(None))
 
     def send(self, messages: Sequence[Message]) -> None:
         grouped = self._by_actor(sorted(messages, key=lambda m: m.receiver))

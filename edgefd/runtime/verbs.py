@@ -12,7 +12,8 @@ ACL (``edgefd.deploy.acl``) is generated from the same table.
     hello     at the start                      role.hello()                  -> its one-time upload
     train     each round (most methods)         role.train_round(r, content)  -> its uplink
     steps     each round (step exchange)        role.train_steps(r): each request goes up as a
-                                                ``step`` message and waits for the server's answer
+                                                ``step`` message, and the loop's answer comes back
+                                                as one (an answer without content: refused)
     reply     after aggregation                 role.receive_reply(r, content) -> nothing
     evaluate  every eval round                  role.evaluate(content)        -> its scores
     stop      at the end                        nothing (a device process exits)
@@ -48,11 +49,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SERVER",
+    "STEP",
     "VERBS",
     "Ask",
     "ClientApp",
     "Deadline",
     "Phase",
+    "StepRefused",
     "UnknownVerb",
     "Verb",
     "Wait",
@@ -68,6 +71,9 @@ Ask = Callable[[Message], Message]
 """How a client asks the server during its work and waits for the answer (a ``step``)."""
 Handler = Callable[["ClientApp", Message, "Ask | None"], "Payload | None"]
 ServerContent = Callable[["ServerRole", int, str], "Payload | None"]
+
+STEP = "step"
+"""The verb of a client's request during its work (``steps``), and of the server's answer to it."""
 
 SCORES_KIND = "metrics"
 """The kind of an evaluate answer's content: the client's scores as float scalars."""
@@ -98,10 +104,12 @@ class Deadline:
     a deployment's settings; a simulation does not wait)."""
 
     wait: Wait
-    quorum: bool = False
-    """Wait past the timeout (up to a deployment's ``max_wait``) until ``min_clients`` answered."""
     skip_offline: bool = False
     """Stop waiting once every client still missing is offline."""
+    steps: int | None = None
+    """The most requests a client makes during its work (``ServerRole.max_steps``, set by the loop
+    for each client of a verb that ``asks``): a deployment's hard deadline for its work grows with
+    it (None: the requests get no time of their own)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,17 @@ class Verb:
     the verb is sent to each client of its phase for which this is not None."""
     answers: bool = True
     """The client answers it (False: one way, the client only reads it)."""
+    once: bool = False
+    """Sent once a run (the hello): a device keeps its answer for the whole run."""
+    evaluates: bool = False
+    """Its answer is the client's scores: a device keeps the last beside its saved model, and
+    takes one that comes during its steps as the server having gone on without them."""
+    ends_run: bool = False
+    """The run is over: a device saves its model and exits."""
+    asks: bool = False
+    """The client asks the server during its work (``step`` requests, each answered before it
+    goes on): a channel brings each request back to the loop as a message, the loop's answer goes
+    to the client as one, and the work's last message is its answer."""
     small_answer: bool = False
     """Its answer is a few scalars or nothing (a channel caps it small, whatever the method's size)."""
     check_answer: Callable[[Payload | None], None] | None = None
@@ -135,6 +154,12 @@ class Verb:
 
 class UnknownVerb(ValueError):
     """A message whose verb is not in the table."""
+
+
+class StepRefused(ValueError):
+    """The server answered a step request without content: it refused it (past the steps the
+    client's declared data makes, or a request it does not take), and the client's work of the
+    round ends unanswered, wherever the client runs."""
 
 
 class ClientApp:
@@ -216,9 +241,9 @@ def _steps(app: ClientApp, message: Message, ask: Ask | None) -> Payload | None:
             return app.training_message(finished.value)
         step += 1
         content = app.training_message(request)
-        answered = ask(Message("step", app.client_id, SERVER, message.round, content, step, message.run))
+        answered = ask(Message(STEP, app.client_id, SERVER, message.round, content, step, message.run))
         if answered.content is None:
-            raise ValueError(f"step {step} of round {message.round}: the server's answer has no content")
+            raise StepRefused(f"step {step} of round {message.round}: the server refused the request")
         answer = answered.content
 
 
@@ -296,10 +321,10 @@ def verbs_in(phase: Phase) -> list[Verb]:
     return [spec for spec in VERBS.values() if spec.phase is phase]
 
 
-register_verb(Verb("hello", _hello, Deadline(Wait.HELLO, quorum=True)))
+register_verb(Verb("hello", _hello, Deadline(Wait.HELLO), once=True))
 register_verb(Verb("train", _train, trains=True))
-register_verb(Verb("steps", _steps, trains=True))
-register_verb(Verb("step", None))
+register_verb(Verb("steps", _steps, trains=True, asks=True))
+register_verb(Verb(STEP, None))
 register_verb(
     Verb(
         "reply",
@@ -318,7 +343,8 @@ register_verb(
         small_answer=True,
         check_answer=_check_scores,
         refused_as="bad-accuracy",
+        evaluates=True,
     )
 )
-register_verb(Verb("stop", _stop, counted=False, answers=False))
+register_verb(Verb("stop", _stop, counted=False, answers=False, ends_run=True))
 _LOOP_VERBS = frozenset(VERBS)

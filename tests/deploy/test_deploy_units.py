@@ -16,7 +16,7 @@ from edgefd.deploy.server_runtime import DeploymentSettings, same_run_config
 from edgefd.protocol import Message, Payload
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import config_from_args
-from edgefd.runtime.verbs import ClientApp
+from edgefd.runtime.verbs import VERBS, ClientApp
 
 LOCAL_BROKER = BrokerSettings("mqtt://127.0.0.1:1883")
 """A broker URL for the channels and endpoints these tests make and never connect."""
@@ -314,11 +314,10 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
     after `ask_again` seconds the server asks an online client without an answer, a few bytes, to
     send it again, once nothing has arrived for a second (an answer may be queued behind others).
     Clients that answered or are offline are not asked; a repeat is taken once."""
-    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
+    from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel, _Phase
     from edgefd.deploy.mqtt_transport import Topics
     from edgefd.protocol import encode_message
     from edgefd.runtime.config import SimulationConfig
-    from edgefd.runtime.verbs import VERBS
 
     clients = ["client-0", "client-1", "client-2"]
     channel = MqttChannel(
@@ -349,7 +348,10 @@ def test_the_server_asks_a_silent_online_client_to_answer_again_and_takes_the_an
 
     monkeypatch.setattr(channel.endpoint, "publish", publish)
     started = time.monotonic()
-    phase = channel._collect(VERBS["train"], 4, clients, requests, timeout=3.0, min_needed=1)
+    now = time.monotonic()
+    phase = _Phase("train", 4, clients, requests, now, timeout=3.0, min_needed=1, active_at=now, ends_at=now + 60)
+    channel._open(phase)
+    channel._wait(phase)
     assert sorted(phase.got) == ["client-0", "client-1"]
     assert asked_again == ["client-1"]  # once: it answered; client-2 is offline, client-0 had answered
     assert time.monotonic() - started >= 3.0  # client-2 was waited for until the deadline
@@ -412,7 +414,7 @@ def test_deploy_local_reads_only_the_finished_lines_of_a_growing_metrics_file(tm
     assert finished_lines(metrics) == [{"round": 0}, {"round": 1}]
 
 
-def open_phase(monkeypatch, verb: str = "train", serve=None):
+def open_phase(monkeypatch, verb: str = "train"):
     """A server channel of clients 0 and 1 with a phase of ``verb`` round 4 open (its requests out),
     and the list every publish but a config lands in: (client, "request" | "again" | "answer")."""
     from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel, _Phase
@@ -434,7 +436,8 @@ def open_phase(monkeypatch, verb: str = "train", serve=None):
 
     monkeypatch.setattr(channel.endpoint, "publish", publish)
     requests = {cid: down(verb, 4, Payload("weights"), client=cid, run="r") for cid in clients}
-    channel.phase = _Phase(verb, 4, clients, requests, time.monotonic(), serve=serve)
+    now = time.monotonic()
+    channel.phase = _Phase(verb, 4, clients, requests, now, timeout=60.0, asks=VERBS[verb].asks, active_at=now)
     for cid in clients:
         channel._send_request(cid)
     sent.clear()
@@ -481,10 +484,22 @@ def test_a_silent_client_is_asked_again_a_bounded_number_of_times(monkeypatch):
 def test_a_repeated_step_request_gets_its_answer_again_a_bounded_number_of_times(monkeypatch):
     from edgefd.deploy.mqtt_channel import MAX_STEP_RESENDS
 
-    channel, sent = open_phase(monkeypatch, "steps", serve=lambda request: request.answer(None))
+    channel, sent = open_phase(monkeypatch, "steps")
     request = Message("step", "client-0", "server", 4, Payload("q"), 1, "r")
-    for _ in range(10):
-        channel._handle(Incoming("up", "client-0", "step", request, nbytes=10))
+    channel._handle(Incoming("up", "client-0", "step", request, nbytes=10))
+    repeats = [9]
+
+    def pump(timeout):  # the client asks 9 times more, then its round's uplink comes
+        repeats[0] -= 1
+        if repeats[0] >= 0:
+            channel._handle(Incoming("up", "client-0", "step", request, nbytes=10))
+        else:
+            done = channel.phase.requests["client-0"].answer(None)
+            channel._handle(Incoming("up", "client-0", "steps", done, nbytes=10))
+
+    channel._pump = pump
+    delivery = channel.send_and_receive([request.answer(None)], VERBS["steps"].deadline)
+    assert delivery.answers["client-0"].verb == "steps" and channel.phase is None
     assert sent == [("client-0", "answer")] * (1 + MAX_STEP_RESENDS)
     assert channel.endpoint.stats.rejected["step-repeated"] == 10 - 1 - MAX_STEP_RESENDS
 

@@ -225,8 +225,9 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
     within the 4 s the server waits after a step, for as long as the server listens (up to 45 s).
     client-3's hello declares 65 samples, one more than --samples-per-client lets a device hold.
     client-1 and client-2 are honest `edgefd client`s. The server takes client-0's first 4 steps,
-    refuses the rest and goes on 4 s after the last it took, naming client-0 in the round's
-    'held'; client-3's hello is refused ('too-many-samples'); the honest devices train."""
+    refuses the rest (answers without content, which buy no time) and goes on 4 s after the last
+    it took, naming client-0 in the round's 'held'; client-3's hello is refused
+    ('too-many-samples'); the honest devices train."""
     timeouts = ("--round-timeout", 4, "--eval-timeout", 10, "--hello-timeout", 120, "--max-wait", 20)
     config = {**HELD_RUN, "param": "knn=exact"}
     server, out, log = start_server(broker, "held", tmp_path, *timeouts, config=config)
@@ -259,7 +260,7 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
                     except queue.Empty:
                         break
                     if incoming.verb == "step":
-                        answered.append(incoming.message.step)
+                        answered.append((incoming.message.step, incoming.message.content is not None))
                     elif incoming.verb == "evaluate":
                         evaluation = incoming.message
             stepping = time.monotonic() - started
@@ -269,7 +270,9 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
         finish([server, *honest])
     text = log.read_text()
     assert server.returncode == 0, text[-3000:]
-    assert answered == [1, 2, 3, 4]  # its declared steps, each answered once; none past them
+    # its declared steps, each answered once; every one past them refused (an answer without content)
+    assert answered[:4] == [(1, True), (2, True), (3, True), (4, True)], answered
+    assert answered[4:] and all(not taken for _, taken in answered[4:]), answered
     lines = lines_of(out)
     assert lines[0]["rejected"] == {"client-3": "too-many-samples"}
     assert (

@@ -3,6 +3,7 @@ numbering, repeats, refusals, a server that moves on (the end-to-end run over Mo
 test_mqtt_deployment.py)."""
 
 import time
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -36,58 +37,55 @@ def step(k, x, cid="client-0", round=1):
     return Incoming("up", cid, "step", Message("step", cid, "server", round, request, k, "u"), nbytes=0)
 
 
-def serving(answer):
-    """The loop's answer to a step request: the method's answer to its content."""
-    return lambda request: request.answer(answer(request.content))
+def open_steps(channel, timeout: float = 60.0) -> _Phase:
+    """client-0's steps phase of round 1, open, as `send_and_receive` opens it."""
+    now = time.monotonic()
+    phase = _Phase("steps", 1, ["client-0"], {}, now, timeout=timeout, asks=True, active_at=now, ends_at=now + timeout)
+    channel.phase = phase
+    return phase
 
 
-def test_steps_are_answered_once_in_order_and_a_repeat_gets_the_same_answer(channel):
-    asked = []
-
-    def answer(request):
-        asked.append(float(request.arrays["x"][0]))
-        return Payload("fedcache.answer", {"y": 2 * request.arrays["x"]})
-
-    channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), serve=serving(answer))
+def test_steps_are_taken_once_in_order_for_the_loop_to_answer_and_a_repeat_gets_the_same_answer(channel):
+    phase = open_steps(channel)
     channel._handle(step(1, 5.0))
-    channel._handle(step(1, 5.0))  # its answer was lost: the same answer again, not a second ask
-    channel._handle(step(3, 9.0))  # a gap: refused
-    channel._handle(step(2, 7.0))
-    assert asked == [5.0, 7.0]
-    assert channel.rejected == ["step-out-of-order"]
-    topics = {topic for topic, _ in channel.published}
-    assert topics == {"edgefd/u/down/client-0/step"}
-    answers = [m for _, m in channel.published]
-    assert [(m.step, m.is_answer, m.receiver) for m in answers] == [
-        (1, True, "client-0"),
-        (1, True, "client-0"),
-        (2, True, "client-0"),
+    channel._handle(step(1, 5.0))  # a repeat while the loop works on it: nothing more
+    channel._handle(step(2, 7.0))  # the next before step 1 is answered: refused
+    assert list(phase.pending) == ["client-0"] and phase.pending["client-0"].message.step == 1
+    assert channel.rejected == ["step-out-of-order"] and channel.published == []
+
+    ticks = iter([step(1, 5.0), step(3, 9.0), step(2, 7.0)])  # step 1's answer was lost; a gap; step 2
+    channel._pump = lambda timeout: channel._handle(next(ticks))
+    answer_1 = phase.pending["client-0"].message.answer(Payload("fedcache.answer", {"y": np.array([10.0])}))
+    delivery = channel.send_and_receive([answer_1], VERBS["steps"].deadline)
+    assert [(cid, m.verb, m.step, m.is_answer) for cid, m in delivery.answers.items()] == [
+        ("client-0", "step", 2, False)
     ]
-    assert [float(m.content.arrays["y"][0]) for m in answers] == [10.0, 10.0, 14.0]
+    assert channel.rejected == ["step-out-of-order", "step-out-of-order"]
+    assert [(topic, m.step, m.is_answer) for topic, m in channel.published] == [
+        ("edgefd/u/down/client-0/step", 1, True),
+        ("edgefd/u/down/client-0/step", 1, True),  # the same answer again, not a second ask
+    ]
+    assert channel.phase is phase  # open while step 2 waits for the loop's answer
 
 
 def test_steps_nobody_asked_for_and_bad_ones_are_refused_without_a_crash(channel):
-    def answer(request):
-        if float(request.arrays["x"][0]) < 0:
-            raise ValueError("unknown sample ids")
-        return Payload("fedcache.answer")
-
-    channel.phase = _Phase("steps", 1, ["client-0"], {}, time.monotonic(), serve=serving(answer))
+    open_steps(channel)
     channel._handle(step(1, 1.0, cid="client-1"))  # not this client's turn
     channel._handle(step(1, 1.0, round=3))  # a future round
     channel._handle(step(0, 1.0))  # unnumbered
-    channel._handle(step(1, -1.0))  # the method refuses it
     channel.phase = None
     channel._handle(step(1, 1.0))  # no steps phase open
-    assert channel.rejected == ["unrequested", "future-round", "bad-step", "bad-request", "unrequested"]
+    assert channel.rejected == ["unrequested", "future-round", "bad-step", "unrequested"]
     assert channel.published == []
+    with pytest.raises(ValueError, match="waits for no answer to step 1"):
+        channel.send_and_receive([step(1, 1.0).message.answer(None)], VERBS["steps"].deadline)
 
 
 def steps_phase(channel, monkeypatch, every: float, last: int, steps: int = 5) -> tuple[float, dict[str, str]]:
     """client-0's steps phase of round 1 on a clock of the test's, one second a wait: the client
-    sends a step every ``every`` seconds, up to step ``last``, and never finishes. Returns the
-    seconds the phase lasted and whom it held (`Delivery.held`); round_timeout 10, step_seconds 2:
-    its hard deadline is 10 + 2 x steps."""
+    sends a step every ``every`` seconds, up to step ``last``, and never finishes; the loop answers
+    each at once. Returns the seconds the phase lasted and whom it held (`Delivery.held`);
+    round_timeout 10, step_seconds 2: its hard deadline is 10 + 2 x steps."""
     clock = [0.0]
     monkeypatch.setattr(mqtt_channel, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     channel.settings.round_timeout, channel.settings.step_seconds = 10.0, 2.0
@@ -102,10 +100,12 @@ def steps_phase(channel, monkeypatch, every: float, last: int, steps: int = 5) -
             channel._handle(step(sent[0], 1.0))
 
     channel._pump = wait
-    answer = serving(lambda request: Payload("fedcache.answer"))
-    request = Message("steps", "server", "client-0", 1, run="u")
-    delivery = channel.send_and_receive([request], VERBS["steps"].deadline, answer, steps)
-    assert delivery.answers == {}
+    deadline = replace(VERBS["steps"].deadline, steps=steps)
+    delivery = channel.send_and_receive([Message("steps", "server", "client-0", 1, run="u")], deadline)
+    while delivery.answers:  # a step request: the loop answers it
+        (request,) = delivery.answers.values()
+        assert not request.is_answer
+        delivery = channel.send_and_receive([request.answer(Payload("fedcache.answer"))], deadline)
     return clock[0], delivery.held
 
 
@@ -116,7 +116,7 @@ def test_a_client_stepping_slowly_is_cut_at_its_hard_deadline_and_named(channel,
     assert seconds == 10 + 2 * 5
     assert list(held) == ["client-0"]
     assert "cut at its hard deadline, 20 s after it began" in held["client-0"]
-    assert "after 5 step(s)" in held["client-0"]  # steps at 4, 8, 12, 16 and 20 s were taken
+    assert "after 5 step(s)" in held["client-0"]  # steps at 4, 8, 12, 16 and 20 s were answered
 
 
 def test_a_client_that_stops_sending_ends_its_phase_at_the_idle_timeout_unnamed(channel, monkeypatch):

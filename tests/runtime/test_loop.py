@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from edgefd.algorithms.base import ClientRole, ServerRole
-from edgefd.algorithms.schema import ArraySpec, MessageSchema, UplinkRejected
+from edgefd.algorithms.schema import ArraySpec, MessageSchema
 from edgefd.protocol import Payload
 from edgefd.runtime.channel import InProcessChannel
 from edgefd.runtime.config import SimulationConfig
@@ -208,7 +208,10 @@ def test_a_round_that_takes_no_uplink_or_gets_no_accuracy_is_recorded_as_lost(ca
     assert summary["final_accuracy"] is None and summary["best_accuracy"] == 0.5  # not round 1's 0.5 as final
 
 
-def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_sees_it():
+def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_sees_it(caplog):
+    """The client gets an answer without content (refused), ends its round unanswered, as a device
+    does, and the round's record says why; the run goes on."""
+
     class Overasking(AskingClient):
         def train_steps(self, round):
             yield Payload("ask", {"v": np.array([7], np.int64)})
@@ -218,9 +221,11 @@ def test_a_step_request_that_does_not_fit_stops_at_the_check_before_the_server_s
         server, InProcessChannel({"c0": Overasking("c0")}), loop_config(rounds=1), np.random.default_rng(0)
     )
     federation.start()
-    with pytest.raises(UplinkRejected, match="out-of-range"):
-        federation.run_round(1)
+    record = federation.run_round(1)
     assert server.log == []
+    assert record.rejected == {"c0": "step 1: out-of-range"}
+    assert record.late == ["c0"] and record.lost == ["uplinks"]
+    assert "the server refused the request" in caplog.text
 
 
 class ReplyingClient(EchoClient):

@@ -96,10 +96,10 @@ def test_a_round_takes_no_more_step_requests_than_the_clients_declared_data_make
     assert record.held == {}
     ids = sim.server.cache.sample_ids("client-1")[:16].astype(np.int32)
     content = Payload("fedcache.logits", {"ids": ids, "logits": np.zeros((16, 10), np.float32)})
-    serve = StepAnswers(sim.federation, 2, "client-1", cap)
+    answer_to = StepAnswers(sim.server, 2, "client-1", cap, sim.federation._sealed)
     for step in range(1, cap + 1):
-        assert serve(Message("step", "client-1", SERVER, 2, content, step)).content is not None
-    with pytest.raises(UplinkRejected) as refused:
-        serve(Message("step", "client-1", SERVER, 2, content, cap + 1))
-    assert refused.value.reason == "steps-over-cap" and (serve.taken, serve.refused) == (cap, 1)
+        assert answer_to(Message("step", "client-1", SERVER, 2, content, step)).content is not None
+    refusal = answer_to(Message("step", "client-1", SERVER, 2, content, cap + 1))
+    assert refusal.is_answer and refusal.content is None  # refused: the client's round ends unanswered
+    assert (answer_to.taken, answer_to.over_cap) == (cap, 1)
     assert sim.server.max_steps("client-9") == 0  # no hello taken: no step either
