@@ -364,8 +364,8 @@ class DFLServer(ServerRole):
 
     def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
         """The schema, and the sample and class counts the client declared first (they weight it),
-        within what one client of the run can hold, and one the other's sum (``counts-disagree``:
-        the class counts are of the very samples the sample count counts)."""
+        within what one client of the run can hold, and class counts that sum to the sample count
+        (``counts-disagree``: both count the same samples)."""
         super().check_uplink(round, client_id, payload)
         samples, counts = int(payload.scalars["samples"]), payload.arrays[CLASS_COUNTS]
         self.context.check_declared(samples=samples, counts=counts)

@@ -131,14 +131,15 @@ class FDServer(ServerRole):
         sums = np.zeros((classes, classes), dtype=np.float64)
         counts = np.zeros(classes, dtype=np.int64)
         declared = [uplinks[client].arrays["counts"].astype(np.int64) for client in sorted(uplinks)]
-        weights = capped_label_counts(declared, self.params.weight_cap)
+        mean = self.params.aggregator == "mean"  # a robust statistic is unweighted
+        weights = capped_label_counts(declared, self.params.weight_cap) if mean else declared
         for client, c in zip(sorted(uplinks), weights):
             sums += uplinks[client].arrays["logits"].astype(np.float64) * c[:, None]
             counts += c
         with np.errstate(invalid="ignore", divide="ignore"):
             means = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], 0.0)
         metrics: dict[str, float] = {}
-        if self.params.aggregator == "mean":
+        if mean:
             metrics = capped_metric(np.sum(declared, axis=1), np.sum(weights, axis=1))
         else:
             # a label fewer than 3 clients hold has no teacher this round (its count goes down as 0): of
