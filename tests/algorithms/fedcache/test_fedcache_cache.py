@@ -379,12 +379,18 @@ def test_a_client_registering_three_times_the_others_samples_is_the_neighbour_of
     assert neighbour_candidates([20, 20, 40], 2.0) is None  # within the bound: every row, as before
     assert neighbour_candidates([20, 20, 60], 0) is None  # weight_cap=0: the paper's cache
     hashes, _ = clustered(100, 1, dim=8)
-    cache = KnowledgeCache(num_classes=2)
-    for client, rows in (("a", slice(0, 20)), ("b", slice(20, 40)), ("liar", slice(40, 100))):
-        part = hashes[rows]
-        cache.register(client, np.arange(len(part)) + rows.start, np.zeros(len(part)), part)
-    cache.build(RelationConfig(neighbours=8, method="exact"))
-    named = cache.neighbours[cache.neighbours >= 0]
+
+    def built(**options):
+        cache = KnowledgeCache(num_classes=2, **options)
+        for client, rows in (("a", slice(0, 20)), ("b", slice(20, 40)), ("liar", slice(40, 100))):
+            part = hashes[rows]
+            cache.register(client, np.arange(len(part)) + rows.start, np.zeros(len(part)), part)
+        cache.build(RelationConfig(neighbours=8, method="exact"))
+        return cache
+
+    cache = built()
     assert cache.held_back == 20
-    assert named.max() < 80  # the liar's rows 40..79 at most; 80..99 are no sample's neighbour
+    assert cache.neighbours.max() < 80  # the liar's rows 40..79 at most; 80..99 are no sample's neighbour
     assert (cache.neighbours[80:] >= 0).all()  # but have teachers of their own
+    unbounded = built(weight_cap=0)
+    assert unbounded.held_back == 0 and unbounded.neighbours.max() >= 80
