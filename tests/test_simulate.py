@@ -72,6 +72,7 @@ def test_cli_with_toml_config_and_param_override(tmp_path, capsys):
         "exclude_self": False,
         "aggregator": "mean",
         "trim": 0.2,
+        "weight_cap": 2.0,
     }
     assert summary["clients"] == 3
     assert "final accuracy" in capsys.readouterr().out

@@ -44,6 +44,9 @@ choices, all followed here:
   docs/methods/dfl.md#absent-classes); a row nobody reported keeps its previous value.
   ``aggregation="paper"`` is Eq. 2 verbatim (``n_k``, absent rows count as zeros); ``"class_count"``
   weights by ``n_kc`` (docs/methods/dfl.md#row-weights, extension).
+- ``n_k`` (and ``n_kc``) in Eq. 1 and 2 are at most ``weight_cap`` times the median of the other
+  clients' (docs/ROBUSTNESS.md#bounded-weights); an uplink whose class counts do not sum to its
+  ``samples`` is refused (``counts-disagree``).
 - ``Y`` is replaced every round, no EMA (docs/methods/dfl.md#no-memory-of-soft-targets).
 - Soft targets are computed after local training, in eval mode, without gradients, over all of the
   client's training samples, grouped by true label (docs/methods/dfl.md#soft-targets-in-eval-mode).
@@ -97,10 +100,15 @@ from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
 from edgefd.algorithms.toolkit import (
     AGGREGATORS,
     average_states,
+    capped_label_counts,
+    capped_metric,
+    capped_weights,
     check_trim,
+    check_weight_cap,
     robust_rows,
     robust_states,
     too_few_to_combine,
+    weight_cap_setting,
 )
 from edgefd.protocol import Payload
 from edgefd.settings import setting
@@ -182,10 +190,12 @@ class DFLParams:
         choices=AGGREGATORS,
     )
     trim: float = setting(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
+    weight_cap: float = weight_cap_setting()
 
     def __post_init__(self) -> None:
         check_choices(self)
         check_trim(self.trim)
+        check_weight_cap(self.weight_cap)
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"param threshold: must be in [0, 1], got {self.threshold}")
         if not (self.temperature > 0 and np.isfinite(self.temperature)):
@@ -354,9 +364,15 @@ class DFLServer(ServerRole):
 
     def check_uplink(self, round: int, client_id: str, payload: Payload) -> None:
         """The schema, and the sample and class counts the client declared first (they weight it),
-        within what one client of the run can hold."""
+        within what one client of the run can hold, and class counts that sum to the sample count
+        (``counts-disagree``: both count the same samples)."""
         super().check_uplink(round, client_id, payload)
-        self.context.check_declared(samples=int(payload.scalars["samples"]), counts=payload.arrays[CLASS_COUNTS])
+        samples, counts = int(payload.scalars["samples"]), payload.arrays[CLASS_COUNTS]
+        self.context.check_declared(samples=samples, counts=counts)
+        if int(counts.sum(dtype=np.int64)) != samples:
+            raise schema.UplinkRejected(
+                "counts-disagree", f"{samples} samples declared, but the class counts sum to {int(counts.sum())}"
+            )
         self.declared.check(client_id, samples=payload.scalars["samples"], classes=payload.arrays[CLASS_COUNTS])
 
     def _wire(self, table: np.ndarray) -> np.ndarray:
@@ -378,12 +394,15 @@ class DFLServer(ServerRole):
         metrics["labels_covered"] = float((np.sum(counts, axis=0) > 0).sum())
         if self.params.aggregator != "mean":
             return {**metrics, **self._aggregate_robustly(round, models, tables, counts)}
-        self.global_state = average_states(models, samples)  # Eq. 1, FedAvg's arithmetic
+        # a client's n_k (and n_kc) at most weight_cap times the others' median (docs/ROBUSTNESS.md#bounded-weights)
+        weights = capped_weights(samples, self.params.weight_cap)
+        class_weights = capped_label_counts(counts, self.params.weight_cap)
+        self.global_state = average_states(models, weights.tolist())  # Eq. 1, FedAvg's arithmetic
         table = aggregate_soft_targets(
-            tables, counts, samples, self.soft_targets, self.params.aggregation
+            tables, class_weights, weights.tolist(), self.soft_targets, self.params.aggregation
         )  # Eq. 2, masked rows
         self.soft_targets = self._wire(table)
-        return metrics
+        return {**metrics, **capped_metric(np.array(samples), weights)}
 
     def _aggregate_robustly(
         self, round: int, models: list[dict[str, np.ndarray]], tables: list[np.ndarray], counts: list[np.ndarray]

@@ -12,7 +12,8 @@ Method page: docs/methods/fd.md. Choices where the paper leaves room (documented
   set ``exclude_self=true`` for the "global minus own" teacher (Eq. 2 of the FedCache paper;
   docs/methods/fd.md#own-logits-in-the-teacher);
 - the clients' per-label means are weighted by their sample counts
-  (docs/methods/fd.md#weighting-of-the-clients);
+  (docs/methods/fd.md#weighting-of-the-clients), a client's at most ``weight_cap`` times the
+  others' median in all (docs/ROBUSTNESS.md#bounded-weights);
 - the local logits are computed after local training, in eval mode, over all training samples.
 """
 
@@ -29,7 +30,7 @@ from edgefd import kernels
 from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerRole, register_method
 from edgefd.algorithms.schema import MessageSchema
-from edgefd.algorithms.toolkit import RobustAggregation, robust_rows
+from edgefd.algorithms.toolkit import RobustAggregation, capped_label_counts, capped_metric, robust_rows
 from edgefd.protocol import Payload
 from edgefd.settings import setting
 from edgefd.training import predict_logits
@@ -120,19 +121,27 @@ class FDServer(ServerRole):
         return Payload("knowledge", {"logits": self.global_logits, "counts": self.global_counts})
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
+        """Each label's logits averaged over the clients, weighted by their label counts, a client's
+        counts scaled down where their total exceeds ``weight_cap`` times the others' median
+        (`capped_label_counts`; ``weights_capped`` counts the clients held to it); or the robust
+        statistic per label."""
         if not uplinks:
             return {}
         classes = self.num_classes
         sums = np.zeros((classes, classes), dtype=np.float64)
         counts = np.zeros(classes, dtype=np.int64)
-        for client in sorted(uplinks):
-            c = uplinks[client].arrays["counts"].astype(np.int64)
+        declared = [uplinks[client].arrays["counts"].astype(np.int64) for client in sorted(uplinks)]
+        mean = self.params.aggregator == "mean"  # a robust statistic is unweighted
+        weights = capped_label_counts(declared, self.params.weight_cap) if mean else declared
+        for client, c in zip(sorted(uplinks), weights):
             sums += uplinks[client].arrays["logits"].astype(np.float64) * c[:, None]
             counts += c
         with np.errstate(invalid="ignore", divide="ignore"):
             means = np.where(counts[:, None] > 0, sums / np.maximum(counts, 1)[:, None], 0.0)
-        metrics = {}
-        if self.params.aggregator != "mean":
+        metrics: dict[str, float] = {}
+        if mean:
+            metrics = capped_metric(np.sum(declared, axis=1), np.sum(weights, axis=1))
+        else:
             # a label fewer than 3 clients hold has no teacher this round (its count goes down as 0): of
             # one honest and one poisoned row, no statistic can tell which is which
             ordered = [uplinks[c] for c in sorted(uplinks)]

@@ -9,18 +9,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from torch import nn
 
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
 from edgefd.algorithms.schema import DeclaredCounts, MessageSchema, model_state, samples
-from edgefd.algorithms.toolkit import RobustAggregation, average_states, robust_states, too_few_to_combine
+from edgefd.algorithms.toolkit import (
+    RobustAggregation,
+    average_states,
+    capped_metric,
+    capped_weights,
+    robust_states,
+    too_few_to_combine,
+)
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
 
 
 @dataclass
 class FedAvgParams(RobustAggregation):
-    """FedAvg's only choice is how the server combines the clients' weights."""
+    """FedAvg's only choices are how the server combines the clients' weights, and how far one
+    client's declared sample count may weight it."""
 
 
 class FedAvgClient(ClientRole):
@@ -63,20 +72,23 @@ class FedAvgServer(ServerRole):
         return Payload("weights", self.global_state)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
-        """The (weighted) mean, or the robust statistic; a robust server that received fewer than
-        `ROBUST_MINIMUM` uplinks keeps the global model (``below_quorum`` 1 in the round's metrics): it could
-        not tell an honest model from a poisoned one."""
+        """The mean weighted by the declared sample counts, each at most ``weight_cap`` times the
+        others' median (`capped_weights`; ``weights_capped`` in the round's metrics counts the
+        clients held to it), or the robust statistic; a robust server that received fewer than
+        `ROBUST_MINIMUM` uplinks keeps the global model (``below_quorum`` 1 in the round's metrics):
+        it could not tell an honest model from a poisoned one."""
         if not uplinks:
             return {}
         ordered = [uplinks[c] for c in sorted(uplinks)]
         if self.params.aggregator == "mean":
-            weights = [float(p.scalars["samples"]) for p in ordered]
-            self.global_state = average_states([p.arrays for p in ordered], weights)
-        elif too_few_to_combine(round, len(ordered), self.params.aggregator):
+            declared = np.array([float(p.scalars["samples"]) for p in ordered])
+            weights = capped_weights(declared, self.params.weight_cap)
+            self.global_state = average_states([p.arrays for p in ordered], weights.tolist())
+            return capped_metric(declared, weights)
+        if too_few_to_combine(round, len(ordered), self.params.aggregator):
             return {"below_quorum": 1.0}
-        else:
-            self.global_state = robust_states([p.arrays for p in ordered], self.params.aggregator, self.params.trim)
-        return {} if self.params.aggregator == "mean" else {"below_quorum": 0.0}
+        self.global_state = robust_states([p.arrays for p in ordered], self.params.aggregator, self.params.trim)
+        return {"below_quorum": 0.0}
 
     def evaluation_state(self, client_id: str) -> Payload:
         return Payload("weights", self.global_state)

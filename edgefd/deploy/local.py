@@ -28,7 +28,13 @@ from edgefd import progress
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags
 from edgefd.deploy.mqtt_transport import BrokerSettings
-from edgefd.deploy.server import EXIT_STATUS, LOST_ROUNDS_EXIT, add_deployment_arguments, deployment_flags
+from edgefd.deploy.server import (
+    EXIT_STATUS,
+    LOST_ROUNDS_EXIT,
+    TOO_FEW_CLIENTS_EXIT,
+    add_deployment_arguments,
+    deployment_flags,
+)
 from edgefd.metrics.results import METRICS_FILE, REFUSED_EXIT, REFUSED_NOTE, refusals_said
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
@@ -158,6 +164,10 @@ def run(args: argparse.Namespace) -> int:
             f"({out / 'summary.json'}, lost_rounds); see {out / 'logs' / 'server.log'}",
             file=sys.stderr,
         )
+        return code
+    if code == TOO_FEW_CLIENTS_EXIT:  # the server's last line says how many came
+        said = (out / "logs" / "server.log").read_text(errors="replace").strip().splitlines()[-1:]
+        print(f"edgefd deploy-local: {''.join(said).removeprefix('edgefd server: ')}", file=sys.stderr)
         return code
     if code not in (0, REFUSED_EXIT):
         print(f"edgefd deploy-local: the server exited with {code}; see {out / 'logs' / 'server.log'}", file=sys.stderr)

@@ -5,7 +5,9 @@
 their deadlines: `edgefd.runtime.verbs`):
 
 - training rounds wait first until at least `min_clients` clients are online (their status says
-  so); an answer that comes after its round closed is counted as late and discarded;
+  so), and the hellos until at least `min_clients` came; where they do not within `max_wait`, the
+  run stops (`TooFewClients`); an answer that comes after its round closed is counted as late and
+  discarded;
 - only live messages count: an uplink or a status the broker hands over with the retain flag was
   stored before the server subscribed (a device that is gone, even revoked, may have left a hello
   and an "online" years ago), so it is ignored, counted (`WireStats.stale_retained`) and cleared on
@@ -103,6 +105,12 @@ VERB_NOT_EXPECTED = "verb-not-expected"
 """The reason a message on such a verb is counted under in a round's ``rejected``."""
 
 
+class TooFewClients(RuntimeError):
+    """Fewer than `--min-clients` clients came online, or sent their hello, within the wait for them:
+    the run stops rather than go on with fewer than the operator asked for (`edgefd server` exits
+    with `TOO_FEW_CLIENTS_EXIT`; ``--resume`` continues it once the devices are back)."""
+
+
 @dataclass
 class DeploymentSettings:
     """How a deployed run talks and waits (what it learns is the SimulationConfig)."""
@@ -130,8 +138,8 @@ class DeploymentSettings:
     )
     max_wait: float = setting(
         3600.0,
-        "seconds to wait for --min-clients clients (online, or past a deadline) before going on with fewer, "
-        "logged as an error",
+        "seconds to wait for --min-clients clients (online before a round, or with a hello past --hello-timeout); "
+        "if fewer came, the run stops (exit status 5; --resume continues it)",
     )
     step_seconds: float = setting(
         2.0,
@@ -537,14 +545,11 @@ class MqttChannel:
             if now >= deadline and len(phase.got) >= phase.min_needed:
                 break
             if now >= phase.ends_at:
-                if not phase.asks:
-                    log.error(
-                        "%s %d: %d of the %d answers needed after %.0f s more; going on",
-                        verb,
-                        round,
-                        len(phase.got),
-                        phase.min_needed,
-                        self.settings.max_wait,
+                if not phase.asks:  # only a phase that waits for min_needed gets here (it closes at `deadline`)
+                    self.phase = None
+                    raise TooFewClients(
+                        f"only {len(phase.got)} of the {phase.min_needed} clients needed (--min-clients) sent "
+                        f"their {verb} within {timeout + self.settings.max_wait:g} s; the run stopped"
                     )
                 break
             if now >= deadline and not warned:
@@ -575,16 +580,15 @@ class MqttChannel:
             self._held[cid] = how
 
     def _wait_online(self, needed: int) -> None:
+        """Until ``needed`` clients are online; `TooFewClients` after `max_wait` seconds."""
         started = time.monotonic()
         logged = False
         while sum(s.online for s in self.stats.values()) < needed:
             if time.monotonic() - started > self.settings.max_wait:
-                log.error(
-                    "only %d client(s) online after %.0f s; going on",
-                    sum(s.online for s in self.stats.values()),
-                    self.settings.max_wait,
+                raise TooFewClients(
+                    f"only {sum(s.online for s in self.stats.values())} of the {needed} clients needed "
+                    f"(--min-clients) came online within {self.settings.max_wait:g} s (--max-wait); the run stopped"
                 )
-                return
             if not logged:
                 log.info("waiting for %d client(s) online (%d now)", needed, sum(s.online for s in self.stats.values()))
                 logged = True

@@ -4,7 +4,9 @@
         --clients 3 --rounds 5 --round-timeout 60 --out runs/demo
     edgefd server ... --resume        # after a crash: continue from the last round's checkpoint
 
-Exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker); 4
+Exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker); 5
+(TOO_FEW_CLIENTS_EXIT) when fewer than --min-clients clients came online, or sent their hello,
+within --max-wait: the run stopped, its last line says so, and ``--resume`` continues it; 4
 (REFUSED_EXIT) when it completed but every round refused something a selected client sent (too
 large for what the run takes, or not what the method accepts): the last line and summary.json's
 ``refused_clients`` name the clients; else 3 (LOST_ROUNDS_EXIT) when some round got no client's
@@ -23,7 +25,7 @@ import logging
 import sys
 
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
-from edgefd.deploy.mqtt_channel import DeploymentSettings
+from edgefd.deploy.mqtt_channel import DeploymentSettings, TooFewClients
 from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, refusals_said
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.settings import add_setting_arguments, setting_flags, settings_from_args
@@ -32,7 +34,13 @@ LOST_ROUNDS_EXIT = 3
 """The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
 (summary.json's ``lost_rounds``): its results are not those of the run that was asked for."""
 
+TOO_FEW_CLIENTS_EXIT = 5
+"""The exit status of a run that stopped because fewer than --min-clients clients came (online before a
+round, or with a hello) within --max-wait: it did not go on with fewer than the operator asked for."""
+
 EXIT_STATUS = """exit status: 0 when the run completed; 2 for a setting it cannot run with (or no broker);
+  5 when fewer than --min-clients clients came online (or sent their hello) within --max-wait: the run
+  stopped, and --resume continues it;
   4 when every round refused something a selected client sent, e.g. an uplink larger than
   --max-message-bytes (the last line and summary.json's refused_clients name the clients); else 3
   when some round got no client's uplink or no client's accuracy (summary.json's lost_rounds)"""
@@ -104,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, DatasetNotFoundError, ConnectionError) as error:
         print(f"edgefd server: {error}", file=sys.stderr)
         return 2
+    except TooFewClients as error:
+        print(f"edgefd server: {error}", file=sys.stderr)
+        return TOO_FEW_CLIENTS_EXIT
     log = logging.getLogger(__name__)
     final = summary["final_accuracy"]
     log.info(

@@ -67,7 +67,7 @@ def test_fd_server_averages_per_label_without_dilution_by_absent_labels():
     server = FDServer.__new__(FDServer)  # the arithmetic needs no context beyond the class count
     server.num_classes = 3
     server.global_logits = server.global_counts = None
-    server.params = FDParams()
+    server.params = FDParams(weight_cap=0)  # the paper's weights (b declares 3 times a's samples)
     up_a = Payload(
         "knowledge",
         {"logits": np.array([[1, 0, 0], [0, 0, 0], [0, 0, 0]], np.float32), "counts": np.array([2, 0, 0], np.int64)},
@@ -83,6 +83,43 @@ def test_fd_server_averages_per_label_without_dilution_by_absent_labels():
     assert server.global_counts.tolist() == [3, 5, 0]
     assert metrics["labels_covered"] == 2.0
     assert FDParams().beta == 1.0
+
+
+def bare_server(server_type, params):
+    """A server for its arithmetic alone (no context): ``num_classes`` 3, nothing aggregated yet."""
+    server = server_type.__new__(server_type)
+    server.num_classes, server.params = 3, params
+    server.global_logits = server.global_counts = None
+    return server
+
+
+def test_a_fedavg_client_declaring_three_times_the_others_samples_weighs_as_the_other_two():
+    """The issue's free rider (1,437 samples declared beside two honest devices of 479) sends a model
+    of 1s beside two of 0s: under the bound its weight is 958 of 1,916, not 1,437 of 2,395."""
+    server = bare_server(FedAvgServer, FedAvgParams())
+
+    def uplink(value, samples):
+        return Payload("weights", {"w": np.full(4, value, np.float32)}, {"samples": samples})
+
+    uplinks = {"client-0": uplink(0.0, 479), "client-1": uplink(0.0, 479), "client-2": uplink(1.0, 1437)}
+    assert server.aggregate(1, uplinks) == {"weights_capped": 1.0}
+    np.testing.assert_allclose(server.global_state["w"], 0.5, rtol=1e-6)
+    assert bare_server(FedAvgServer, FedAvgParams()).aggregate(1, {**uplinks, "client-2": uplink(1.0, 900)}) == {}
+    unbounded = bare_server(FedAvgServer, FedAvgParams(weight_cap=0))
+    assert unbounded.aggregate(1, uplinks) == {}
+    np.testing.assert_allclose(unbounded.global_state["w"], 0.6, rtol=1e-6)  # the paper's weights
+
+
+def test_an_fd_client_declaring_three_times_the_others_counts_weighs_as_the_other_two():
+    """FD weights each label's logits by the label's count: a liar's counts, scaled down to twice the
+    others' median in all, weigh in every label as the two honest devices' together."""
+    server = bare_server(FDServer, FDParams())
+    honest = Payload("knowledge", {"logits": np.zeros((3, 3), np.float32), "counts": np.array([10, 10, 10])})
+    liar = Payload("knowledge", {"logits": np.ones((3, 3), np.float32), "counts": np.array([30, 30, 30])})
+    metrics = server.aggregate(1, {"client-0": honest, "client-1": honest, "client-2": liar})
+    assert metrics == {"labels_covered": 3.0, "weights_capped": 1.0}
+    np.testing.assert_allclose(server.global_logits, 0.5)  # 20 of 40 in each label, not 30 of 50
+    assert server.global_counts.tolist() == [40, 40, 40]  # what the weights were: exclude_self subtracts its own
 
 
 # ----------------------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def test_paper_and_class_count_aggregation_by_hand():
 
 
 def test_server_aggregates_models_like_fedavg_and_tables_per_row():
-    sim = simulation("dfl", clients=2, rounds=1)
+    sim = simulation("dfl", {"weight_cap": 0}, clients=2, rounds=1)  # the paper's n_k (30 is 3 x 10)
     server: DFLServer = sim.server
     # zeros (docs/methods/dfl.md#initial-soft-targets)
     np.testing.assert_array_equal(server.soft_targets, np.zeros((10, 10), np.float32))
@@ -147,6 +147,25 @@ def test_server_aggregates_models_like_fedavg_and_tables_per_row():
     np.testing.assert_array_equal(server.soft_targets[3], 1.5)  # client-1 only
     np.testing.assert_array_equal(server.soft_targets[5], 0.0)  # nobody: previous (zeros)
     assert metrics == {"rho": 0.995, "labels_covered": 2.0}  # R = horizon 200: rho_1 = 1 - 1/200
+
+
+def test_a_client_declaring_three_times_the_others_samples_weighs_as_the_other_two():
+    """Eq. 1 and 2 weight by n_k (masked rows: n_k where the client holds the class): a client
+    declaring 3 times the others' samples is held to twice their median, in the model and the table."""
+    sim = simulation("dfl", clients=3, rounds=1)
+    server: DFLServer = sim.server
+
+    def uplink(value, samples):
+        table, counts = np.full((10, 10), value, np.float32), np.full(10, samples // 10, np.int32)
+        arrays = {**{k: np.full_like(v, value) for k, v in server.global_state.items()}, SOFT_TARGETS: table}
+        return Payload("dfl", {**arrays, CLASS_COUNTS: counts}, {"samples": samples})
+
+    uplinks = {"client-0": uplink(0.0, 480), "client-1": uplink(0.0, 480), "client-2": uplink(1.0, 1440)}
+    metrics = server.aggregate(1, uplinks)
+    assert metrics["weights_capped"] == 1.0
+    weights = [name for name, v in server.global_state.items() if v.dtype == np.float32]
+    np.testing.assert_allclose(server.global_state[weights[0]], 0.5, rtol=1e-6)  # 960 of 1,920, not 1,440 of 2,400
+    np.testing.assert_allclose(server.soft_targets, 0.5, rtol=1e-6)
 
 
 def test_a_robust_server_takes_the_median_of_three_and_keeps_what_two_cannot_decide(caplog):
@@ -450,6 +469,9 @@ def tampered(payload, changes):
     return Payload(payload.kind, arrays, scalars)
 
 
+ONE_OF_CLASS_0 = np.eye(10, dtype=np.int32)[0]
+
+
 @pytest.mark.parametrize(
     ("params", "precision", "change", "reason"),
     [
@@ -467,6 +489,9 @@ def tampered(payload, changes):
         ((), "fp32", lambda p: {"samples": "many"}, "scalar-type"),
         ((), "fp32", lambda p: {"samples": 2**31 - 1}, "too-many-samples"),  # it weights the client's model
         ((), "fp32", lambda p: {CLASS_COUNTS: p.arrays[CLASS_COUNTS] + 10**5}, "too-many-samples"),
+        # the sample count and the class counts count the same samples: one contradicts the other
+        ((), "fp32", lambda p: {"samples": int(p.scalars["samples"]) - 1}, "counts-disagree"),
+        ((), "fp32", lambda p: {CLASS_COUNTS: p.arrays[CLASS_COUNTS] + ONE_OF_CLASS_0}, "counts-disagree"),
     ],
 )
 def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(params, precision, change, reason):

@@ -1,11 +1,20 @@
-"""The chores methods share: the robust aggregators (the others are tested with their methods)."""
+"""The chores methods share: the robust aggregators and the bound on declared weights (the others are
+tested with their methods)."""
 
 import numpy as np
 import pytest
 import torch
 
 from edgefd.algorithms.fd import FDParams, FDServer
-from edgefd.algorithms.toolkit import gather_robust, robust_mean, robust_states
+from edgefd.algorithms.fedavg import FedAvgParams
+from edgefd.algorithms.toolkit import (
+    WEIGHT_CAP,
+    capped_label_counts,
+    capped_weights,
+    gather_robust,
+    robust_mean,
+    robust_states,
+)
 from edgefd.protocol import Payload
 
 
@@ -83,3 +92,28 @@ def test_gather_robust_is_the_robust_mean_of_the_named_rows():
             assert np.allclose(got[row].numpy(), expected, atol=1e-6), (how, row)
     with pytest.raises(ValueError, match="how must be"):
         gather_robust(values, neighbours, "mode")
+
+
+def test_a_declared_count_weighs_at_most_the_cap_times_the_others_median():
+    """The issue's free rider: 1,437 samples declared beside two honest 479s is held to 2 x 479, so it
+    weighs no more than the two honest devices together; the honest counts stay as declared."""
+    assert WEIGHT_CAP == 2.0
+    np.testing.assert_array_equal(capped_weights([479, 479, 1437], WEIGHT_CAP), [479, 479, 958])
+    np.testing.assert_array_equal(capped_weights([1437, 479, 479], WEIGHT_CAP), [958, 479, 479])  # any position
+    np.testing.assert_array_equal(capped_weights([100, 1000], WEIGHT_CAP), [100, 200])  # the bound from the other
+    honest = [412.0, 531.0, 480.0, 650.0]  # within 2x of each other's median: exactly as declared
+    assert capped_weights(honest, WEIGHT_CAP).tolist() == honest
+    np.testing.assert_array_equal(capped_weights([479, 479, 1437], 0), [479, 479, 1437])  # 0: the paper's weights
+    np.testing.assert_array_equal(capped_weights([1437], WEIGHT_CAP), [1437])  # alone: no others to bound it
+    np.testing.assert_array_equal(capped_weights([0, 0, 50], WEIGHT_CAP), [0, 0, 50])  # others without data
+    with pytest.raises(ValueError, match="weight_cap"):
+        FedAvgParams(weight_cap=0.5)
+
+
+def test_label_counts_over_the_cap_are_scaled_down_keeping_their_proportions():
+    honest = np.array([30, 10, 0, 8])  # 48 in all
+    liar = np.array([90, 60, 0, 0])  # 150 in all: held to 96
+    capped = capped_label_counts([honest, honest, liar], WEIGHT_CAP)
+    assert capped[0] is honest and capped[1] is honest  # unchanged, not copied
+    assert capped[2].dtype == np.int64 and capped[2].tolist() == [57, 38, 0, 0]  # floor(90 * 96/150), ...
+    assert capped[2].sum() <= WEIGHT_CAP * 48

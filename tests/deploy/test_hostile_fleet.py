@@ -438,9 +438,9 @@ def test_a_device_flooding_unfinished_messages_starves_no_other_device(broker, t
 # ---------------------------------------------------------------------- a ghost
 GHOST = "client-2"
 GHOST_RUN = dict(algo="fd", dataset="digits", clients=3, rounds=1, seed=5, threads=1)
-GHOST_FLAGS = ("--min-clients", 3, "--hello-timeout", 5, "--max-wait", 2, "--round-timeout", 8, "--eval-timeout", 5)
-"""Three clients (client-2 the ghost), all three wanted online: the honest two can never satisfy
-it alone, so the log says whether the ghost was counted. Each phase waits its whole timeout for the
+GHOST_FLAGS = ("--min-clients", 2, "--hello-timeout", 5, "--max-wait", 2, "--round-timeout", 8, "--eval-timeout", 5)
+"""Three clients (client-2 the ghost), the honest two enough (with --min-clients 3 the run would stop
+after the hellos: tests/deploy/test_min_clients.py). Each phase waits its whole timeout for the
 ghost, so they are short: the honest two answer each phase within about a second."""
 
 
@@ -488,9 +488,8 @@ def test_a_revoked_devices_retained_hello_and_online_are_ignored(broker, tmp_pat
     "online" (as `edgefd client` retains its status), and goes. Its login is revoked
     (`mosquitto_passwd -D`) and the broker restarted: both messages are still on the broker
     (persistence). A new run of the same name, with client-0 and client-1 honest `edgefd client`
-    processes and --min-clients 3: the server takes neither of the ghost's messages (it never says
-    client-2 is online, so the honest two never make 3: the log says so), clears both from the
-    broker, and the run completes with the honest devices' uplinks and accuracies."""
+    processes: the server takes neither of the ghost's messages (client-2 never came online), clears
+    both from the broker, and the run completes with the honest devices' uplinks and accuracies."""
     topics = Topics("ghost")
     ghost_topics = [topics.up(GHOST, "hello"), topics.status(GHOST)]
     with Device(broker, "ghost", GHOST) as ghost:
@@ -532,9 +531,7 @@ def test_a_revoked_devices_retained_hello_and_online_are_ignored(broker, tmp_pat
     deployment = json.loads((out / "summary.json").read_text())["deployment"]
     # the ghost: never online, its hello not taken; the broker's copies were seen, ignored, cleared
     assert deployment["clients"][GHOST]["connects"] == 0, deployment["clients"]
-    assert "hello 0: 2 of the 3 answers needed after 2 s more; going on" in text  # the honest two's
     assert deployment["wire"]["stale_retained"] == {"up/hello": 1, "status": 1}
-    assert "only 2 client(s) online after 2 s; going on" in text  # round 1 did not count the ghost
     assert retained(broker, ghost_topics) == {}
     # the honest devices joined and the run completed with them
     lines = lines_of(out)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from edgefd import kernels, progress
-from edgefd.algorithms.toolkit import AGGREGATORS, SampleIndex, gather_robust
+from edgefd.algorithms.toolkit import AGGREGATORS, WEIGHT_CAP, SampleIndex, capped_weights, gather_robust
 
 KNN_METHODS = ("hnsw", "exact")
 
@@ -71,11 +71,18 @@ similarities (64 MB of float32, a few times that with the top-R selection's copi
 class's size. The table does not depend on it."""
 
 
-def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, block: int = 4096) -> np.ndarray:
+def _exact_class(
+    vectors: np.ndarray,
+    r: int,
+    owners: np.ndarray | None = None,
+    block: int = 4096,
+    allowed: np.ndarray | None = None,
+) -> np.ndarray:
     """Top-r most cosine-similar other rows of each row; ties go to the smaller index.
 
     With ``owners``, rows of the query's own owner are never chosen; a row with fewer than r
-    candidates of other owners gets -1 in the places left."""
+    candidates of other owners gets -1 in the places left. With ``allowed`` (a mask), only those
+    rows are ever chosen (every row still gets its neighbours)."""
     unit = torch.from_numpy(_normalised(vectors))
     n = len(unit)
     block = max(1, min(block, EXACT_BLOCK_ELEMENTS // max(n, 1)))
@@ -86,20 +93,29 @@ def _exact_class(vectors: np.ndarray, r: int, owners: np.ndarray | None = None, 
         sims[rows - start, rows] = -np.inf  # never yourself
         if owners is not None:
             sims[owners[rows][:, None] == owners[None, :]] = -np.inf
+        if allowed is not None:
+            sims[:, ~allowed] = -np.inf
         # partial top-(r) by similarity, then an exact order: descending similarity, ascending id
         candidates = np.argpartition(-sims, r - 1, axis=1)[:, :r] if r < n else np.argsort(-sims, axis=1)[:, :r]
         cand_sims = np.take_along_axis(sims, candidates, axis=1)
         order = np.lexsort((candidates, -cand_sims), axis=1)
         chosen = np.take_along_axis(candidates, order, axis=1)
-        if owners is not None:
+        if owners is not None or allowed is not None:
             chosen[np.take_along_axis(cand_sims, order, axis=1) == -np.inf] = -1
         out[start : start + len(rows)] = chosen
     return out
 
 
-def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.ndarray | None = None) -> np.ndarray:
+def _hnsw_class(
+    vectors: np.ndarray,
+    r: int,
+    config: RelationConfig,
+    owners: np.ndarray | None = None,
+    candidates: np.ndarray | None = None,
+) -> np.ndarray:
     """Approximate top-r, self dropped by id. With ``owners``, asks for enough extra hits to drop
-    every row of the query's own owner (the largest owner's count), then drops them."""
+    every row of the query's own owner (the largest owner's count), then drops them. With
+    ``candidates`` (a mask), only those rows are in the index (every row is still a query)."""
     try:
         import hnswlib
     except ImportError:
@@ -109,13 +125,16 @@ def _hnsw_class(vectors: np.ndarray, r: int, config: RelationConfig, owners: np.
         ) from None
 
     n, dim = vectors.shape
+    indexed = np.arange(n) if candidates is None else np.flatnonzero(candidates)
     index = hnswlib.Index(space="cosine", dim=dim)
-    index.init_index(max_elements=n, ef_construction=config.ef_construction, M=config.m, random_seed=config.seed)
+    index.init_index(
+        max_elements=len(indexed), ef_construction=config.ef_construction, M=config.m, random_seed=config.seed
+    )
     index.set_num_threads(1)  # one thread: the same graph every time (`build_relations` runs classes at once)
-    index.add_items(vectors, np.arange(n))
-    k = r + 1
+    index.add_items(vectors[indexed], indexed)
+    k = min(len(indexed), r + 1)
     if owners is not None:
-        k = min(n, r + 1 + int(np.unique(owners, return_counts=True)[1].max()))
+        k = min(len(indexed), r + 1 + int(np.unique(owners[indexed], return_counts=True)[1].max()))
     index.set_ef(max(config.ef, k))
     found, _ = index.knn_query(vectors, k=k)
     found = found.astype(np.int64)
@@ -149,12 +168,15 @@ def build_relations(
     labels: np.ndarray,
     config: RelationConfig,
     owners: np.ndarray | None = None,
+    candidates: np.ndarray | None = None,
 ) -> np.ndarray:
     """Neighbour table [N, R] (int64 row ids, -1 where a class has fewer than R + 1 members).
 
     ``hashes`` is one [N, D] array or its row blocks in order (one per client, as uploaded: the
     whole matrix is never copied, only one class's rows at a time). ``owners`` (one integer per
-    row: which client holds it) is needed with ``config.exclude_same_owner``."""
+    row: which client holds it) is needed with ``config.exclude_same_owner``. ``candidates`` (a
+    mask, one per row; None: all): the rows that may be a neighbour (`neighbour_candidates`); every
+    row gets neighbours, and a class's R is then capped by its candidates."""
     config.validate()
     if config.exclude_same_owner:
         if owners is None or len(owners) != len(labels):
@@ -174,16 +196,17 @@ def build_relations(
     def search(label: int) -> tuple[np.ndarray, int, np.ndarray | None]:
         """One class's members, its R and their neighbours (as rows of the class), or None."""
         members = np.flatnonzero(labels == label)
-        r = min(
-            config.neighbours, len(members) - 1
-        )  # R_eff = n_c - 1 for small classes (docs/methods/fedcache.md#small-classes)
+        member_candidates = None if candidates is None or candidates[members].all() else candidates[members]
+        found = len(members) if member_candidates is None else int(member_candidates.sum())
+        # R_eff = n_c - 1 for small classes (docs/methods/fedcache.md#small-classes)
+        r = min(config.neighbours, found - 1)
         if r <= 0:
             return members, r, None
         vectors = np.ascontiguousarray(_rows(parts, offsets, members))
         member_owners = None if owners is None else owners[members]
         if config.method == "exact":
-            return members, r, _exact_class(vectors, r, member_owners)
-        return members, r, _hnsw_class(vectors, r, config, member_owners)
+            return members, r, _exact_class(vectors, r, member_owners, allowed=member_candidates)
+        return members, r, _hnsw_class(vectors, r, config, member_owners, member_candidates)
 
     classes = np.unique(labels)
     # hnsw: `config.threads` classes at once, each index built by one thread (hnswlib releases the
@@ -196,6 +219,23 @@ def build_relations(
             if local is not None:
                 table[members, :r] = np.where(local >= 0, members[np.maximum(local, 0)], -1)
     return table
+
+
+def neighbour_candidates(sizes: list[int], cap: float) -> np.ndarray | None:
+    """Which rows may be another sample's neighbour, the clients' rows laid out one client after
+    another (``sizes``): a client's share of the cache's neighbours is bounded as a weight in an
+    average is (`capped_weights`: ``cap`` times the median of the other clients' sample counts), so
+    of a client that registered more, only its first that many rows are anyone's neighbour (all of
+    its rows still get teachers). None when no client registered more (every row may)."""
+    bounds = capped_weights(sizes, cap)
+    if all(bound >= size for bound, size in zip(bounds, sizes)):
+        return None
+    mask = np.zeros(sum(sizes), dtype=np.bool_)
+    start = 0
+    for size, bound in zip(sizes, bounds):
+        mask[start : start + min(size, int(bound))] = True
+        start += size
+    return mask
 
 
 RELATIONS_FORMAT = "v2"
@@ -217,13 +257,21 @@ class RelationStore:
         """Whether the last `relations` call found its table on disk."""
 
     @staticmethod
-    def key(hashes: list[np.ndarray], labels: np.ndarray, config: RelationConfig, owners: np.ndarray | None) -> str:
+    def key(
+        hashes: list[np.ndarray],
+        labels: np.ndarray,
+        config: RelationConfig,
+        owners: np.ndarray | None,
+        candidates: np.ndarray | None = None,
+    ) -> str:
         digest = hashlib.blake2b(digest_size=16)
         settings = {k: v for k, v in asdict(config).items() if k != "threads"}  # threads change no result
         digest.update(json.dumps([RELATIONS_FORMAT, settings, _hnswlib_version()], sort_keys=True).encode())
         digest.update(np.ascontiguousarray(labels, dtype=np.int64).tobytes())
         if config.exclude_same_owner and owners is not None:
             digest.update(np.ascontiguousarray(owners, dtype=np.int64).tobytes())
+        if candidates is not None:  # none held back: the key (and the stored table) of before
+            digest.update(b"candidates" + np.packbits(candidates).tobytes())
         for part in hashes:
             part = np.ascontiguousarray(part, dtype=np.float32)
             digest.update(str(part.shape).encode())
@@ -231,16 +279,21 @@ class RelationStore:
         return digest.hexdigest()
 
     def relations(
-        self, hashes: list[np.ndarray], labels: np.ndarray, config: RelationConfig, owners: np.ndarray | None
+        self,
+        hashes: list[np.ndarray],
+        labels: np.ndarray,
+        config: RelationConfig,
+        owners: np.ndarray | None,
+        candidates: np.ndarray | None = None,
     ) -> np.ndarray:
         """`build_relations`' table, read from the store when it holds it, else built and stored."""
-        path = self.folder / f"{self.key(hashes, labels, config, owners)}.npy"
+        path = self.folder / f"{self.key(hashes, labels, config, owners, candidates)}.npy"
         self.loaded = path.is_file()
         if self.loaded:
             table = np.load(path)
             if table.shape == (len(labels), config.neighbours):
                 return table.astype(np.int64)
-        table = build_relations(hashes, labels, config, owners)
+        table = build_relations(hashes, labels, config, owners, candidates)
         self.folder.mkdir(parents=True, exist_ok=True)
         tmp = self.folder / f".{uuid.uuid4().hex}.tmp.npy"
         np.save(tmp, table.astype(np.int32))  # row ids < 2**31: half the bytes on disk
@@ -269,6 +322,7 @@ class KnowledgeCache:
         max_ensemble: int = 0,
         aggregator: str = "mean",
         trim: float = 0.2,
+        weight_cap: float = WEIGHT_CAP,
     ) -> None:
         """``mask_unfilled``: average only neighbours that have uploaded logits at least once
         (docs/methods/fedcache.md#cache-initialisation; the paper's Eq. 9 counts the zero rows too).
@@ -276,7 +330,9 @@ class KnowledgeCache:
         at the paper's time used min(R, C), docs/methods/fedcache.md#effective-r).
         ``aggregator``: how a teacher combines its neighbours' logits, "mean" (Eq. 17, the
         `gather_mean` kernel) or a robust statistic (`gather_robust`:
-        docs/methods/fedcache.md#robust-teachers)."""
+        docs/methods/fedcache.md#robust-teachers). ``weight_cap``: how many of a client's samples
+        may be neighbours, in times the median of the other clients' sample counts
+        (`neighbour_candidates`; 0: all)."""
         if max_ensemble < 0:
             raise ValueError(f"max_ensemble: must be >= 0, got {max_ensemble}")
         if aggregator not in AGGREGATORS:
@@ -287,6 +343,9 @@ class KnowledgeCache:
         self.num_classes = num_classes
         self.mask_unfilled = mask_unfilled
         self.max_ensemble = max_ensemble
+        self.weight_cap = weight_cap
+        self.held_back = 0
+        """Registered rows that are nobody's neighbour (`neighbour_candidates`), set by `build`."""
         self._hashes: list[np.ndarray] = []
         self._labels: list[np.ndarray] = []
         self.slices: dict[str, slice] = {}
@@ -334,10 +393,12 @@ class KnowledgeCache:
         for number, part in enumerate(self.slices.values()):
             owners[part] = number
         self.owners = owners
+        candidates = neighbour_candidates([len(part) for part in hashes], self.weight_cap)
+        self.held_back = 0 if candidates is None else int((~candidates).sum())
         if store is None:
-            self.neighbours = build_relations(hashes, self.labels, config, owners)
+            self.neighbours = build_relations(hashes, self.labels, config, owners, candidates)
         else:
-            self.neighbours = store.relations(hashes, self.labels, config, owners)
+            self.neighbours = store.relations(hashes, self.labels, config, owners, candidates)
         if self.max_ensemble:
             self.neighbours = np.ascontiguousarray(self.neighbours[:, : self.max_ensemble])
         self.logits = torch.zeros((self.size, self.num_classes))

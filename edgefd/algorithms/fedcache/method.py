@@ -70,7 +70,14 @@ from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, Relati
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache
 from edgefd.algorithms.params import check_choices
-from edgefd.algorithms.toolkit import AGGREGATORS, SampleIndex, check_trim, release_shared
+from edgefd.algorithms.toolkit import (
+    AGGREGATORS,
+    SampleIndex,
+    check_trim,
+    check_weight_cap,
+    release_shared,
+    weight_cap_setting,
+)
 from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
@@ -133,9 +140,12 @@ class FedCacheParams:
         choices=EXCHANGES,
     )
 
+    weight_cap: float = weight_cap_setting()
+
     def __post_init__(self) -> None:
         check_choices(self)
         check_trim(self.trim)
+        check_weight_cap(self.weight_cap)
 
 
 def fedcache_loss(
@@ -283,6 +293,7 @@ class FedCacheServer(ServerRole):
             max_ensemble=params.max_ensemble,
             aggregator=params.aggregator,
             trim=params.trim,
+            weight_cap=params.weight_cap,
         )
         self.relations = RelationConfig(
             params.neighbours,
@@ -320,6 +331,12 @@ class FedCacheServer(ServerRole):
             except ValueError as error:
                 log.warning("fedcache: %s's samples refused (%s); left out", client, error)
         self.cache.build(self.relations, relation_store(self.params))
+        if self.cache.held_back:
+            log.warning(
+                "fedcache: %d sample(s) of clients holding more than weight_cap x the others' median are no "
+                "sample's neighbour (docs/ROBUSTNESS.md#bounded-weights)",
+                self.cache.held_back,
+            )
         self.cross_client = self.cache.cross_client_fraction()
 
     def hello_schemas(self, client_id: str) -> Sequence[schema.MessageSchema]:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from edgefd.algorithms.params import check_choices
+from edgefd.algorithms.toolkit import check_weight_cap, weight_cap_setting
 from edgefd.settings import setting
 
 PROFILES = ("paper", "reference")
@@ -112,9 +113,11 @@ class FedICTParams:
         "Table VIII ablation: replace d^k by softmax of C draws of uniform(0,3) | normal(0,3) | exponential(mean 3)",
         choices=DIST_META,
     )
+    weight_cap: float = weight_cap_setting()
 
     def __post_init__(self) -> None:
         check_choices(self)
+        check_weight_cap(self.weight_cap)
         if self.sim_weighting is not None and self.lka != "sim":
             raise ValueError("param sim_weighting: applies to lka=sim only")
         if self.sim_weighting == "additive" and self.profile == "reference":

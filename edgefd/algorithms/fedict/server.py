@@ -15,7 +15,7 @@ from edgefd.algorithms.base import ServerContext, ServerRole
 from edgefd.algorithms.fedict.losses import KDLoss, global_distribution, server_loss
 from edgefd.algorithms.fedict.params import FedICTParams
 from edgefd.algorithms.fedict.split_models import is_split, not_split_error, optimizer
-from edgefd.algorithms.toolkit import SampleIndex
+from edgefd.algorithms.toolkit import SampleIndex, capped_weights
 from edgefd.protocol import Payload
 from edgefd.training import (
     batches,
@@ -94,8 +94,10 @@ class FedICTServer(ServerRole):
         return (schema.MessageSchema("hello", arrays, {"samples": schema.samples()}),)
 
     def check_hello(self, client_id: str, payload: Payload) -> None:
-        """The schema, then what `start` needs: one label and id per sample, no id twice, d^k summing
-        to 1 and H^k of the shape the server model takes."""
+        """The schema, then what `start` needs: one label and id per sample, no id twice, no more
+        samples (of a class) than one client of the run can hold, d^k summing to 1 and, unless the
+        Table VIII ablation replaces it, the histogram of the hello's own labels (``counts-disagree``:
+        d^k weighs in the global distribution), and H^k of the shape the server model takes."""
         super().check_hello(client_id, payload)
         ids, labels, n = payload.arrays["ids"], payload.arrays["labels"], payload.scalars["samples"]
         shape = tuple(payload.arrays["feature_shape"].tolist())
@@ -103,8 +105,13 @@ class FedICTServer(ServerRole):
             raise schema.UplinkRejected("shape", f"{n} samples, {len(labels)} labels, {len(ids)} ids")
         if len(np.unique(ids)) != len(ids):
             raise schema.UplinkRejected("repeated-ids", "a sample id is declared twice")
-        if abs(float(payload.arrays["distribution"].sum(dtype=np.float64)) - 1) > 1e-4:
+        counts = np.bincount(np.asarray(labels, np.int64), minlength=self.num_classes)
+        self.context.check_declared(counts=counts)
+        distribution = payload.arrays["distribution"].astype(np.float64)
+        if abs(float(distribution.sum()) - 1) > 1e-4:
             raise schema.UplinkRejected("out-of-range", "the distribution does not sum to 1")
+        if self.params.dist_meta == "none" and n and np.abs(distribution - counts / n).max() > 1e-5:
+            raise schema.UplinkRejected("counts-disagree", "d^k is not the histogram of the hello's own labels")
         if shape != self.feature_shape:
             raise schema.UplinkRejected(
                 "shape",
@@ -164,7 +171,11 @@ class FedICTServer(ServerRole):
         if not self.clients:
             return
         counts = np.array([len(s.index) for s in self.clients.values()], dtype=np.float64)
-        self.global_distribution = global_distribution([s.distribution for s in self.clients.values()], counts)
+        # d^S weights each client by its sample count, at most weight_cap times the others' median
+        weights = capped_weights(counts, self.params.weight_cap)
+        if (weights < counts).any():
+            log.info("fedict: %d client(s)' weight in d^S held to weight_cap", int((weights < counts).sum()))
+        self.global_distribution = global_distribution([s.distribution for s in self.clients.values()], weights)
         total, k = counts.sum(), len(self.clients)
         for state in self.clients.values():
             scale = 1.0

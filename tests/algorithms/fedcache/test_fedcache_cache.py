@@ -1,10 +1,17 @@
-"""FedCache's knowledge cache: relations (exact and HNSW), fetch-before-update, id mapping."""
+"""FedCache's knowledge cache: relations (exact and HNSW), fetch-before-update, id mapping, and the
+bound on one client's share of the neighbours."""
 
 import numpy as np
 import pytest
 import torch
 
-from edgefd.algorithms.fedcache.cache import KnowledgeCache, RelationConfig, RelationStore, build_relations
+from edgefd.algorithms.fedcache.cache import (
+    KnowledgeCache,
+    RelationConfig,
+    RelationStore,
+    build_relations,
+    neighbour_candidates,
+)
 
 
 def clustered(n_per_class=300, classes=5, dim=16, seed=0):
@@ -349,3 +356,41 @@ def test_a_robust_teacher_is_not_dragged_by_one_clients_extreme_logits(aggregato
     assert torch.allclose(teachers, torch.tensor([4.0, -4.0]).expand_as(teachers))
     with pytest.raises(ValueError, match="aggregator"):
         KnowledgeCache(2, aggregator="mode")
+
+
+@pytest.mark.parametrize("method", ["exact", "hnsw"])
+def test_rows_that_are_not_candidates_get_neighbours_but_are_nobodys(method):
+    hashes, labels = clustered(60, 3, dim=8)
+    config = RelationConfig(neighbours=6, method=method)
+    candidates = np.arange(len(labels)) % 3 != 0  # every third row held back
+    table = build_relations(hashes, labels, config, candidates=candidates)
+    assert (table >= 0).all()  # every row, held back or not, has its R neighbours
+    assert candidates[table].all() and (labels[table] == labels[:, None]).all()
+    assert not (table == np.arange(len(labels))[:, None]).any()
+    everyone = np.ones(len(labels), np.bool_)
+    np.testing.assert_array_equal(  # all candidates: the table of before
+        build_relations(hashes, labels, config, candidates=everyone), build_relations(hashes, labels, config)
+    )
+
+
+def test_a_client_registering_three_times_the_others_samples_is_the_neighbour_of_no_more_than_twice():
+    """The cache's weight: a liar registering 60 samples beside two clients of 20 (all of one class,
+    its hashes where the honest ones are) has only its first 40 in anyone's neighbours."""
+    assert neighbour_candidates([20, 20, 40], 2.0) is None  # within the bound: every row, as before
+    assert neighbour_candidates([20, 20, 60], 0) is None  # weight_cap=0: the paper's cache
+    hashes, _ = clustered(100, 1, dim=8)
+
+    def built(**options):
+        cache = KnowledgeCache(num_classes=2, **options)
+        for client, rows in (("a", slice(0, 20)), ("b", slice(20, 40)), ("liar", slice(40, 100))):
+            part = hashes[rows]
+            cache.register(client, np.arange(len(part)) + rows.start, np.zeros(len(part)), part)
+        cache.build(RelationConfig(neighbours=8, method="exact"))
+        return cache
+
+    cache = built()
+    assert cache.held_back == 20
+    assert cache.neighbours.max() < 80  # the liar's rows 40..79 at most; 80..99 are no sample's neighbour
+    assert (cache.neighbours[80:] >= 0).all()  # but have teachers of their own
+    unbounded = built(weight_cap=0)
+    assert unbounded.held_back == 0 and unbounded.neighbours.max() >= 80

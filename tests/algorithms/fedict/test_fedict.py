@@ -451,6 +451,13 @@ def honest_fedict(tmp_path_factory):
     return sim.server, as_sent.hello(client), uplink, int(sim.server.clients["client-0"].index.ids[0])
 
 
+def claiming(payload: Payload, n: int) -> Payload:
+    """A hello of ``n`` samples, all of class 0, self-consistent (ids, labels and d^k agree)."""
+    arrays = dict(ids=np.arange(n, dtype=np.int64), labels=np.zeros(n, np.int64))
+    hello = altered(payload, distribution=np.eye(10, dtype=np.float32)[0], **arrays)
+    return Payload(hello.kind, hello.arrays, {**hello.scalars, "samples": n})
+
+
 def foreign(ids, other):
     ids = ids.copy()
     ids[-1] = other
@@ -468,6 +475,10 @@ def foreign(ids, other):
         ("hello", lambda p, other: altered(p, feature_shape=np.array([16, 4, 4])), "shape"),  # not the server's
         ("hello", lambda p, other: altered(p, ids=p.arrays["ids"][1:]), "shape"),  # fewer ids than samples
         ("hello", lambda p, other: altered(p, ids=p.arrays["ids"] * 0), "repeated-ids"),
+        # d^k weighs in d^S: it must be the histogram of the hello's own labels
+        ("hello", lambda p, other: altered(p, distribution=np.eye(10, dtype=np.float32)[9]), "counts-disagree"),
+        ("hello", lambda p, other: claiming(p, 5), None),
+        ("hello", lambda p, other: claiming(p, 1000), "too-many-samples"),  # digits holds fewer 0s
         ("uplink", lambda p, other: p, None),
         ("uplink", lambda p, other: altered(p, ids=foreign(p.arrays["ids"], other)), "foreign-ids"),
         ("uplink", lambda p, other: altered(p, logits=p.arrays["logits"] * 0 + 1e30), "out-of-range"),
