@@ -7,16 +7,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from edgefd.algorithms import base
 from edgefd.algorithms.base import (
     ClientRole,
     MissingSchema,
     ServerRole,
     check_schemas,
-    get_method,
     list_methods,
     register_method,
     sent_verbs,
+    unregister_method,
 )
 from edgefd.algorithms.params import check_choices, make_params
 from edgefd.algorithms.schema import MessageSchema
@@ -110,11 +109,13 @@ class TakesEverything(TakesUplinks):  # the uplink's schema inherited
 
 
 @pytest.fixture
-def registry(monkeypatch):
-    """A copy of the method registry for the test (the real one is shared by the suite)."""
-    get_method("local")
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
-    return base._REGISTRY
+def registry():
+    """The names of the registered methods, asked anew; a method the test registers is taken away
+    after it (`unregister_method`: the registry is shared by the suite)."""
+    before = {spec.name for spec in list_methods()}
+    yield lambda: {spec.name for spec in list_methods()}
+    for name in {spec.name for spec in list_methods()} - before:
+        unregister_method(name)
 
 
 @pytest.mark.parametrize(
@@ -135,7 +136,7 @@ def test_a_method_whose_server_declares_no_schema_for_a_verb_its_client_sends_on
     assert f"{client_hook} sends" in text and f"on {verb}" in text  # what is sent, on which verb
     assert f"Add to {server.__name__}:\n    def {hook}(self, client_id: str) -> Sequence[MessageSchema]:" in text
     assert "docs/ADDING_A_METHOD.md" in text
-    assert "unschemed" not in registry
+    assert "unschemed" not in registry()
 
 
 def test_the_refusal_names_every_missing_schema_once_and_offers_the_none_annotation_for_an_uplink(registry):
@@ -155,7 +156,7 @@ def test_the_refusal_names_every_missing_schema_once_and_offers_the_none_annotat
 def test_a_method_registers_when_its_server_declares_what_its_clients_send(registry):
     register_method("quiet", "sends nothing", Silent, Deaf, ToyParams)  # a verb never sent needs no schema
     register_method("greets", "sends everything", type("Both", (Greeter, Asker), {}), TakesEverything, ToyParams)
-    assert {"quiet", "greets"} <= set(registry)
+    assert {"quiet", "greets"} <= registry()
 
 
 def test_every_registered_method_declares_a_schema_for_each_verb_its_clients_send_on():
