@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from edgefd.deploy import acl
-from edgefd.runtime.verbs import VERBS, Verb
+from edgefd.runtime.verbs import VERBS, Verb, register_verb, unregister_verb
 
 SHIPPED = Path(__file__).resolve().parents[2] / "server" / "mosquitto" / "acl"
 
@@ -25,9 +25,13 @@ def test_a_device_may_write_the_verbs_it_answers_or_asks_on_and_its_status_only(
     assert "stop" not in writes and "config" not in writes
 
 
-def test_a_new_verb_is_in_the_generated_acl(monkeypatch):
-    monkeypatch.setitem(VERBS, "nudge", Verb("nudge", lambda app, message, ask: None))
-    assert "nudge" in device_writes(acl.render())
+def test_a_new_verb_is_in_the_generated_acl():
+    register_verb(Verb("nudge", lambda app, message, ask: None))
+    try:
+        assert "nudge" in device_writes(acl.render())
+    finally:
+        unregister_verb("nudge")
+    assert "nudge" not in device_writes(acl.render())
 
 
 def test_one_runs_acl_and_a_bad_run_name(capsys):
