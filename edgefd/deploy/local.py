@@ -104,6 +104,24 @@ def _spawn(command: list[str], log_path: Path, env: dict[str, str]) -> subproces
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
+def _failure(code: int, out: Path) -> str | None:
+    """What deploy-local says of a server that did not complete the run it was asked for (None:
+    it did, refusals aside)."""
+    log = out / "logs" / "server.log"
+    if code == LOST_ROUNDS_EXIT:
+        lost = json.loads((out / "summary.json").read_text())["lost_rounds"]
+        return (
+            f"the run lost every uplink or every evaluation of round(s) {', '.join(lost)} "
+            f"({out / 'summary.json'}, lost_rounds); see {log}"
+        )
+    if code == TOO_FEW_CLIENTS_EXIT:  # the server's last line says how many came
+        said = log.read_text(errors="replace").strip().splitlines()[-1:]
+        return "".join(said).removeprefix("edgefd server: ")
+    if code not in (0, REFUSED_EXIT):
+        return f"the server exited with {code}; see {log}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     # torch comes with these: imported here, not for --help
     from edgefd import kernels
@@ -157,20 +175,9 @@ def run(args: argparse.Namespace) -> int:
                 process.wait()
         if broker is not None:
             broker.stop()
-    if code == LOST_ROUNDS_EXIT:
-        lost = json.loads((out / "summary.json").read_text())["lost_rounds"]
-        print(
-            f"edgefd deploy-local: the run lost every uplink or every evaluation of round(s) {', '.join(lost)} "
-            f"({out / 'summary.json'}, lost_rounds); see {out / 'logs' / 'server.log'}",
-            file=sys.stderr,
-        )
-        return code
-    if code == TOO_FEW_CLIENTS_EXIT:  # the server's last line says how many came
-        said = (out / "logs" / "server.log").read_text(errors="replace").strip().splitlines()[-1:]
-        print(f"edgefd deploy-local: {''.join(said).removeprefix('edgefd server: ')}", file=sys.stderr)
-        return code
-    if code not in (0, REFUSED_EXIT):
-        print(f"edgefd deploy-local: the server exited with {code}; see {out / 'logs' / 'server.log'}", file=sys.stderr)
+    failure = _failure(code, out)
+    if failure is not None:
+        print(f"edgefd deploy-local: {failure}", file=sys.stderr)
         return code
     summary = json.loads((out / "summary.json").read_text())
     deployment = summary["deployment"]
