@@ -12,7 +12,7 @@ deployment's sends the same messages over MQTT (`edgefd.deploy.mqtt_channel.Mqtt
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -137,7 +137,7 @@ class InProcessChannel:
             if cid in self._conversations:  # the server's answer to the client's request
                 event = self._conversations[cid].resume(received)
             elif verb(message.verb).asks:
-                self._conversations[cid] = Conversation(self.apps[cid], received)
+                self._conversations[cid] = Conversation(self.apps[cid], received, _same_threads())
                 event = self._conversations[cid].start()
             else:
                 event = self._answer_now(received)
@@ -202,6 +202,17 @@ class InProcessChannel:
 
     def close(self) -> None:
         """Nothing to free: the clients live in this process."""
+
+
+def _same_threads() -> Callable[[], None]:
+    """Sets a conversation's thread to this thread's number of threads (the run's): OpenMP's
+    setting, which the kernels use, is a thread's own."""
+    import torch
+
+    from edgefd import kernels
+
+    threads = torch.get_num_threads()
+    return lambda: kernels.set_num_threads(threads)
 
 
 def _missed(message: Message, why: BaseException | None) -> None:
