@@ -136,8 +136,6 @@ def test_samples_a_hello_invents_and_its_client_never_uploads_are_nobodys_teache
     assert np.isin(cache.neighbours[cache.slices["client-1"]], fake).any()  # the claim made them neighbours
 
     record = sim.federation.run_round(1)
-    assert record.server["cache_rows_never_uploaded"] == 1050
-    assert "client-0 trained without uploading logits for 1050 of the samples its hello declared" in caplog.text
     for cid in ("client-1", "client-2", "client-3"):  # their teachers: the mean over the uploaded neighbours
         table = cache.neighbours[cache.slices[cid]]
         teaching = (table >= 0) & ~np.isin(table, fake)
@@ -146,6 +144,8 @@ def test_samples_a_hello_invents_and_its_client_never_uploads_are_nobodys_teache
             logits[row[keep]].mean(axis=0) if keep.any() else np.zeros(10) for row, keep in zip(table, teaching)
         ]
         np.testing.assert_allclose(cache.fetch(cid).numpy(), np.array(expected), rtol=1e-5, atol=1e-6)
+    assert record.server["cache_rows_never_uploaded"] == 1050
+    assert "client-0 trained without uploading logits for 1050 of the samples its hello declared" in caplog.text
     assert sim.federation.run_round(2).server["cache_rows_never_uploaded"] == 1050
     assert not cache.filled[torch.from_numpy(fake)].any()
 
