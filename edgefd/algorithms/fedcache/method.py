@@ -26,7 +26,9 @@ Choices, with the page's sections:
   (docs/methods/fedcache.md#which-logits-are-knowledge).
 - Self excluded by id; a class with n <= R members uses its n - 1 others
   (docs/methods/fedcache.md#self-exclusion, docs/methods/fedcache.md#small-classes); the cache starts
-  at zeros (Eq. 9); the mean counts every neighbour, filled or not (the paper's form). Switchable:
+  at zeros (Eq. 9); the mean counts every neighbour, filled or not (the paper's form), but a sample
+  its client has not uploaded once a round of its uploads is over is nobody's teacher (a hello's
+  claim checked against the uploads, docs/methods/fedcache.md#samples-never-uploaded). Switchable:
   ``exclude_same_client`` (neighbours from other clients only,
   docs/methods/fedcache.md#neighbours-from-the-same-client), ``mask_unfilled`` (skip neighbours never
   uploaded, docs/methods/fedcache.md#cache-initialisation), ``max_ensemble=10`` (the paper-era code's
