@@ -29,9 +29,9 @@ their deadlines: `edgefd.runtime.verbs`):
   an answered request gets the same answer again, at most `MAX_STEP_RESENDS` times a step; the
   phase waits `round_timeout` after each request the server took (an answer without content
   refuses one, and buys no time), and ends at the latest at its hard
-  deadline, `round_timeout` + `step_seconds` x the steps its declared data makes (`Deadline.steps`)
-  after it began (no message extends it: a client still sending then is cut off and named in the
-  round's ``held``);
+  deadline, `round_timeout` + `step_seconds` x the steps its declared data makes (`Deadline.steps`),
+  at most `round_timeout` + `step_grace`, after it began (no message extends it: a client still
+  sending then is cut off and named in the round's ``held``; no hello buys more than the grace);
 - the hello waits past `hello_timeout` (up to `max_wait`) until `min_clients` hellos came: the
   deployment's quorum, which the loop knows nothing of;
 - while the server waits, it publishes again, every few seconds, the configs of the clients it does
@@ -145,8 +145,14 @@ class DeploymentSettings:
         2.0,
         "a method that exchanges during training (FedCache's exchange=batch): a client's steps phase waits "
         "--round-timeout after each step the server took, and ends at the latest --round-timeout + SECONDS x "
-        "the steps its declared data makes (its samples' mini-batches x epochs) after it began, whatever it "
-        "sends; a step past that count is refused, and the round's 'held' names the client",
+        "the steps its declared data makes (its samples' mini-batches x epochs), never past --step-grace, after "
+        "it began, whatever it sends; a step past that count is refused, and the round's 'held' names the client",
+    )
+    step_grace: float = setting(
+        60.0,
+        "the most a client's steps phase may add to --round-timeout, whatever its hello declares: its hard "
+        "deadline is --round-timeout + the smaller of this and --step-seconds x its steps (raise it for devices "
+        "whose whole training of a round takes longer)",
     )
     ask_again: float = setting(
         10.0,
@@ -162,6 +168,8 @@ class DeploymentSettings:
         for name in (*timeouts, "step_seconds"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.step_grace < 0:
+            raise ValueError(f"step_grace: must be >= 0, got {self.step_grace}")
         if self.min_clients < 1:
             raise ValueError(f"min_clients: must be >= 1, got {self.min_clients}")
 
@@ -376,10 +384,16 @@ class MqttChannel:
             asks=spec.asks,
             steps=steps,
             active_at=now,
-            ends_at=now + timeout + (self.settings.step_seconds * steps if spec.asks else self.settings.max_wait),
+            ends_at=now + timeout + (self.step_allowance(steps) if spec.asks else self.settings.max_wait),
         )
         self._open(phase)
         return self._delivery(phase)
+
+    def step_allowance(self, steps: int) -> float:
+        """The seconds a steps phase of ``steps`` steps gets past --round-timeout: --step-seconds a
+        step, at most --step-grace. The steps come from what the client's hello declared; the grace
+        is the server's, so no claim holds a round longer than --round-timeout + --step-grace."""
+        return min(self.settings.step_seconds * steps, self.settings.step_grace)
 
     def _answer_steps(self, answers: Sequence[Message]) -> Delivery:
         """Publish the loop's answers to the step requests its last delivery brought, and collect
@@ -522,7 +536,7 @@ class MqttChannel:
         """Take messages until every client of the phase answered or has a step request waiting
         for the loop, or the phase's deadline passed (see the module doc). Every phase has a hard
         deadline from its start that no message extends: `timeout` plus `max_wait` while it waits
-        for `min_needed` answers; on a verb that asks, `timeout` + `step_seconds` x ``steps``, and
+        for `min_needed` answers; on a verb that asks, `timeout` + `step_allowance(steps)`, and
         in it the client's steps keep the phase open `timeout` after each the server answered,
         never past that deadline."""
         verb, round, expected, timeout = phase.verb, phase.round, phase.expected, phase.timeout
@@ -571,10 +585,12 @@ class MqttChannel:
             if cid in phase.got or now < phase.ends_at or phase.active_at + timeout <= phase.ends_at:
                 continue
             seconds = phase.ends_at - phase.sent_at
+            allowance = f"{steps} step(s) x --step-seconds {self.settings.step_seconds:g}"
+            if self.step_allowance(steps) < self.settings.step_seconds * steps:
+                allowance = f"--step-grace {self.settings.step_grace:g}, less than its {allowance}"
             how = (
                 f"its steps phase was cut at its hard deadline, {seconds:.0f} s after it began "
-                f"(--round-timeout {timeout:g} + {steps} step(s) x --step-seconds {self.settings.step_seconds:g}), "
-                f"after {phase.last_step.get(cid, 0)} step(s)"
+                f"(--round-timeout {timeout:g} + {allowance}), after {phase.last_step.get(cid, 0)} step(s)"
             )
             log.warning("%s %d: %s held the round: %s", phase.verb, phase.round, cid, how)
             self._held[cid] = how

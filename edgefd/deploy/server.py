@@ -54,6 +54,7 @@ DEPLOYMENT_FLAGS = (
     "min_clients",
     "max_wait",
     "step_seconds",
+    "step_grace",
     "ask_again",
 )
 """The `DeploymentSettings` a user sets on the command line (their help and defaults are the fields')."""

@@ -109,7 +109,8 @@ class Deadline:
     steps: int | None = None
     """The most requests a client makes during its work (``ServerRole.max_steps``, set by the loop
     for each client of a verb that ``asks``): a deployment's hard deadline for its work grows with
-    it (None: the requests get no time of their own)."""
+    it, up to a grace of the deployment's own that no count buys past (None: the requests get no
+    time of their own)."""
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def steps_phase(channel, monkeypatch, every: float, last: int, steps: int = 5) -
     """client-0's steps phase of round 1 on a clock of the test's, one second a wait: the client
     sends a step every ``every`` seconds, up to step ``last``, and never finishes; the loop answers
     each at once. Returns the seconds the phase lasted and whom it held (`Delivery.held`);
-    round_timeout 10, step_seconds 2: its hard deadline is 10 + 2 x steps."""
+    round_timeout 10, step_seconds 2: its hard deadline is 10 + 2 x steps, at most 10 + step_grace."""
     clock = [0.0]
     monkeypatch.setattr(mqtt_channel, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     channel.settings.round_timeout, channel.settings.step_seconds = 10.0, 2.0
@@ -117,6 +117,27 @@ def test_a_client_stepping_slowly_is_cut_at_its_hard_deadline_and_named(channel,
     assert list(held) == ["client-0"]
     assert "cut at its hard deadline, 20 s after it began" in held["client-0"]
     assert "after 5 step(s)" in held["client-0"]  # steps at 4, 8, 12, 16 and 20 s were answered
+
+
+def test_a_hello_claiming_45_steps_holds_a_round_no_longer_than_the_timeout_plus_the_grace(channel, monkeypatch):
+    """The stall by claim: a hello declaring the whole training set makes 45 steps (13 for an honest
+    share), and a step every 2 s would hold the phase 10 + 2 x 45 = 100 s. The server's grace, not
+    the claim, bounds it: 10 + 30 s."""
+    channel.settings.step_grace = 30.0
+    seconds, held = steps_phase(channel, monkeypatch, every=2, last=45, steps=45)
+    assert seconds == 10 + 30
+    assert list(held) == ["client-0"]
+    assert "cut at its hard deadline, 40 s after it began" in held["client-0"]
+    assert "(--round-timeout 10 + --step-grace 30, less than its 45 step(s) x --step-seconds 2)" in held["client-0"]
+    assert channel.step_allowance(5) == 2 * 5  # an honest share's steps still get their seconds each
+
+
+def test_the_default_grace_bounds_a_claim_and_leaves_an_honest_share_its_seconds(channel):
+    assert channel.settings.step_grace == 60.0
+    assert channel.step_allowance(45) == 60.0  # the claim's 90 s: cut to the grace
+    assert channel.step_allowance(13) == 26.0  # an honest digits share (13 steps): as before
+    with pytest.raises(ValueError, match="step_grace"):
+        DeploymentSettings(run="u", broker=channel.settings.broker, step_grace=-1.0).validate()
 
 
 def test_a_client_that_stops_sending_ends_its_phase_at_the_idle_timeout_unnamed(channel, monkeypatch):

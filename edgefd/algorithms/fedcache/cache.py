@@ -6,6 +6,8 @@ ids of its R most cosine-similar samples *of the same label*, itself excluded (E
 docs/methods/fedcache.md#self-exclusion,
 docs/methods/fedcache.md#small-classes). A client's knowledge is the mean of its neighbours' cached rows
 (Eq. 12, 16, 17), computed with the `gather_mean` kernel over the whole neighbour table at once.
+A sample that a client declared and never uploaded logits for, though it trained, is nobody's
+teacher (`KnowledgeCache.close_round`; docs/methods/fedcache.md#samples-never-uploaded).
 
 Rows are laid out client after client in registration order, so one client's rows are a slice
 and a round's lookups copy nothing but the answer.
@@ -18,7 +20,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -357,6 +359,11 @@ class KnowledgeCache:
         self.logits = torch.zeros((0, num_classes))
         """The latest logits of every sample, a row each (zeros until its client first uploads them)."""
         self.filled = torch.zeros(0, dtype=torch.bool)
+        self.uploaders: set[str] = set()
+        """Clients that uploaded logits in a round now over (`close_round`): of their rows, only
+        those they uploaded teach."""
+        self.silent = 0
+        """Rows that taught nobody at the last `close_round` (0: no teacher is masked for them)."""
         self.size = 0
 
     def register(self, client_id: str, sample_ids: np.ndarray, labels: np.ndarray, hashes: np.ndarray) -> None:
@@ -435,9 +442,35 @@ class KnowledgeCache:
 
     def _table(self, neighbours: np.ndarray) -> torch.Tensor:
         table = torch.from_numpy(neighbours)
+        teaching = self._teaching(table.clamp(min=0))
+        return table if teaching is None else torch.where(teaching, table, -1)
+
+    def _teaching(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """Whether each of ``rows`` (row ids) may be a teacher, or None when every row may: with
+        ``mask_unfilled`` the rows uploaded at least once, else all but the silent ones (`close_round`)."""
         if self.mask_unfilled:
-            table = torch.where(self.filled[table.clamp(min=0)], table, -1)
-        return table
+            return self.filled[rows]
+        if not self.silent:
+            return None
+        return self.filled[rows] | ~self._owner_uploaded(rows.numpy())
+
+    def _owner_uploaded(self, rows: np.ndarray) -> torch.Tensor:
+        """Whether the client of each of ``rows`` is one of the `uploaders`."""
+        numbers = [number for number, client in enumerate(self.slices) if client in self.uploaders]
+        return torch.from_numpy(np.isin(self.owners[rows], numbers))
+
+    def close_round(self, clients: Iterable[str]) -> dict[str, int]:
+        """``clients`` uploaded logits in the round now over: from now on, of their rows, only those
+        they have uploaded teach (a row uploaded later teaches from then on). A client uploads the
+        logits of every sample it trains on, each round (Alg. 1 l. 9-10), so what stays silent is
+        what a hello declared and its client never trained on: an invented sample teaches nobody.
+        Until its client's first round is over a row is the zero row of Eq. 9, as every row not
+        uploaded yet. Returns the silent rows of each of ``clients`` that has any."""
+        clients = set(clients)
+        self.uploaders |= clients
+        silent = ~self.filled & self._owner_uploaded(np.arange(self.size))
+        self.silent = int(silent.sum())
+        return {client: n for client in sorted(clients) if (n := int(silent[self.slices[client]].sum()))}
 
     def exchange(self, rows: np.ndarray, logits: np.ndarray) -> torch.Tensor:
         """One message of the faithful protocol (Alg. 2 lines 10-14, sequential): for
@@ -465,9 +498,10 @@ class KnowledgeCache:
         table = np.where(earlier, len(named) + position, table)
         values = torch.cat([self.logits[torch.from_numpy(named)], torch.from_numpy(logits)])
         index = torch.from_numpy(table)
-        if self.mask_unfilled:
-            filled = torch.cat([self.filled[torch.from_numpy(named)], torch.ones(len(rows), dtype=torch.bool)])
-            index = torch.where(filled[index.clamp(min=0)] & (index >= 0), index, -1)
+        teaching = self._teaching(torch.from_numpy(named))
+        if teaching is not None:  # the message's own rows are uploaded now: they teach
+            teaching = torch.cat([teaching, torch.ones(len(rows), dtype=torch.bool)])
+            index = torch.where(teaching[index.clamp(min=0)] & (index >= 0), index, -1)
         teachers = self.combine(values, index)
         self.update(rows, logits)
         return teachers

@@ -26,7 +26,9 @@ Choices, with the page's sections:
   (docs/methods/fedcache.md#which-logits-are-knowledge).
 - Self excluded by id; a class with n <= R members uses its n - 1 others
   (docs/methods/fedcache.md#self-exclusion, docs/methods/fedcache.md#small-classes); the cache starts
-  at zeros (Eq. 9); the mean counts every neighbour, filled or not (the paper's form). Switchable:
+  at zeros (Eq. 9); the mean counts every neighbour, filled or not (the paper's form), but a sample
+  its client has not uploaded once a round of its uploads is over is nobody's teacher (a hello's
+  claim checked against the uploads, docs/methods/fedcache.md#samples-never-uploaded). Switchable:
   ``exclude_same_client`` (neighbours from other clients only,
   docs/methods/fedcache.md#neighbours-from-the-same-client), ``mask_unfilled`` (skip neighbours never
   uploaded, docs/methods/fedcache.md#cache-initialisation), ``max_ensemble=10`` (the paper-era code's
@@ -308,6 +310,8 @@ class FedCacheServer(ServerRole):
         self.encoder_name: Scalar | None = None  # as the clients' hellos say (a str from edgefd clients)
         self.step_exchange = params.exchange == "batch"
         self.rows_answered = 0
+        self.uploaded: set[str] = set()
+        """Clients that sent logits in the round under way (step requests or an uplink)."""
         self.logit_schemas: dict[tuple[str, int | None], schema.MessageSchema] = {}
 
     def start(self, hellos: dict[str, Payload]) -> None:
@@ -418,6 +422,7 @@ class FedCacheServer(ServerRole):
         ids = request.arrays["ids"]
         teachers = self.cache.exchange(self.cache.rows(client_id, ids), request.arrays["logits"])
         self.rows_answered += len(ids)
+        self.uploaded.add(client_id)
         return Payload("fedcache.knowledge", {"ids": np.asarray(ids, np.int32), "knowledge": teachers.numpy()})
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
@@ -426,7 +431,20 @@ class FedCacheServer(ServerRole):
             self.cache.update(self.cache.rows(client, arrays["ids"]), arrays["logits"])
         updated = self.rows_answered + sum(len(p.arrays["ids"]) for p in uplinks.values())
         self.rows_answered = 0
-        return {"cache_rows_updated": float(updated), "neighbours_from_other_clients": self.cross_client}
+        first = self.uploaded.union(uplinks) - self.cache.uploaders
+        for client, silent in self.cache.close_round(self.uploaded.union(uplinks)).items():
+            if client in first:
+                log.warning(
+                    "fedcache: %s trained without uploading logits for %d of the samples its hello declared; "
+                    "they are nobody's teacher until it does (docs/methods/fedcache.md#samples-never-uploaded)",
+                    client,
+                    silent,
+                )
+        self.uploaded = set()
+        metrics = {"cache_rows_updated": float(updated), "neighbours_from_other_clients": self.cross_client}
+        if self.cache.silent:  # only then: an honest run's records stay as they were
+            metrics["cache_rows_never_uploaded"] = float(self.cache.silent)
+        return metrics
 
 
 register_method(

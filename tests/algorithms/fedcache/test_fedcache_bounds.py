@@ -1,11 +1,13 @@
 """What one FedCache client can make the server do: a hello no larger than the run lets one client
 hold (refused in round 0's ``rejected``, with the reason in the log), the relation search bounded
-whatever a class's size, and no more step requests a round than the client's declared data makes."""
+whatever a class's size, no more step requests a round than the client's declared data makes, and
+no teacher from a declared sample that the client never uploads."""
 
 import math
 
 import numpy as np
 import pytest
+import torch
 
 from edgefd.algorithms.fedcache import cache as cache_module
 from edgefd.algorithms.schema import UplinkRejected
@@ -103,3 +105,55 @@ def test_a_round_takes_no_more_step_requests_than_the_clients_declared_data_make
     assert refusal.is_answer and refusal.content is None  # refused: the client's round ends unanswered
     assert (answer_to.taken, answer_to.over_cap) == (cap, 1)
     assert sim.server.max_steps("client-9") == 0  # no hello taken: no step either
+
+
+def test_samples_a_hello_invents_and_its_client_never_uploads_are_nobodys_teacher(tmp_path, caplog):
+    """The claim of issue 48: beside three honest clients (iid, about 359 samples each), client-0's
+    hello declares its own samples and 1,050 more, the others' (their labels and hashes: each is
+    where an honest sample is), listed first so that the neighbour bound lets 718 of them be
+    neighbours. It makes 45 steps' worth of samples; it trains on its own, and uploads only theirs."""
+    config = {**QUICK, "samples_per_client": None, "batch_size": 32, "params": {"knn": "exact"}}
+    sim = build(SimulationConfig(out=str(tmp_path), **config))
+    liar = sim.clients["client-0"]
+    honest = {cid: sim.clients[cid].hello() for cid in ("client-1", "client-2", "client-3")}
+    stolen = {k: np.concatenate([p.arrays[k] for p in honest.values()])[:1050] for k in ("labels", "hashes")}
+    own = liar.hello().arrays
+    invented = np.arange(100_000, 101_050, dtype=np.int32)
+    claim = Payload(
+        "fedcache.hello",
+        {
+            "ids": np.concatenate([invented, own["ids"]]),
+            "labels": np.concatenate([stolen["labels"], own["labels"]]),
+            "hashes": np.concatenate([stolen["hashes"], own["hashes"]]),
+        },
+        {"encoder": "pixels"},
+    )
+    liar.hello = lambda: claim
+    assert sim.federation.start().rejected == {}  # within what one client of the run may hold
+    cache = sim.server.cache
+    assert sim.server.max_steps("client-0") == 45
+    fake = cache.rows("client-0", invented)
+    assert np.isin(cache.neighbours[cache.slices["client-1"]], fake).any()  # the claim made them neighbours
+
+    record = sim.federation.run_round(1)
+    for cid in ("client-1", "client-2", "client-3"):  # their teachers: the mean over the uploaded neighbours
+        table = cache.neighbours[cache.slices[cid]]
+        teaching = (table >= 0) & ~np.isin(table, fake)
+        logits = cache.logits.numpy()
+        expected = [
+            logits[row[keep]].mean(axis=0) if keep.any() else np.zeros(10) for row, keep in zip(table, teaching)
+        ]
+        np.testing.assert_allclose(cache.fetch(cid).numpy(), np.array(expected), rtol=1e-5, atol=1e-6)
+    assert record.server["cache_rows_never_uploaded"] == 1050
+    assert "client-0 trained without uploading logits for 1050 of the samples its hello declared" in caplog.text
+    assert sim.federation.run_round(2).server["cache_rows_never_uploaded"] == 1050
+    assert not cache.filled[torch.from_numpy(fake)].any()
+
+
+def test_an_honest_round_leaves_no_sample_untaught_and_adds_no_metric(tmp_path):
+    config = {**QUICK, "batch_size": 16, "params": {"knn": "exact"}}
+    sim = build(SimulationConfig(out=str(tmp_path), **config))
+    sim.federation.start()
+    record = sim.federation.run_round(1)
+    assert "cache_rows_never_uploaded" not in record.server and sim.server.cache.silent == 0
+    assert bool(sim.server.cache.filled.all())

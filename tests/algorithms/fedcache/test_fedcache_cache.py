@@ -1,5 +1,5 @@
-"""FedCache's knowledge cache: relations (exact and HNSW), fetch-before-update, id mapping, and the
-bound on one client's share of the neighbours."""
+"""FedCache's knowledge cache: relations (exact and HNSW), fetch-before-update, id mapping, the
+bound on one client's share of the neighbours, and samples never uploaded teaching nobody."""
 
 import numpy as np
 import pytest
@@ -394,3 +394,38 @@ def test_a_client_registering_three_times_the_others_samples_is_the_neighbour_of
     assert (cache.neighbours[80:] >= 0).all()  # but have teachers of their own
     unbounded = built(weight_cap=0)
     assert unbounded.held_back == 0 and unbounded.neighbours.max() >= 80
+
+
+def test_a_sample_its_client_never_uploaded_teaches_nobody_once_that_client_has_trained():
+    """One class of 8: client a's rows 0-3, the liar's real rows 4-5 and rows 6-7 its hello declared
+    and it never uploads. Every row names the 7 others (R = 7)."""
+    hashes, _ = clustered(8, 1, dim=4)
+    cache = KnowledgeCache(num_classes=2)
+    cache.register("a", np.arange(4), np.zeros(4), hashes[:4])
+    cache.register("liar", np.arange(4), np.zeros(4), hashes[4:])
+    cache.build(RelationConfig(neighbours=7, method="exact"))
+    cache.update(np.arange(4), np.ones((4, 2), np.float32))  # a's logits: 1
+    cache.update(np.array([4, 5]), np.full((2, 2), 4.0, np.float32))  # the liar's real ones: 4
+    assert cache.fetch("a")[0].tolist() == pytest.approx([11 / 7] * 2)  # Eq. 9: rows 6, 7 count as zeros
+
+    assert cache.close_round(["a", "liar"]) == {"liar": 2}
+    assert cache.silent == 2
+    assert cache.fetch("a")[0].tolist() == pytest.approx([11 / 5] * 2)  # 3 x 1 + 2 x 4 over the 5 uploaded
+    teachers = cache.exchange(np.array([0]), np.full((1, 2), 9.0, np.float32))
+    assert teachers[0].tolist() == pytest.approx([11 / 5] * 2)  # a step's teacher as well
+    cache.update(np.array([6]), np.full((1, 2), 2.0, np.float32))  # uploaded at last: it teaches from now on
+    assert cache.fetch("a")[1].tolist() == pytest.approx([(9 + 1 + 1 + 4 + 4 + 2) / 6] * 2)
+    assert cache.close_round(["a", "liar"]) == {"liar": 1}
+
+
+def test_before_its_clients_first_round_a_row_is_the_zero_row_of_eq_9():
+    """A client that has not trained yet has uploaded nothing: its rows count as zeros (the paper's),
+    and a round of the others' leaves them so."""
+    hashes, _ = clustered(4, 1, dim=4)
+    cache = KnowledgeCache(num_classes=2)
+    cache.register("a", np.arange(2), np.zeros(2), hashes[:2])
+    cache.register("b", np.arange(2), np.zeros(2), hashes[2:])
+    cache.build(RelationConfig(neighbours=3, method="exact"))
+    cache.update(np.arange(2), np.full((2, 2), 3.0, np.float32))
+    assert cache.close_round(["a"]) == {} and cache.silent == 0
+    assert cache.fetch("a")[0].tolist() == pytest.approx([1.0, 1.0])  # (3 + 0 + 0) / 3
