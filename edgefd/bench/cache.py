@@ -79,7 +79,7 @@ def _measure(config: CacheBenchConfig) -> CacheBenchResult:
     import torch
 
     from edgefd import kernels
-    from edgefd.algorithms.fedcache.cache import RelationConfig, build_relations
+    from edgefd.algorithms.fedcache.relations import RelationConfig, build_relations
 
     kernels.set_num_threads(config.threads)
     hashes, labels = clustered_hashes(config.samples, config.dim, config.classes, config.seed)

@@ -50,7 +50,7 @@ Choices, with the page's sections:
   run meets it first.
 - Relations (docs/methods/fedcache.md#hnsw-settings): hnswlib with the authors' M = 64, ef_construction = ef = 1000 by
   default; ``knn=exact`` computes the exact top-R instead. The server keeps each neighbour table on
-  disk by what it was computed from (``relation_cache``, `cache.RelationStore`): a run on hashes
+  disk by what it was computed from (``relation_cache``, `relations.RelationStore`): a run on hashes
   met before loads it instead of searching again.
 """
 
@@ -68,9 +68,10 @@ from torch import nn
 from edgefd import kernels
 from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
-from edgefd.algorithms.fedcache.cache import KNN_METHODS, KnowledgeCache, RelationConfig, RelationStore
+from edgefd.algorithms.fedcache.cache import KnowledgeCache
 from edgefd.algorithms.fedcache.encoders import HashEncoder, build_encoder
 from edgefd.algorithms.fedcache.hash_cache import HashCache
+from edgefd.algorithms.fedcache.relations import KNN_METHODS, RelationConfig, RelationStore
 from edgefd.algorithms.params import check_choices
 from edgefd.algorithms.toolkit import (
     AGGREGATORS,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgefd.algorithms.fedcache import cache as cache_module
+from edgefd.algorithms.fedcache import relations
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.protocol import Payload
 from edgefd.protocol.message import SERVER, Message
@@ -81,9 +81,9 @@ def test_without_samples_per_client_the_training_set_bounds_a_hello_and_each_of_
 def test_the_exact_search_compares_bounded_blocks_and_finds_the_same_neighbours(monkeypatch):
     rng = np.random.default_rng(0)
     vectors = rng.random((300, 8), np.float32)
-    whole = cache_module._exact_class(vectors, 5)
-    monkeypatch.setattr(cache_module, "EXACT_BLOCK_ELEMENTS", 7 * 300)  # blocks of 7 rows
-    assert np.array_equal(cache_module._exact_class(vectors, 5), whole)
+    whole = relations._exact_class(vectors, 5)
+    monkeypatch.setattr(relations, "EXACT_BLOCK_ELEMENTS", 7 * 300)  # blocks of 7 rows
+    assert np.array_equal(relations._exact_class(vectors, 5), whole)
 
 
 def test_a_round_takes_no_more_step_requests_than_the_clients_declared_data_makes(tmp_path):
