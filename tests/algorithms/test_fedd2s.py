@@ -60,9 +60,9 @@ def run_keeping_replies(sim, round: int) -> dict[str, Payload]:
     channel = sim.federation.channel
     original = channel.send_and_receive
 
-    def keep(messages, deadline, serve=None, steps=None):
+    def keep(messages, deadline):
         sent.update({m.receiver: m.content for m in messages if m.verb == "reply"})
-        return original(messages, deadline, serve, steps)
+        return original(messages, deadline)
 
     channel.send_and_receive = keep
     try:
