@@ -199,11 +199,11 @@ def unsendable_apps(config, indices):
     return {"client-0": Unsendable()}
 
 
-@pytest.mark.parametrize("serve", [False, True])
-def test_a_message_that_does_not_encode_misses_the_round(serve, tmp_path):
+@pytest.mark.parametrize("asks", [False, True])  # the client's work asks the server (a Conversation), or not
+def test_a_message_that_does_not_encode_misses_the_round(asks, tmp_path):
     host = ClientHost(SimulationConfig(clients=1), [0], unsendable_apps, str(tmp_path))
     data = encode_message(Message("train", SERVER, "client-0", 1))
-    if not serve:
+    if not asks:
         assert host.handle([data]) == [("missed", "NaN in the logits")]
         return
     kind, request = host.start(data)
