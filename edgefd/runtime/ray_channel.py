@@ -247,7 +247,7 @@ class ClientHost:
         return self.error if self.error is not None else sorted(self.apps)
 
     def handle(self, messages: list[bytes]) -> list[Event]:
-        """Each message's answer, one client after another (no ``serve``)."""
+        """Each message's answer, one client after another (a verb whose client asks nothing)."""
         events: list[Event] = []
         for data in messages:
             message = decode_message(data, max_bytes=None)
