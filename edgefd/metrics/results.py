@@ -16,6 +16,8 @@ from edgefd.runtime.records import LOST_EVALUATION, RoundRecord
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 TIMING_FIELDS = ("seconds",)
+GLOBAL_MODEL = "global_model"
+"""The server model whose score is the run's ``final_server_accuracy`` (``server_model_accuracy``)."""
 REFUSED_EXIT = 4
 """The exit status of `edgefd simulate`, `edgefd server` and `edgefd deploy-local` for a run that
 ended, but in none of whose rounds every selected client's uplink was taken for a reason other than
@@ -87,25 +89,40 @@ def summary_text(summary: dict[str, Any]) -> str:
 def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """Final and best accuracy, byte totals, the rounds that lost something entirely and the
     clients refused, over the round lines. The final accuracy is the last evaluation's: None when
-    that evaluation got no scores (an earlier round's accuracy is not the final models')."""
+    that evaluation got no scores (an earlier round's accuracy is not the final models'). Beside the
+    clients' mean, their median (robust to one liar) and, where the server scored its own models,
+    the global model's score; ``suspect_scores``: per client, the evaluations whose score was
+    flagged (`edgefd.runtime.scores`)."""
     evaluated = [line for line in lines if line.get("accuracy") is not None or LOST_EVALUATION in lost_of(line)]
     last = evaluated[-1] if evaluated else {}
     scored = [line for line in evaluated if line.get("accuracy") is not None and line["round"] > 0]
     summary = {
         "final_accuracy": last.get("accuracy"),
         "final_accuracy_std": last.get("accuracy_std"),
+        "final_accuracy_median": last.get("accuracy_median"),
+        "final_server_accuracy": (last.get("server_model_accuracy") or {}).get(GLOBAL_MODEL),
         "best_accuracy": max(line["accuracy"] for line in scored) if scored else None,
         "bytes_up_total": sum(line["bytes_up"] for line in lines),
         "bytes_down_total": sum(line["bytes_down"] for line in lines),
         "lost_rounds": {str(line["round"]): lost_of(line) for line in lines if lost_of(line)},
         "refused_clients": refused_clients(lines),
         "refused_every_round": refused_every_round(lines),
+        "suspect_scores": suspect_counts(lines),
     }
     full = [line for line in evaluated if line.get("accuracy_full") is not None]
     if full:  # the run scored every client on the whole test set too (--score-full-test)
         summary["final_accuracy_full"] = full[-1]["accuracy_full"]
         summary["best_accuracy_full"] = max((line["accuracy_full"] for line in full if line["round"] > 0), default=None)
     return summary
+
+
+def suspect_counts(lines: list[dict[str, Any]]) -> dict[str, int]:
+    """Per client, the evaluations whose score was flagged as not fitting (``suspect_scores``)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        for cid in line.get("suspect_scores") or {}:
+            counts[cid] = counts.get(cid, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _refused_in(line: dict[str, Any]) -> list[str]:

@@ -299,3 +299,52 @@ def test_a_simulated_client_whose_uplink_does_not_encode_misses_the_round(tmp_pa
     record = sim.federation.run_round(1)
     assert record.late == ["client-1"] and record.rejected == {}
     assert "client-1's train cannot be sent" in caplog.text and "it misses the round" in caplog.text
+
+
+class ScoringClient(EchoClient):
+    """Reports the accuracies it is given, one per evaluation (round 0 first)."""
+
+    def __init__(self, client_id, accuracies):
+        super().__init__(client_id)
+        self.accuracies = list(accuracies)
+
+    def evaluate(self, state=None):
+        return {"accuracy": self.accuracies.pop(0)}
+
+
+def test_a_client_that_reports_a_perfect_score_every_round_moves_the_mean_not_the_median_and_is_flagged(caplog):
+    """The spoofed score of issue 48: of three clients, one says 1.0 every round. The mean moves
+    (0.375 -> 0.583 at the end), the median stays with the honest clients, and every round's record
+    names the liar, and only it."""
+    honest = {"c0": [0.10, 0.25, 0.33, 0.35], "c1": [0.126, 0.28, 0.36, 0.40]}
+    roles = {cid: ScoringClient(cid, values) for cid, values in honest.items()}
+    roles["c2"] = ScoringClient("c2", [1.0] * 4)
+    federation = Federation(CollectServer(), InProcessChannel(roles), loop_config(rounds=3), np.random.default_rng(0))
+    records = federation.run()
+    for record in records:
+        scores = [values[record.round] for values in honest.values()]
+        assert record.accuracy == pytest.approx((sum(scores) + 1.0) / 3)
+        assert min(scores) <= record.accuracy_median <= max(scores)
+        assert list(record.suspect_scores) == ["c2"]
+        assert "from the others' median" in record.suspect_scores["c2"]
+    assert records[-1].accuracy_median == pytest.approx(0.40)
+    assert "c2's score 1.000 looks wrong" in caplog.text
+
+
+def test_a_score_that_leaps_while_the_others_stay_is_flagged_against_its_own_history():
+    """A client that starts to lie mid-run: its jump from its own last score is flagged even where
+    four honest clients spread widely enough that its distance from them alone is not."""
+    honest = {
+        "c0": [0.20, 0.30, 0.32],
+        "c1": [0.40, 0.50, 0.52],
+        "c2": [0.60, 0.70, 0.72],
+        "c3": [0.80, 0.90, 0.92],
+    }
+    roles = {cid: ScoringClient(cid, values) for cid, values in honest.items()}
+    roles["c4"] = ScoringClient("c4", [0.50, 0.55, 1.0])
+    federation = Federation(CollectServer(), InProcessChannel(roles), loop_config(rounds=2), np.random.default_rng(0))
+    records = federation.run()
+    assert [record.suspect_scores for record in records[:2]] == [{}, {}]
+    assert list(records[2].suspect_scores) == ["c4"]
+    assert "beyond the others' median move" in records[2].suspect_scores["c4"]
+    assert "from the others' median" not in records[2].suspect_scores["c4"]
