@@ -48,7 +48,7 @@ from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import Channel, Delivery
 from edgefd.runtime.limits import record_refusals
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, LOST_UPLINKS, RoundRecord
-from edgefd.runtime.scores import finite, median_of, suspect_scores
+from edgefd.runtime.scores import ScoreWatch, median_of
 from edgefd.runtime.transport import DOWN, UP, ByteLedger
 from edgefd.runtime.verbs import Deadline, Phase, Verb, scores_of, server_at_precision, verb, verbs_in
 
@@ -123,9 +123,8 @@ class Federation:
         self.ledger = ByteLedger()
         """Every message the server sent and took, counted once (its content's encoding, and apart
         its metadata): a round's ``bytes_up`` and ``bytes_down``."""
-        self.last_scores: dict[str, float] = {}
-        """Each client's last finite accuracy, the history its next one is checked against
-        (`edgefd.runtime.scores.suspect_scores`)."""
+        self.score_watch = ScoreWatch()
+        """The clients' recent scores against the others' (`edgefd.runtime.scores`)."""
         self._refused: dict[str, str] = {}
         self._held: dict[str, str] = {}
         """What the channel refused, and whom it cut off, in the round under way (its record's
@@ -331,11 +330,10 @@ class Federation:
         record.client_accuracy = {cid: scores[cid]["accuracy"] for cid in scores}
         record.accuracy, record.accuracy_std = _mean_std(record.client_accuracy)
         record.accuracy_median = median_of(record.client_accuracy)
-        record.suspect_scores = suspect_scores(record.client_accuracy, self.last_scores)
+        record.suspect_scores = self.score_watch.suspects(record.client_accuracy)
         for cid, why in record.suspect_scores.items():
             score = record.client_accuracy[cid]
             log.warning("round %d: %s's score %.3f looks wrong: %s", record.round, cid, score, why)
-        self.last_scores.update(finite(record.client_accuracy))
         if self.client_ids and math.isnan(record.accuracy):
             record.lost.append(LOST_EVALUATION)
             log.error("round %d: no client's accuracy came back: the round has no accuracy", record.round)

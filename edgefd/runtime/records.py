@@ -9,6 +9,9 @@ HELLO_ROUND = 0
 LOST_UPLINKS = "uplinks"
 LOST_EVALUATION = "evaluation"
 """What a round can lose entirely (``RoundRecord.lost``)."""
+GLOBAL_MODEL = "global_model"
+"""The name methods give their global model among ``ServerRole.server_models``: its score in
+``server_model_accuracy`` is the run's ``final_server_accuracy``."""
 
 
 @dataclass
@@ -33,8 +36,8 @@ class RoundRecord:
     """The median of ``client_accuracy``, beside the mean ``accuracy``: one client among three or
     more cannot move it past the others' scores (`edgefd.runtime.scores`)."""
     suspect_scores: dict[str, str] = field(default_factory=dict)
-    """Clients whose score does not fit the others' or its own history, and why
-    (`edgefd.runtime.scores.suspect_scores`): noted, still counted in the mean."""
+    """Clients whose score keeps away from the others', and why (`edgefd.runtime.scores`): noted,
+    still counted in the mean."""
     server_model_accuracy: dict[str, float] = field(default_factory=dict)
     """Accuracy on the whole test set of each model the server trains for itself
     (``ServerRole.server_models``): in a simulation on the whole test set, in a deployment on the
