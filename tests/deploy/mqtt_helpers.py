@@ -74,5 +74,6 @@ def finish(processes, timeout=120):
 
 
 def comparable(line: dict) -> dict:
-    keys = ("round", "accuracy", "accuracy_std", "client_accuracy", "bytes_up", "bytes_down", "selected", "late")
+    keys = ("round", "accuracy", "accuracy_std", "accuracy_median", "suspect_scores", "client_accuracy")
+    keys += ("bytes_up", "bytes_down", "selected", "late")
     return {k: line[k] for k in keys}
