@@ -2,11 +2,10 @@
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 import torch
+from mqtt_helpers import write_holdout
 
-from edgefd.data import load_dataset
 from edgefd.deploy.mqtt_channel import DeploymentSettings
 from edgefd.deploy.mqtt_transport import BrokerSettings
 from edgefd.deploy.server_runtime import ServerRuntime, holdout_scorer
@@ -14,23 +13,6 @@ from edgefd.runtime.build import build
 from edgefd.runtime.config import SimulationConfig
 
 CONFIG = SimulationConfig(algo="fedavg", dataset="digits", clients=3, rounds=1, seed=0)
-HELD_OUT = slice(0, 150)
-"""The server's held-out rows: a part of digits' test set, so that its score differs from the whole set's."""
-
-
-def write_holdout(folder, rows=HELD_OUT):
-    """A device's data.npz holding the test rows only (no training rows: the server trains nothing)."""
-    whole = load_dataset("digits")
-    x, y = whole.test_rows(torch.arange(len(whole.test_y)))[rows], whole.test_y[rows]
-    np.savez(
-        folder / "data.npz",
-        train_x=np.zeros((0, *x.shape[1:]), np.float32),
-        train_y=np.zeros(0, np.int64),
-        test_x=x.numpy(),
-        test_y=y.numpy(),
-        num_classes=np.array(whole.num_classes),
-    )
-    return x, y
 
 
 def settings(holdout_dir=None):
