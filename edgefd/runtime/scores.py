@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SUSPECT_DEVIATIONS = 5.0
+SUSPECT_DEVIATIONS = 3.0
 """How many robust deviations of the others' scores a score may sit from their median."""
 SUSPECT_FLOOR = 0.4
 """The least distance (accuracy, 0-1) from the others' median that counts, however closely they agree:
