@@ -9,11 +9,12 @@ of the others' median, farther than `SUSPECT_DEVIATIONS` robust deviations of th
 (1.4826 x their median absolute deviation, MAD) and than `SUSPECT_FLOOR`; it needs two others.
 
 Why so wide: personalised accuracies on label-skewed splits differ honestly, and swing. On digits
-with 3 clients split ``shards:2`` (two classes each), FedAvg's global model scores one client 0.66
-above the others' median in one round and another client far above in the next; a client's move
-between two rounds beyond the others' reached 1.5 (docs/DEPLOYMENT.md#self-reported-scores has the
-measurements). One round far away, or a jump, is what honest clients do; staying far away on one
-side, round after round, is what a device that reports a fixed score does.
+with 3 clients split ``shards:2`` (two classes each), the global model of FedAvg and DFL scored one
+client 0.79 above the others' median in one round and another client far above in the next; a
+client's move between two rounds beyond the others' reached 1.5. One round far away, or a jump, is
+what honest clients do; staying far away on one side, round after round, is what a device that
+reports a fixed score does (docs/DEPLOYMENT.md#self-reported-scores: the measurements, and what
+the rule misses).
 
 A flag is a note in the round's record (``suspect_scores``), not a refusal: the score still counts in
 the mean, which stays the figure that simulations compare with the papers.
