@@ -19,14 +19,14 @@ def flagged(evaluations):
 
 
 def test_a_score_far_from_the_others_on_one_side_is_flagged_once_it_stayed_there():
-    far = {"a": 0.5, "b": 0.5, "c": 0.5 + SUSPECT_FLOOR + 0.01}
+    far = {"a": 0.4, "b": 0.4, "c": 0.4 + SUSPECT_FLOOR + 0.01}
     assert flagged([far] * (SUSPECT_EVALUATIONS + 1))[SUSPECT_EVALUATIONS - 2 :] == [[], ["c"], ["c"]]
     low = {"a": 0.8, "b": 0.85, "c": 0.0}  # a lie low is flagged as a lie high is
     assert flagged([low] * SUSPECT_EVALUATIONS)[-1] == ["c"]
 
 
 def test_honest_spread_under_the_floor_is_not_flagged_even_when_the_others_agree_exactly():
-    near = {"a": 0.5, "b": 0.5, "c": 0.5 + SUSPECT_FLOOR - 0.01}
+    near = {"a": 0.4, "b": 0.4, "c": 0.4 + SUSPECT_FLOOR - 0.01}
     assert away_from_others("c", near) == (pytest.approx(SUSPECT_FLOOR - 0.01), SUSPECT_FLOOR)
     assert flagged([near] * 5) == [[]] * 5
 
