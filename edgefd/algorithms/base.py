@@ -364,10 +364,11 @@ class ServerRole(ABC):
         return None
 
     def server_models(self) -> dict[str, nn.Module]:
-        """Models the server holds for itself (FedZKT's global model and the ensemble it learns
-        from), by name: a simulation scores them on the whole test set every evaluated round (metrics.jsonl's
-        ``server_model_accuracy``), a diagnostic; a deployment's server holds no data and scores
-        none. Never sent. Default: none."""
+        """Models the server holds for itself (FedAvg's and DFL's global model, FedZKT's and the
+        ensemble it learns from), by name, the global one as ``"global_model"``: a simulation scores
+        them on the whole test set every evaluated round (metrics.jsonl's ``server_model_accuracy``),
+        a deployment on the server's held-out set where it has one (`edgefd server --holdout-dir`;
+        the global model's score is then the run's first figure). Never sent. Default: none."""
         return {}
 
 

@@ -105,6 +105,7 @@ from edgefd.algorithms.toolkit import (
     capped_weights,
     check_trim,
     check_weight_cap,
+    one_architecture_model,
     robust_rows,
     robust_states,
     too_few_to_combine,
@@ -422,6 +423,11 @@ class DFLServer(ServerRole):
 
     def evaluation_state(self, client_id: str) -> Payload:
         return Payload("weights", self.global_state)
+
+    def server_models(self) -> dict[str, nn.Module]:
+        """The global model every client is measured with: the one figure of the run that the server
+        can score itself (its test set in a simulation, `edgefd server --holdout-dir` deployed)."""
+        return {"global_model": one_architecture_model(self.context, self.global_state)}
 
 
 register_method(

@@ -19,6 +19,7 @@ from edgefd.algorithms.toolkit import (
     average_states,
     capped_metric,
     capped_weights,
+    one_architecture_model,
     robust_states,
     too_few_to_combine,
 )
@@ -92,6 +93,11 @@ class FedAvgServer(ServerRole):
 
     def evaluation_state(self, client_id: str) -> Payload:
         return Payload("weights", self.global_state)
+
+    def server_models(self) -> dict[str, nn.Module]:
+        """The global model every client is measured with: the one figure of the run that the server
+        can score itself (its test set in a simulation, `edgefd server --holdout-dir` deployed)."""
+        return {"global_model": one_architecture_model(self.context, self.global_state)}
 
 
 register_method(

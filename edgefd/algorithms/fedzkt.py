@@ -64,8 +64,9 @@ What the runtime adds to the paper's protocol, and why (docs/methods/fedzkt.md#a
   sent nothing new), as Sec. IV-C3 of the paper treats inactive devices.
 - The whole ``state_dict`` travels, including BatchNorm's integer ``num_batches_tracked`` (8 bytes
   per BN layer). Weights always travel losslessly (fp32).
-- The test accuracy of the global model and of the teacher ensemble is scored only in a simulation
-  (``server_model_accuracy`` in metrics.jsonl): a deployment's server holds no data.
+- The test accuracy of the global model and of the teacher ensemble is scored by the server
+  (``server_model_accuracy`` in metrics.jsonl): a simulation's on the whole test set, a deployment's
+  only on a held-out set it is given (`edgefd server --holdout-dir`).
 - Not implemented: adding stale cached models of inactive devices to the ensemble
   (docs/methods/fedzkt.md#ensemble-under-stragglers) and a schedule over all rounds with persistent
   optimiser state (docs/methods/fedzkt.md#learning-rate-schedule).

@@ -11,9 +11,12 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
+from torch import nn
 
+from edgefd.algorithms.base import ServerContext
 from edgefd.algorithms.params import check_choices
 from edgefd.settings import setting
+from edgefd.training import load_state_arrays
 
 
 class SampleIndex:
@@ -119,6 +122,16 @@ up to 20 at alpha >= 1), holds more than 1.84 times the others' median, so those
 bit for bit; at alpha 0.1 one client of 10 is held to it in 8% of the seeds (from at most 2.8x).
 Quantity skew (``--partition quantity:ALPHA``) is what it is there to bound: set ``weight_cap=0`` to
 study it with the papers' weights (docs/ROBUSTNESS.md#bounded-weights)."""
+
+
+def one_architecture_model(context: ServerContext, arrays: dict[str, np.ndarray]) -> nn.Module:
+    """A module of the clients' one architecture holding ``arrays`` (a global state, FedAvg's and
+    DFL's), for the server to score; built aside from torch's global random stream, which the run's
+    draws use."""
+    with torch.random.fork_rng(devices=[]):
+        model = context.build_model(next(iter(context.client_models.values())))
+    load_state_arrays(model, arrays)
+    return model
 
 
 def weight_cap_setting() -> Any:

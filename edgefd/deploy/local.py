@@ -35,7 +35,7 @@ from edgefd.deploy.server import (
     add_deployment_arguments,
     deployment_flags,
 )
-from edgefd.metrics.results import METRICS_FILE, REFUSED_EXIT, REFUSED_NOTE, refusals_said
+from edgefd.metrics.results import METRICS_FILE, REFUSED_EXIT, REFUSED_NOTE, final_accuracy_said, refusals_said
 from edgefd.runtime.config import SimulationConfig, config_to_toml
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.runtime.process import edgefd_command
@@ -182,10 +182,9 @@ def run(args: argparse.Namespace) -> int:
     summary = json.loads((out / "summary.json").read_text())
     deployment = summary["deployment"]
     where = broker.kind if broker else BrokerSettings(url).shown_url
-    final = summary["final_accuracy"]
     print(
         f"{config.algo} on {config.dataset} over MQTT ({where}): final accuracy "
-        f"{'none' if final is None else f'{100 * final:.2f}%'}, {summary['bytes_up_total']} B up, "
+        f"{final_accuracy_said(summary)}, {summary['bytes_up_total']} B up, "
         f"{summary['bytes_down_total']} B "
         f"down (wire {deployment['wire_bytes_up_total']} B up, {deployment['wire_bytes_down_total']} B down), "
         f"{time.perf_counter() - started:.1f} s -> {out}{refusals_said(summary)}"

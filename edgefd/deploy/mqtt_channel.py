@@ -72,7 +72,7 @@ from edgefd.runtime.channel import Delivery
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import OPEN_MESSAGE_BYTES, Bounds, MessageLimits
 from edgefd.runtime.process import peak_rss_mb
-from edgefd.runtime.records import LOST_EVALUATION, RoundRecord
+from edgefd.runtime.records import GLOBAL_MODEL, LOST_EVALUATION, RoundRecord
 from edgefd.runtime.verbs import STEP, VERBS, Deadline, Wait
 from edgefd.settings import setting
 
@@ -161,6 +161,12 @@ class DeploymentSettings:
         f"{MAX_ASKS_AGAIN} times a phase (capped at a third of the phase's timeout, so that every phase asks "
         "at least twice)",
     )
+    holdout_dir: str | None = setting(
+        None,
+        "a folder holding data.npz in the format of a device's --data-dir, on whose test_x, test_y the server "
+        "scores its own global model every evaluated round (FedAvg, DFL, FedZKT): the run's first figure, which "
+        "no device can spoof (train_x, train_y may be empty; default: none, the devices' self-reported scores only)",
+    )
     connect_timeout: float = 60.0
 
     def validate(self) -> None:
@@ -201,12 +207,20 @@ class ClientStats:
         return values
 
 
+SELF_REPORTED = ("client_accuracy", "accuracy", "accuracy_std", "accuracy_median")
+"""A deployed round's figures that only the devices know: each scores itself on its own test split
+and the server cannot check it (the median is robust to one liar, ``suspect_scores`` flags a score
+that does not fit; ``server_model_accuracy`` is the server's own, on its --holdout-dir)."""
+
+
 @dataclass
 class DeployedRoundRecord(RoundRecord):
     """A round's record plus what the wire carried: MQTT payload bytes (chunk headers included)
     of every message of the round, control and evaluation messages too; and the server's memory."""
 
     wire: dict[str, int] = field(default_factory=dict)
+    self_reported: list[str] = field(default_factory=lambda: list(SELF_REPORTED))
+    """The fields of this record that are the devices' own claims (`SELF_REPORTED`)."""
     peak_rss_mb: float | None = None
     """The server process's peak resident memory so far, in MiB, at the round's end: a round's
     growth over the round before is what the round cost (a test compares the peak under an attack
@@ -806,9 +820,12 @@ class MqttChannel:
         }
 
     def _log_round(self, record: DeployedRoundRecord) -> None:
-        accuracy = "-" if record.accuracy is None else f"{100 * record.accuracy:.2f}%"
+        accuracy = "-" if record.accuracy is None else self_reported_said(record)
         if LOST_EVALUATION in record.lost:
             accuracy = "none (no client's accuracy came back)"
+        server = record.server_model_accuracy.get(GLOBAL_MODEL)
+        if server is not None:
+            accuracy = f"{100 * server:.2f}% (the server's global model on its held-out set); devices' {accuracy}"
         arrived = len(record.selected) - len(record.late)
         wire_bytes = record.wire.get("up", 0) + record.wire.get("down", 0)
         frames = record.wire.get("frames_up", 0) + record.wire.get("frames_down", 0)
@@ -830,6 +847,16 @@ class MqttChannel:
             wire_bytes / max(record.seconds, 1e-9),
             record.seconds,
         )
+
+
+def self_reported_said(record: RoundRecord) -> str:
+    """The devices' accuracies of a round as the log says them: the median first (one liar cannot
+    move it past the honest devices), the mean, and the scores flagged."""
+    assert record.accuracy is not None and record.accuracy_median is not None  # an evaluated round
+    said = f"median {100 * record.accuracy_median:.2f}% (mean {100 * record.accuracy:.2f}%, self-reported)"
+    if record.suspect_scores:
+        said += f", suspect: {', '.join(record.suspect_scores)}"
+    return said
 
 
 def _problem(check: Callable[[Any], None], message: Message) -> str | None:

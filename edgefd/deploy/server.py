@@ -26,7 +26,7 @@ import sys
 
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
 from edgefd.deploy.mqtt_channel import DeploymentSettings, TooFewClients
-from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, refusals_said
+from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, final_accuracy_said, refusals_said
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 from edgefd.settings import add_setting_arguments, setting_flags, settings_from_args
 
@@ -56,13 +56,15 @@ DEPLOYMENT_FLAGS = (
     "step_seconds",
     "step_grace",
     "ask_again",
+    "holdout_dir",
 )
 """The `DeploymentSettings` a user sets on the command line (their help and defaults are the fields')."""
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("deployment")
-    metavars = {name: "SECONDS" for name in DEPLOYMENT_FLAGS if name != "min_clients"}
+    metavars = {name: "SECONDS" for name in DEPLOYMENT_FLAGS if name not in ("min_clients", "holdout_dir")}
+    metavars["holdout_dir"] = "DIR"
     add_setting_arguments(group, DeploymentSettings, DEPLOYMENT_FLAGS, metavars)
 
 
@@ -117,12 +119,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"edgefd server: {error}", file=sys.stderr)
         return TOO_FEW_CLIENTS_EXIT
     log = logging.getLogger(__name__)
-    final = summary["final_accuracy"]
     log.info(
         "%s on %s over MQTT: final accuracy %s, %d B up, %d B down (wire %d B up, %d B down), %.1f s -> %s%s",
         config.algo,
         config.dataset,
-        "none (its last evaluation got no scores)" if final is None else f"{100 * final:.2f}%",
+        final_accuracy_said(summary),
         summary["bytes_up_total"],
         summary["bytes_down_total"],
         summary["deployment"]["wire_bytes_up_total"],

@@ -19,14 +19,16 @@ from typing import Any
 
 import numpy as np
 
+from edgefd.algorithms.base import ServerRole
+from edgefd.deploy.device_data import load_device_data
 from edgefd.deploy.mqtt_channel import DeployedRoundRecord, DeploymentSettings, MqttChannel
 from edgefd.deploy.mqtt_transport import Topics
 from edgefd.metrics.results import RunWriter, run_summary
 from edgefd.runtime import checkpoint
-from edgefd.runtime.build import build_server, local_training_of, prepare, selection_rng
+from edgefd.runtime.build import build_server, local_training_of, prepare, scorer_on, selection_rng
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import method_bounds
-from edgefd.runtime.loop import Federation
+from edgefd.runtime.loop import Federation, ScoreServerModels
 from edgefd.runtime.process import peak_rss_mb
 from edgefd.runtime.records import RoundRecord
 from edgefd.training import device_choice
@@ -57,7 +59,9 @@ class ServerRuntime:
             )
         self.client_ids = list(self.pieces.client_ids)
         self.channel = MqttChannel(config, settings, self.client_ids, Topics(settings.run), self._bounds)
-        self.federation = Federation(role, self.channel, config.loop_config(), selection_rng(config))
+        self.federation = Federation(
+            role, self.channel, config.loop_config(), selection_rng(config), holdout_scorer(settings, role)
+        )
         self.out = config.out_dir()
         self.checkpoint_path = self.out / CHECKPOINT_FILE
         self.writer: RunWriter | None = None
@@ -105,6 +109,7 @@ class ServerRuntime:
                 dict(zip(self.pieces.client_ids, self.pieces.model_names)),
                 self.role.params,
                 seconds,
+                self_reported=True,
             ),
             "local_training": local_training_of(self.config),
             "deployment": {
@@ -171,6 +176,23 @@ class ServerRuntime:
         self.resumed_from = round
         log.info("resumed from the checkpoint of round %d", round)
         return round + 1
+
+
+def holdout_scorer(settings: DeploymentSettings, role: ServerRole) -> ScoreServerModels | None:
+    """What scores the server's own models on its held-out set (``--holdout-dir``: a device's
+    data.npz, its test arrays), the scorer a simulation uses on its test set; None without one. A
+    method whose server holds no model of its own is refused with it: there is nothing to score."""
+    if settings.holdout_dir is None:
+        return None
+    if not role.server_models():
+        raise ValueError(
+            f"holdout_dir: {type(role).__name__} holds no model of its own to score (FedAvg, DFL and FedZKT do); "
+            "its devices' accuracies are their own, self-reported"
+        )
+    data, _ = load_device_data(settings.holdout_dir)
+    if not len(data.test_y):
+        raise ValueError(f"holdout_dir: {settings.holdout_dir}'s data.npz has no test_x, test_y rows to score on")
+    return scorer_on(data.test_x, data.test_y)
 
 
 def same_run_config(saved: dict[str, Any], config: SimulationConfig) -> bool:

@@ -27,6 +27,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+SELF_REPORTED_NOTE = (
+    "self-reported: final %, median % and best % of {runs} are the devices' own scores (the median: one liar "
+    "among three or more cannot move it); server %: the server's score of its global model on its held-out set"
+)
+"""Said under the table where a run is a deployment (summary.json's ``self_reported``)."""
+
+
 def _pct(value) -> str:
     return "   n/a" if value is None else f"{100 * value:6.2f}"
 
@@ -43,13 +50,20 @@ def run(args: argparse.Namespace) -> int:
         label = f"{summary.get('algo', '?')} {Path(folder).name}"
         runs[label] = lines
         rows.append((label, summary))
-    print(f"{'run':<36} {'final %':>8} {'best %':>8} {'MB up':>10} {'MB down':>10} {'seconds':>8}")
+    print(
+        f"{'run':<36} {'final %':>8} {'median %':>8} {'server %':>8} {'best %':>8} {'MB up':>10} {'MB down':>10} "
+        f"{'seconds':>8}"
+    )
     for label, s in rows:
         print(
-            f"{label:<36} {_pct(s.get('final_accuracy')):>8} {_pct(s.get('best_accuracy')):>8} "
+            f"{label:<36} {_pct(s.get('final_accuracy')):>8} {_pct(s.get('final_accuracy_median')):>8} "
+            f"{_pct(s.get('final_server_accuracy')):>8} {_pct(s.get('best_accuracy')):>8} "
             f"{s.get('bytes_up_total', 0) / 1e6:>10.3f} {s.get('bytes_down_total', 0) / 1e6:>10.3f} "
             f"{s.get('wall_seconds', float('nan')):>8.1f}"
         )
+    deployed = [label for label, s in rows if s.get("self_reported")]
+    if deployed:
+        print(SELF_REPORTED_NOTE.format(runs=", ".join(deployed)))
     from edgefd.metrics.plots import plot_curves  # matplotlib: a device install has none
 
     plot = Path(args.plot) if args.plot else default_plot(args.runs[0])

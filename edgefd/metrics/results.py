@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from edgefd.runtime.config import SimulationConfig
-from edgefd.runtime.records import LOST_EVALUATION, RoundRecord
+from edgefd.runtime.records import GLOBAL_MODEL, LOST_EVALUATION, RoundRecord
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -87,25 +87,40 @@ def summary_text(summary: dict[str, Any]) -> str:
 def summarise(lines: list[dict[str, Any]]) -> dict[str, Any]:
     """Final and best accuracy, byte totals, the rounds that lost something entirely and the
     clients refused, over the round lines. The final accuracy is the last evaluation's: None when
-    that evaluation got no scores (an earlier round's accuracy is not the final models')."""
+    that evaluation got no scores (an earlier round's accuracy is not the final models'). Beside the
+    clients' mean, their median (robust to one liar) and, where the server scored its own models,
+    the global model's score; ``suspect_scores``: per client, the evaluations whose score was
+    flagged (`edgefd.runtime.scores`)."""
     evaluated = [line for line in lines if line.get("accuracy") is not None or LOST_EVALUATION in lost_of(line)]
     last = evaluated[-1] if evaluated else {}
     scored = [line for line in evaluated if line.get("accuracy") is not None and line["round"] > 0]
     summary = {
         "final_accuracy": last.get("accuracy"),
         "final_accuracy_std": last.get("accuracy_std"),
+        "final_accuracy_median": last.get("accuracy_median"),
+        "final_server_accuracy": (last.get("server_model_accuracy") or {}).get(GLOBAL_MODEL),
         "best_accuracy": max(line["accuracy"] for line in scored) if scored else None,
         "bytes_up_total": sum(line["bytes_up"] for line in lines),
         "bytes_down_total": sum(line["bytes_down"] for line in lines),
         "lost_rounds": {str(line["round"]): lost_of(line) for line in lines if lost_of(line)},
         "refused_clients": refused_clients(lines),
         "refused_every_round": refused_every_round(lines),
+        "suspect_scores": suspect_counts(lines),
     }
     full = [line for line in evaluated if line.get("accuracy_full") is not None]
     if full:  # the run scored every client on the whole test set too (--score-full-test)
         summary["final_accuracy_full"] = full[-1]["accuracy_full"]
         summary["best_accuracy_full"] = max((line["accuracy_full"] for line in full if line["round"] > 0), default=None)
     return summary
+
+
+def suspect_counts(lines: list[dict[str, Any]]) -> dict[str, int]:
+    """Per client, the evaluations whose score was flagged as not fitting (``suspect_scores``)."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        for cid in line.get("suspect_scores") or {}:
+            counts[cid] = counts.get(cid, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _refused_in(line: dict[str, Any]) -> list[str]:
@@ -156,24 +171,77 @@ def load_run(run_dir: str | os.PathLike) -> tuple[dict[str, Any], list[dict[str,
     return summary, lines
 
 
+SELF_REPORTED_SUMMARY = ("final_accuracy", "final_accuracy_std", "final_accuracy_median", "best_accuracy")
+"""A deployment's summary figures made of the devices' own scores (summary.json's ``self_reported``)."""
+
+
+def headline_of(summary: dict[str, Any], self_reported: bool) -> str:
+    """The summary field that is the run's accuracy (``headline_accuracy_of``). A simulation: the
+    clients' mean, the figure the papers report. A deployment, whose scores are the devices' own
+    claims: the server's score of its global model on its held-out set where it has one (no device
+    can move it), else the devices' median (one liar among three or more cannot move it past the
+    honest devices; the mean moves by a third of the lie with three devices)."""
+    if not self_reported:
+        return "final_accuracy"
+    return "final_server_accuracy" if summary.get("final_server_accuracy") is not None else "final_accuracy_median"
+
+
+def final_accuracy_said(summary: dict[str, Any]) -> str:
+    """The run's final accuracy as a command's last line says it: the headline first, and what it
+    is where it is not the clients' mean."""
+    of = summary.get("headline_accuracy_of", "final_accuracy")
+    value = summary.get(of)
+    if value is None:
+        return "none (its last evaluation got no scores)"
+    said = f"{100 * value:.2f}%"
+    if of == "final_accuracy":
+        return said
+    mean: float = summary["final_accuracy"]  # a deployment's headline is never one without the devices' mean
+    if of == "final_server_accuracy":
+        return (
+            f"{said} (the server's global model on its held-out set; devices' self-reported: {_devices_said(summary)})"
+        )
+    return f"{said} (the devices' median, self-reported; mean {100 * mean:.2f}%)"
+
+
+def _devices_said(summary: dict[str, Any]) -> str:
+    """The devices' median and mean of a run, or "none" where its last evaluation got no scores."""
+    mean, median = summary.get("final_accuracy"), summary.get("final_accuracy_median")
+    if mean is None or median is None:
+        return "none"
+    return f"median {100 * median:.2f}%, mean {100 * mean:.2f}%"
+
+
 def run_summary(
-    config: SimulationConfig, lines: list[dict[str, Any]], models: dict[str, str], params: Any, seconds: float
+    config: SimulationConfig,
+    lines: list[dict[str, Any]],
+    models: dict[str, str],
+    params: Any,
+    seconds: float,
+    self_reported: bool = False,
 ) -> dict[str, Any]:
     """What summary.json says of any run, simulated or deployed: the run, its accuracies and bytes
     (round 0 is the one-time uploads), its models, the method's params as the server resolved
     them (FedZKT's preset), the kernel backend, the device this process trained on (what `auto`
-    resolved to) and the whole config, its device resolved too."""
+    resolved to) and the whole config, its device resolved too. ``self_reported``: the clients'
+    scores are their own claims (a deployment): ``self_reported`` names the figures made of them,
+    and ``headline_accuracy`` is one they cannot move alone (`headline_of`)."""
     from edgefd import kernels  # torch: `edgefd report` reads runs without it
     from edgefd.training import resolve_device
 
     device = resolve_device(config.device)
+    figures = summarise(lines)
+    headline = headline_of(figures, self_reported)
     return {
         "algo": config.algo,
         "dataset": config.dataset,
         "clients": config.clients,
         "rounds": config.rounds,
         "seed": config.seed,
-        **summarise(lines),
+        **figures,
+        "headline_accuracy": figures[headline],
+        "headline_accuracy_of": headline,
+        "self_reported": list(SELF_REPORTED_SUMMARY) if self_reported else [],
         "bytes_hello": lines[0]["bytes_up"] if lines else 0,
         "wall_seconds": round(seconds, 3),
         "models": models,

@@ -48,6 +48,7 @@ from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime.channel import Channel, Delivery
 from edgefd.runtime.limits import record_refusals
 from edgefd.runtime.records import HELLO_ROUND, LOST_EVALUATION, LOST_UPLINKS, RoundRecord
+from edgefd.runtime.scores import ScoreWatch, median_of
 from edgefd.runtime.transport import DOWN, UP, ByteLedger
 from edgefd.runtime.verbs import Deadline, Phase, Verb, scores_of, server_at_precision, verb, verbs_in
 
@@ -56,7 +57,8 @@ __all__ = ["HELLO_ROUND", "LOST_EVALUATION", "LOST_UPLINKS", "Federation", "Loop
 log = logging.getLogger(__name__)
 
 ScoreServerModels = Callable[[dict[str, nn.Module]], dict[str, float]]
-"""Scores the server's own models on the whole test set (a simulation, which holds it)."""
+"""Scores the server's own models on data the server holds: the whole test set (a simulation), or
+a deployment's held-out set (`edgefd server --holdout-dir`)."""
 
 
 @dataclass
@@ -104,8 +106,9 @@ class Federation:
         rng: np.random.Generator,
         score_server_models: ScoreServerModels | None = None,
     ) -> None:
-        """``score_server_models``: where the run holds the whole test set (a simulation), scores
-        the server's own models (``ServerRole.server_models``) after every evaluation."""
+        """``score_server_models``: where the server holds data (a simulation's whole test set, a
+        deployment's held-out set), scores its own models (``ServerRole.server_models``) after every
+        evaluation."""
         if server.step_exchange and config.straggler_rate > 0:
             raise ValueError(
                 "straggler_rate: this method answers every training step, so a round has no "
@@ -120,6 +123,8 @@ class Federation:
         self.ledger = ByteLedger()
         """Every message the server sent and took, counted once (its content's encoding, and apart
         its metadata): a round's ``bytes_up`` and ``bytes_down``."""
+        self.score_watch = ScoreWatch()
+        """The clients' recent scores against the others' (`edgefd.runtime.scores`)."""
         self._refused: dict[str, str] = {}
         self._held: dict[str, str] = {}
         """What the channel refused, and whom it cut off, in the round under way (its record's
@@ -313,7 +318,8 @@ class Federation:
         return came
 
     def evaluate(self, record: RoundRecord) -> None:
-        """Every client's accuracy of its deliverable model; the record's mean over those that answered."""
+        """Every client's accuracy of its deliverable model; the record's mean and median over those
+        that answered, and the scores that do not fit (`edgefd.runtime.scores`)."""
         states = {cid: self.server.evaluation_state(cid) for cid in self.client_ids}
         scores = {}
         for cid, answer in self.exchange("evaluate", record.round, states).items():
@@ -323,6 +329,11 @@ class Federation:
                 log.warning("round %d: %s's scores refused: %s", record.round, cid, problem)
         record.client_accuracy = {cid: scores[cid]["accuracy"] for cid in scores}
         record.accuracy, record.accuracy_std = _mean_std(record.client_accuracy)
+        record.accuracy_median = median_of(record.client_accuracy)
+        record.suspect_scores = self.score_watch.suspects(record.client_accuracy)
+        for cid, why in record.suspect_scores.items():
+            score = record.client_accuracy[cid]
+            log.warning("round %d: %s's score %.3f looks wrong: %s", record.round, cid, score, why)
         if self.client_ids and math.isnan(record.accuracy):
             record.lost.append(LOST_EVALUATION)
             log.error("round %d: no client's accuracy came back: the round has no accuracy", record.round)

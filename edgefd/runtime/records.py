@@ -9,6 +9,9 @@ HELLO_ROUND = 0
 LOST_UPLINKS = "uplinks"
 LOST_EVALUATION = "evaluation"
 """What a round can lose entirely (``RoundRecord.lost``)."""
+GLOBAL_MODEL = "global_model"
+"""The name methods give their global model among ``ServerRole.server_models``: its score in
+``server_model_accuracy`` is the run's ``final_server_accuracy``."""
 
 
 @dataclass
@@ -24,13 +27,21 @@ class RoundRecord:
     selected: list[str]
     late: list[str]
     client_accuracy: dict[str, float] = field(default_factory=dict)
+    """Each client's accuracy as the client reported it (a deployed device's own claim)."""
     server: dict[str, float] = field(default_factory=dict)
     accuracy_full: float | None = None
     """The clients' mean accuracy on the whole test set (None unless the run asks for it)."""
     client_accuracy_full: dict[str, float] = field(default_factory=dict)
+    accuracy_median: float | None = None
+    """The median of ``client_accuracy``, beside the mean ``accuracy``: one client among three or
+    more cannot move it past the others' scores (`edgefd.runtime.scores`)."""
+    suspect_scores: dict[str, str] = field(default_factory=dict)
+    """Clients whose score keeps away from the others', and why (`edgefd.runtime.scores`): noted,
+    still counted in the mean."""
     server_model_accuracy: dict[str, float] = field(default_factory=dict)
     """Accuracy on the whole test set of each model the server trains for itself
-    (``ServerRole.server_models``); a simulation's diagnostic, empty in a deployment."""
+    (``ServerRole.server_models``): in a simulation on the whole test set, in a deployment on the
+    server's held-out set (`edgefd server --holdout-dir`; empty without one)."""
     rejected: dict[str, str] = field(default_factory=dict)
     """Clients whose message of this round did not fit what the method accepts, and why
     (``edgefd.algorithms.schema``): dropped, the round went on without them."""

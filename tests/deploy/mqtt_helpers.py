@@ -74,5 +74,31 @@ def finish(processes, timeout=120):
 
 
 def comparable(line: dict) -> dict:
-    keys = ("round", "accuracy", "accuracy_std", "client_accuracy", "bytes_up", "bytes_down", "selected", "late")
+    keys = ("round", "accuracy", "accuracy_std", "accuracy_median", "suspect_scores", "client_accuracy")
+    keys += ("bytes_up", "bytes_down", "selected", "late")
     return {k: line[k] for k in keys}
+
+
+HELD_OUT = slice(0, 150)
+"""The server's held-out rows: a part of digits' test set, so that its score differs from the whole set's."""
+
+
+def write_holdout(folder: Path, rows: slice = HELD_OUT) -> tuple:
+    """A device's data.npz of digits' test rows ``rows`` only (no training rows: the server trains
+    nothing), for `edgefd server --holdout-dir`; returns the rows (x, y)."""
+    import numpy as np  # torch and data: the helpers of the tests that start processes import neither
+    import torch
+
+    from edgefd.data import load_dataset
+
+    whole = load_dataset("digits")
+    x, y = whole.test_rows(torch.arange(len(whole.test_y)))[rows], whole.test_y[rows]
+    np.savez(
+        folder / "data.npz",
+        train_x=np.zeros((0, *x.shape[1:]), np.float32),
+        train_y=np.zeros(0, np.int64),
+        test_x=x.numpy(),
+        test_y=y.numpy(),
+        num_classes=np.array(whole.num_classes),
+    )
+    return x, y

@@ -10,7 +10,8 @@ import pytest
 
 from edgefd.deploy import client as deploy_client
 from edgefd.deploy import control as deploy_messages
-from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings, load_device_data
+from edgefd.deploy.client_runtime import ClientRuntime, ClientSettings
+from edgefd.deploy.device_data import load_device_data
 from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming
 from edgefd.deploy.server_runtime import DeploymentSettings, same_run_config
 from edgefd.protocol import Message, Payload

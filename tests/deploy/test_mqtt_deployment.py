@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for
+from mqtt_helpers import comparable, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for, write_holdout
 
 from edgefd import cli
 from edgefd.deploy.broker import start_broker
@@ -176,3 +176,44 @@ def test_fedcache_paper_exchange_over_mqtt_matches_simulate(tmp_path, broker):
     assert summary["params"]["exchange"] == "batch" and summary["params"]["knn"] == "hnsw"
     steps_up = summary["deployment"]["wire"]["received_messages"]["up/step"]
     assert steps_up >= 2 * clients * 2  # several mini-batches per client, every client, 2 rounds
+
+
+def test_a_deployment_marks_the_devices_scores_as_theirs_and_reports_the_servers_own_score_first(tmp_path, broker):
+    """FedAvg over MQTT with `--holdout-dir`: every round's line names its self-reported fields and
+    carries the server's score of the global model on its held-out set, which the summary and the
+    last line report first."""
+    holdout = tmp_path / "holdout"
+    holdout.mkdir()
+    write_holdout(holdout)
+    config = dict(algo="fedavg", dataset="digits", clients=3, rounds=2, seed=5, threads=1)
+    deployed = tmp_path / "deploy"
+    process = edgefd(
+        "deploy-local",
+        "--broker",
+        broker.url,
+        "--run",
+        "held",
+        *flags(config),
+        "--out",
+        deployed,
+        "--holdout-dir",
+        holdout,
+        log=tmp_path / "deploy.log",
+    )
+    finish([process], timeout=240)
+    console = (tmp_path / "deploy.log").read_text()
+    assert process.returncode == 0, console[-3000:]
+    lines = lines_of(deployed)
+    assert all(
+        line["self_reported"] == ["client_accuracy", "accuracy", "accuracy_std", "accuracy_median"] for line in lines
+    )
+    assert all(set(line["server_model_accuracy"]) == {"global_model"} for line in lines)
+    summary = json.loads((deployed / "summary.json").read_text())
+    assert summary["headline_accuracy_of"] == "final_server_accuracy"
+    assert (
+        summary["headline_accuracy"]
+        == summary["final_server_accuracy"]
+        == lines[-1]["server_model_accuracy"]["global_model"]
+    )
+    assert "final_accuracy" in summary["self_reported"] and "final_server_accuracy" not in summary["self_reported"]
+    assert f"final accuracy {100 * summary['headline_accuracy']:.2f}% (the server's global model" in console

@@ -12,6 +12,7 @@ from edgefd.protocol import Payload
 from edgefd.runtime.channel import InProcessChannel
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.loop import Federation, LoopConfig
+from edgefd.runtime.scores import SUSPECT_EVALUATIONS
 
 
 class EchoClient(ClientRole):
@@ -299,3 +300,48 @@ def test_a_simulated_client_whose_uplink_does_not_encode_misses_the_round(tmp_pa
     record = sim.federation.run_round(1)
     assert record.late == ["client-1"] and record.rejected == {}
     assert "client-1's train cannot be sent" in caplog.text and "it misses the round" in caplog.text
+
+
+class ScoringClient(EchoClient):
+    """Reports the accuracies it is given, one per evaluation (round 0 first)."""
+
+    def __init__(self, client_id, accuracies):
+        super().__init__(client_id)
+        self.accuracies = list(accuracies)
+
+    def evaluate(self, state=None):
+        return {"accuracy": self.accuracies.pop(0)}
+
+
+def test_a_client_that_reports_a_perfect_score_every_round_moves_the_mean_not_the_median_and_is_flagged(caplog):
+    """The spoofed score of issue 48: of three clients, one says 1.0 every round. The mean moves
+    (0.375 -> 0.583 at the end), the median stays with the honest clients, and once the liar has
+    stayed that far above them for SUSPECT_EVALUATIONS evaluations, every round's record names it,
+    and only it."""
+    honest = {"c0": [0.10, 0.25, 0.33, 0.35, 0.35], "c1": [0.126, 0.28, 0.36, 0.40, 0.40]}
+    roles = {cid: ScoringClient(cid, values) for cid, values in honest.items()}
+    roles["c2"] = ScoringClient("c2", [1.0] * 5)
+    federation = Federation(CollectServer(), InProcessChannel(roles), loop_config(rounds=4), np.random.default_rng(0))
+    records = federation.run()
+    for record in records:
+        scores = [values[record.round] for values in honest.values()]
+        assert record.accuracy == pytest.approx((sum(scores) + 1.0) / 3)
+        assert min(scores) <= record.accuracy_median <= max(scores)
+    assert [list(record.suspect_scores) for record in records] == [[]] * (SUSPECT_EVALUATIONS - 1) + [["c2"]] * (
+        len(records) - SUSPECT_EVALUATIONS + 1
+    )
+    assert records[-1].accuracy == pytest.approx(0.583, abs=1e-3)
+    assert records[-1].accuracy_median == pytest.approx(0.40)
+    assert "c2's score 1.000 looks wrong" in caplog.text
+
+
+def test_an_honest_client_far_from_the_others_now_and_then_is_not_flagged():
+    """Personalised scores on label-skewed splits swing (FedAvg's global model on two-class
+    splits): a client far above the others in one round and below them in the next is honest."""
+    roles = {
+        "c0": ScoringClient("c0", [0.9, 0.1, 0.95, 0.2, 1.0]),
+        "c1": ScoringClient("c1", [0.3, 0.5, 0.35, 0.5, 0.4]),
+        "c2": ScoringClient("c2", [0.31, 0.52, 0.36, 0.55, 0.42]),
+    }
+    federation = Federation(CollectServer(), InProcessChannel(roles), loop_config(rounds=4), np.random.default_rng(0))
+    assert all(record.suspect_scores == {} for record in federation.run())
