@@ -4,13 +4,15 @@ FedCache's default exchange (``exchange=batch``) sends a request per mini-batch 
 server's answer, so whatever the wire and the checks cost in Python is paid once per training step.
 This counts it, through public entry points only: a simulation is built (`edgefd.runtime.build.build`:
 FedCache on digits, 3 clients, exact relations), round 0 runs (`Federation.start`), then one client's
-round 2 alone, as the loop sends it (`Federation.exchange` of its ``steps`` or ``train`` verb), runs
+round 2 alone, as the loop sends it (`Federation.train_with_steps`, or `Federation.exchange` of its
+``train`` verb), runs
 twice: once under cProfile with the exchange (``exchange=batch``) and once, built alike, with
 ``exchange=round`` and the same batches (its one download and one upload a
 round are the only exchange). Both train the same model on the same batches, so the difference,
 divided by the number of steps, is what ONE step's exchange costs: the client's request sealed,
 encoded, counted and decoded, checked and answered by the server, the answer sealed, encoded and
-decoded, and taken in by the client.
+decoded, and taken in by the client. The client's side of the exchange runs in a thread of its own
+(`edgefd.runtime.conversation`), profiled with the rest.
 
 Printed: Python calls per step (every call cProfile sees: Python functions, generator resumptions
 and C functions alike), the distinct edgefd source files the exchange's calls visit, and the functions
@@ -26,10 +28,12 @@ import cProfile
 import pstats
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import edgefd
 from edgefd.runtime.build import build
 from edgefd.runtime.config import SimulationConfig
+from edgefd.runtime.conversation import Conversation
 
 PACKAGE = Path(edgefd.__file__).resolve().parent
 
@@ -56,13 +60,26 @@ def profile_round(exchange: str, clients: int, samples: int, batch_size: int) ->
     federation.run_round(1)  # warm: lazy imports and first-call set-up are not a step's cost
     client = federation.client_ids[0]
     profiler = cProfile.Profile()
-    if exchange == "batch":
-        profiler.runcall(federation.exchange, "steps", 2, {client: None}, federation.step_answers(2, client))
-    else:
-        profiler.runcall(federation.exchange, "train", 2, {client: federation.downlink(2, client)})
+    threads: list[cProfile.Profile] = []  # a client's work that asks runs in a thread of its own
+    work = Conversation._work
+
+    def profiled_work(self: Conversation, *args: Any) -> None:
+        threads.append(cProfile.Profile())
+        threads[-1].runcall(work, self, *args)
+
+    Conversation._work = profiled_work  # type: ignore[method-assign]
+    try:
+        if exchange == "batch":
+            profiler.runcall(federation.train_with_steps, 2, client)
+        else:
+            profiler.runcall(federation.exchange, "train", 2, {client: federation.downlink(2, client)})
+    finally:
+        Conversation._work = work  # type: ignore[method-assign]
     samples = len(sim.clients[client].data.train_y)
     steps = -(-samples // batch_size)  # the last batch of the epoch may be short
     stats = pstats.Stats(profiler)
+    for thread in threads:
+        stats.add(thread)
     calls: Calls = Counter({func: entry[1] for func, entry in stats.stats.items()})  # type: ignore[attr-defined]
     return calls, steps
 
