@@ -132,7 +132,7 @@ class InProcessChannel:
                     error,
                 )
                 if cid in self._conversations:
-                    self._conversations.pop(cid).abandon(message)
+                    self._conversations.pop(cid).abandon()
                 continue
             if cid in self._conversations:  # the server's answer to the client's request
                 event = self._conversations[cid].resume(received)
@@ -165,7 +165,7 @@ class InProcessChannel:
         except (Refused, ProtocolError) as problem:  # ProtocolError: it does not encode (a diverged model's NaN)
             conversation = self._conversations.pop(cid, None)
             if conversation is not None and conversation.open:  # the client waits for an answer: refused
-                conversation.abandon(event.message)
+                conversation.abandon()
             if isinstance(problem, Refused):
                 delivery.refused[cid] = problem.reason
             else:

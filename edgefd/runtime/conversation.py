@@ -45,6 +45,8 @@ class Conversation:
         self._replies: queue.Queue[Message] = queue.Queue()
         self.open = True
         """The client waits for an answer to its last request."""
+        self._asked: Message
+        """The request the client waits on while ``open``."""
         self._thread = threading.Thread(
             target=self._work, args=(app, message, prepare), name=f"edgefd-{message.receiver}", daemon=True
         )
@@ -61,11 +63,12 @@ class Conversation:
         self._replies.put(reply)
         return self._next()
 
-    def abandon(self, request: Message) -> Event:
-        """End the work by refusing ``request`` (an answer without content): what it came to."""
-        event = self.resume(request.answer(None))
-        while event.kind == "ask" and event.message is not None:  # a client that asks on regardless
-            event = self.resume(event.message.answer(None))
+    def abandon(self) -> Event:
+        """End the work by refusing the request it waits on (an answer without content): what it
+        came to."""
+        event = self.resume(self._asked.answer(None))
+        while event.kind == "ask":  # a client that asks on regardless
+            event = self.resume(self._asked.answer(None))
         return event
 
     def _next(self) -> Event:
@@ -76,6 +79,7 @@ class Conversation:
         return event
 
     def _ask(self, request: Message) -> Message:
+        self._asked = request
         self._events.put(Event("ask", request))
         return self._replies.get()
 

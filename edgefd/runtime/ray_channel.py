@@ -289,7 +289,7 @@ class ClientHost:
                 data = encode_message(event.message)
             except ProtocolError as error:  # a diverged model's NaN: the client misses the round
                 if conversation.open:
-                    event = conversation.abandon(event.message)
+                    conversation.abandon()
                 self.conversations.pop(cid)
                 return ("missed", str(error))
             if not conversation.open:

@@ -57,8 +57,8 @@ def test_each_request_comes_out_as_a_message_and_the_work_ends_with_its_answer()
 
 def test_a_refused_request_ends_the_work_unanswered():
     conversation = Conversation(ClientApp(TwoAsks()), STEPS)
-    first = conversation.start()
-    event = conversation.abandon(first.message)
+    assert conversation.start().kind == "ask"
+    event = conversation.abandon()
     assert event.kind == "missed" and isinstance(event.error, StepRefused)
     assert "step 1 of round 1: the server refused the request" in str(event.error)
 
