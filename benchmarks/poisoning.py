@@ -1,8 +1,16 @@
 """One poisoning client among honest ones: what each attack costs a method, with the mean its paper
 uses and with its robust options (the median or trimmed mean; FedICT's clipping), beside a clean run.
+FedAvg and DFL also run their paper's mean with none of the default bounds (`update_cap=0
+weight_cap=0`), beside the default bounded mean.
 
     python3 benchmarks/poisoning.py --methods fd fedavg fedcache dfl fedict --seeds 0 1 2
     python3 benchmarks/poisoning.py --methods fd --seeds 0 1 2 --deployed
+    python3 benchmarks/poisoning.py --recipe fedcache --methods fedcache fd fedavg --attacks  # clean only
+
+With `--recipe NAME` every arm runs a reproduction recipe's setting (`edgefd reproduce NAME`: its
+dataset, clients, models and training, and the method's params in that recipe) instead of the small
+setting the flags describe; `--rounds` and `--clients`, if given, still override it. With `--attacks`
+and no attack, only the clean arms run: what each defence costs a method where nobody attacks.
 
 The attacker is the run's first client (`--attack`, `--attackers 1` of `edgefd simulate`): it trains
 honestly, then sends scaled, flipped or max-in-bounds values in every uplink and step request, all
@@ -21,16 +29,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from edgefd.algorithms.base import get_method
+from edgefd.recipes import RECIPES
 from edgefd.runtime.attack import ATTACKS, attackers
 from edgefd.runtime.config import SimulationConfig
 from edgefd.simulate import run
 
 DEFENCES: dict[str, tuple[str, dict[str, object]]] = {
-    "mean": ("mean (the paper's)", {}),
+    "unbounded": ("mean, unbounded (the paper's)", {"update_cap": 0, "weight_cap": 0}),
+    "mean": ("defaults", {}),
     "median": ("median", {"aggregator": "median"}),
     "trimmed": ("trimmed mean (20%)", {"aggregator": "trimmed"}),
     "clip": ("clip 3x the median norm", {"clip": 3.0}),
@@ -51,14 +61,16 @@ def deploy(config: SimulationConfig) -> None:
     )
 
 
-def honest_accuracy(config: SimulationConfig, deployed: bool = False) -> tuple[float, dict[str, int]]:
-    """The honest clients' mean final accuracy, and the messages the server refused (by reason)."""
+def honest_accuracy(config: SimulationConfig, deployed: bool, left_out: int) -> tuple[float, dict[str, int]]:
+    """The mean final accuracy of the clients but the first ``left_out`` (the attackers, in every arm
+    alike: a clean arm is scored on the same clients as the attacked ones), and the messages the
+    server refused (by reason)."""
     if deployed:
         deploy(config)
     else:
         run(config, progress=False)
     lines = [json.loads(line) for line in (Path(str(config.out)) / "metrics.jsonl").read_text().splitlines()]
-    bad = set(attackers([f"client-{i}" for i in range(config.clients)], config.attack, config.attackers))
+    bad = set(attackers([f"client-{i}" for i in range(config.clients)], "scaled", left_out)) if left_out else set()
     scores = [accuracy for cid, accuracy in lines[-1]["client_accuracy"].items() if cid not in bad]
     refused: dict[str, int] = {}
     for line in lines:
@@ -74,13 +86,36 @@ def arms(method: str, attacks: list[str]) -> list[tuple[str, str]]:
     return [("none", defence) for defence in defences] + [(a, d) for a in attacks for d in defences]
 
 
+def setting(args: argparse.Namespace, method: str) -> tuple[SimulationConfig, dict[str, object]]:
+    """The arms' shared config and the method's own params: the flags' small setting, or the
+    recipe's base and the params of its first arm of ``method``."""
+    if args.recipe is None:
+        base = SimulationConfig(
+            dataset=args.dataset,
+            clients=args.clients or 5,
+            rounds=args.rounds or 10,
+            partition=args.partition,
+            threads=1,
+        )
+        return base, {}
+    recipe = RECIPES[args.recipe]
+    arm = next((arm for arm in recipe.arms if arm.algo == method), None)
+    if arm is None:
+        methods = sorted({a.algo for a in recipe.arms})
+        raise SystemExit(f"recipe {args.recipe} has no {method} arm; its methods: {', '.join(methods)}")
+    base = replace(recipe.base, **arm.config)
+    overrides = {name: value for name, value in (("rounds", args.rounds), ("clients", args.clients)) if value}
+    return replace(base, **overrides), dict(arm.params)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["fd", "fedavg", "fedcache"])
-    parser.add_argument("--attacks", nargs="+", choices=ATTACKS[1:], default=list(ATTACKS[1:]))
+    parser.add_argument("--attacks", nargs="*", choices=ATTACKS[1:], default=list(ATTACKS[1:]))
+    parser.add_argument("--recipe", choices=sorted(RECIPES), help="run every arm at this recipe's setting")
     parser.add_argument("--dataset", default="digits")
-    parser.add_argument("--clients", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--clients", type=int, help="default 5 (or the recipe's)")
+    parser.add_argument("--rounds", type=int, help="default 10 (or the recipe's)")
     parser.add_argument("--partition", default="dirichlet:1.0")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument(
@@ -92,32 +127,35 @@ def main() -> None:
         for method in args.methods:
             results: dict[tuple[str, str], list[float]] = {}
             refusals: dict[tuple[str, str], dict[str, int]] = {}
+            base, method_params = setting(args, method)
             for seed in args.seeds:
                 for attack, aggregator in arms(method, args.attacks):
-                    params = DEFENCES[aggregator][1]
-                    config = SimulationConfig(
+                    config = replace(
+                        base,
                         algo=method,
-                        dataset=args.dataset,
-                        clients=args.clients,
-                        rounds=args.rounds,
-                        partition=args.partition,
                         seed=seed,
-                        threads=1,
                         attack=attack,
-                        params=params,
+                        params={**method_params, **DEFENCES[aggregator][1]},
                         out=str(Path(folder) / f"{method}-{attack}-{aggregator}-{seed}"),
                     )
-                    accuracy, refused = honest_accuracy(config, args.deployed)
+                    # the attacker (client-0) is left out of every arm's score, or nobody's when none attacks
+                    accuracy, refused = honest_accuracy(config, args.deployed, left_out=1 if args.attacks else 0)
                     results.setdefault((attack, aggregator), []).append(accuracy)
                     for reason, count in refused.items():
                         refusals.setdefault((attack, aggregator), {}).setdefault(reason, 0)
                         refusals[(attack, aggregator)][reason] += count
                     print(f"{method} seed {seed} {attack} / {aggregator}: {100 * accuracy:.2f}%", flush=True)
             where = "deployed (edgefd deploy-local)" if args.deployed else "in-process (edgefd simulate)"
+            recipe = (
+                f"recipe {args.recipe}'s setting and {method} params {method_params}"
+                if args.recipe
+                else ("default models and training")
+            )
             print(
-                f"\n{method}, {where}: {args.dataset}, {args.clients} clients (client-0 attacks), {args.partition}, "
-                f"{args.rounds} rounds, default models and training, seeds {' '.join(map(str, args.seeds))}; "
-                "the honest clients' mean final accuracy, mean ± std over seeds.\n"
+                f"\n{method}, {where}: {base.dataset}, {base.clients} clients"
+                f"{' (client-0 attacks)' if args.attacks else ''}, {base.partition}, "
+                f"{base.rounds} rounds, {recipe}, seeds {' '.join(map(str, args.seeds))}; "
+                f"the {'honest ' if args.attacks else ''}clients' mean final accuracy, mean ± std over seeds.\n"
             )
             aggregators = sorted({g for _, g in results}, key=list(DEFENCES).index)
             print("| attack | " + " | ".join(DEFENCES[g][0] for g in aggregators) + " |")

@@ -100,15 +100,18 @@ from edgefd.algorithms.schema import DeclaredCounts, MessageSchema
 from edgefd.algorithms.toolkit import (
     AGGREGATORS,
     average_states,
+    bounded_updates,
     capped_label_counts,
     capped_metric,
     capped_weights,
     check_trim,
+    check_update_cap,
     check_weight_cap,
     one_architecture_model,
     robust_rows,
     robust_states,
     too_few_to_combine,
+    update_cap_setting,
     weight_cap_setting,
 )
 from edgefd.protocol import Payload
@@ -192,11 +195,13 @@ class DFLParams:
     )
     trim: float = setting(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
     weight_cap: float = weight_cap_setting()
+    update_cap: float = update_cap_setting()
 
     def __post_init__(self) -> None:
         check_choices(self)
         check_trim(self.trim)
         check_weight_cap(self.weight_cap)
+        check_update_cap(self.update_cap)
         if not 0.0 <= self.threshold <= 1.0:
             raise ValueError(f"param threshold: must be in [0, 1], got {self.threshold}")
         if not (self.temperature > 0 and np.isfinite(self.temperature)):
@@ -390,6 +395,10 @@ class DFLServer(ServerRole):
         ordered = [uplinks[c] for c in sorted(uplinks)]
         samples = [float(p.scalars["samples"]) for p in ordered]
         models = [{k: v for k, v in p.arrays.items() if k not in _RESERVED} for p in ordered]
+        # each update at most update_cap times the others' median norm (docs/ROBUSTNESS.md#bounded-updates)
+        models, clipped = bounded_updates(models, self.global_state, self.params.update_cap)
+        if clipped:
+            metrics["updates_capped"] = float(clipped)
         counts = [p.arrays[CLASS_COUNTS] for p in ordered]
         tables = [p.arrays[SOFT_TARGETS] for p in ordered]
         metrics["labels_covered"] = float((np.sum(counts, axis=0) > 0).sum())

@@ -17,11 +17,14 @@ from edgefd.algorithms.schema import DeclaredCounts, MessageSchema, model_state,
 from edgefd.algorithms.toolkit import (
     RobustAggregation,
     average_states,
+    bounded_updates,
     capped_metric,
     capped_weights,
+    check_update_cap,
     one_architecture_model,
     robust_states,
     too_few_to_combine,
+    update_cap_setting,
 )
 from edgefd.protocol import Payload
 from edgefd.training import LocalTraining, load_state_arrays, state_arrays
@@ -29,8 +32,14 @@ from edgefd.training import LocalTraining, load_state_arrays, state_arrays
 
 @dataclass
 class FedAvgParams(RobustAggregation):
-    """FedAvg's only choices are how the server combines the clients' weights, and how far one
-    client's declared sample count may weight it."""
+    """FedAvg's only choices are how the server combines the clients' weights, how far one
+    client's declared sample count may weight it, and how far one client's update may move it."""
+
+    update_cap: float = update_cap_setting()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_update_cap(self.update_cap)
 
 
 class FedAvgClient(ClientRole):
@@ -73,23 +82,26 @@ class FedAvgServer(ServerRole):
         return Payload("weights", self.global_state)
 
     def aggregate(self, round: int, uplinks: dict[str, Payload]) -> dict[str, float]:
-        """The mean weighted by the declared sample counts, each at most ``weight_cap`` times the
-        others' median (`capped_weights`; ``weights_capped`` in the round's metrics counts the
-        clients held to it), or the robust statistic; a robust server that received fewer than
-        `ROBUST_MINIMUM` uplinks keeps the global model (``below_quorum`` 1 in the round's metrics):
-        it could not tell an honest model from a poisoned one."""
+        """Each client's update at most ``update_cap`` times the others' median norm
+        (`bounded_updates`; ``updates_capped`` counts the clients held to it), then the mean weighted
+        by the declared sample counts, each at most ``weight_cap`` times the others' median
+        (`capped_weights`; ``weights_capped`` counts those), or the robust statistic; a robust server
+        that received fewer than `ROBUST_MINIMUM` uplinks keeps the global model (``below_quorum`` 1
+        in the round's metrics): it could not tell an honest model from a poisoned one."""
         if not uplinks:
             return {}
         ordered = [uplinks[c] for c in sorted(uplinks)]
+        states, clipped = bounded_updates([p.arrays for p in ordered], self.global_state, self.params.update_cap)
+        bounded = {"updates_capped": float(clipped)} if clipped else {}
         if self.params.aggregator == "mean":
             declared = np.array([float(p.scalars["samples"]) for p in ordered])
             weights = capped_weights(declared, self.params.weight_cap)
-            self.global_state = average_states([p.arrays for p in ordered], weights.tolist())
-            return capped_metric(declared, weights)
+            self.global_state = average_states(states, weights.tolist())
+            return {**capped_metric(declared, weights), **bounded}
         if too_few_to_combine(round, len(ordered), self.params.aggregator):
-            return {"below_quorum": 1.0}
-        self.global_state = robust_states([p.arrays for p in ordered], self.params.aggregator, self.params.trim)
-        return {"below_quorum": 0.0}
+            return {"below_quorum": 1.0, **bounded}
+        self.global_state = robust_states(states, self.params.aggregator, self.params.trim)
+        return {"below_quorum": 0.0, **bounded}
 
     def evaluation_state(self, client_id: str) -> Payload:
         return Payload("weights", self.global_state)

@@ -168,6 +168,67 @@ def capped_weights(declared: Sequence[float] | np.ndarray, cap: float) -> np.nda
     return weights
 
 
+UPDATE_CAP = 2.0
+"""Default of FedAvg's and DFL's ``update_cap``: a client's update (its model minus the global model
+it trained from) is at most this many times the median norm of the other clients' updates. A device
+that sends weights at the schema's bound then moves the global model no further than twice an honest
+step, so honest devices keep training from a model they can follow, and their next uplinks stay
+within the schemas (unbounded, one such device of three pushed every honest uplink out of range from
+the second round on). Honest updates stay under it on the splits the recipes use
+(docs/ROBUSTNESS.md#bounded-updates)."""
+
+
+def update_cap_setting() -> Any:
+    """The ``update_cap`` field of a method's params (FedAvg's and DFL's: the methods that average
+    model weights)."""
+    return setting(
+        UPDATE_CAP,
+        "a client's update (its model minus the global model it trained from) is scaled down to at most this many "
+        "times the median norm of the other clients' updates before the server combines them, so one device cannot "
+        "drag the global model further than the others move it (docs/ROBUSTNESS.md#bounded-updates); 0 = unbounded, "
+        "the paper's average",
+    )
+
+
+def check_update_cap(cap: float) -> None:
+    if not (cap == 0 or cap >= 1):
+        raise ValueError(f"param update_cap: must be 0 (unbounded) or at least 1, got {cap}")
+
+
+def bounded_updates(
+    states: list[dict[str, np.ndarray]], reference: dict[str, np.ndarray], cap: float
+) -> tuple[list[dict[str, np.ndarray]], int]:
+    """The clients' model ``states`` with each floating-point update (state minus ``reference``, the
+    global model they trained from) scaled down, if need be, to at most ``cap`` times the median
+    L2 norm of the other clients' updates (`capped_weights`' rule: the bound comes from the others,
+    so a client cannot raise its own); integer buffers are kept. Also how many were scaled down.
+    ``cap`` 0, or a single client, returns the states unchanged. Any average of the results moves
+    the reference by no more than the largest bound, whatever one client sent."""
+    if cap == 0 or len(states) < 2:
+        return states, 0
+    floats = [name for name, array in reference.items() if np.asarray(array).dtype.kind == "f"]
+    deltas = [
+        {
+            name: np.asarray(state[name], dtype=np.float64) - np.asarray(reference[name], dtype=np.float64)
+            for name in floats
+        }
+        for state in states
+    ]
+    norms = np.array([np.sqrt(sum(float(np.square(d).sum()) for d in delta.values())) for delta in deltas])
+    bounds = capped_weights(norms, cap)
+    out: list[dict[str, np.ndarray]] = []
+    for state, delta, norm, bound in zip(states, deltas, norms, bounds):
+        if bound >= norm:
+            out.append(state)
+            continue
+        scaled = dict(state)
+        for name in floats:
+            start = np.asarray(reference[name], dtype=np.float64)
+            scaled[name] = (start + delta[name] * (bound / norm)).astype(np.asarray(state[name]).dtype)
+        out.append(scaled)
+    return out, int((bounds < norms).sum())
+
+
 def capped_label_counts(counts: Sequence[np.ndarray], cap: float) -> list[np.ndarray]:
     """Per-label counts (one array per client) as weights: a client whose total exceeds its
     `capped_weights` bound has every count scaled down to it (rounded down, int64), so its labels

@@ -1,5 +1,5 @@
-"""The chores methods share: the robust aggregators and the bound on declared weights (the others are
-tested with their methods)."""
+"""The chores methods share: the robust aggregators and the bounds on declared weights and on
+updates (the others are tested with their methods)."""
 
 import numpy as np
 import pytest
@@ -8,7 +8,9 @@ import torch
 from edgefd.algorithms.fd import FDParams, FDServer
 from edgefd.algorithms.fedavg import FedAvgParams
 from edgefd.algorithms.toolkit import (
+    UPDATE_CAP,
     WEIGHT_CAP,
+    bounded_updates,
     capped_label_counts,
     capped_weights,
     gather_robust,
@@ -117,3 +119,39 @@ def test_label_counts_over_the_cap_are_scaled_down_keeping_their_proportions():
     assert capped[0] is honest and capped[1] is honest  # unchanged, not copied
     assert capped[2].dtype == np.int64 and capped[2].tolist() == [57, 38, 0, 0]  # floor(90 * 96/150), ...
     assert capped[2].sum() <= WEIGHT_CAP * 48
+
+
+def _state(weight: float, bias: float, batches: int = 7) -> dict[str, np.ndarray]:
+    return {
+        "w": np.full((2, 2), weight, dtype=np.float32),
+        "b": np.full(2, bias, dtype=np.float32),
+        "num_batches_tracked": np.array(batches, dtype=np.int64),
+    }
+
+
+def test_an_update_is_held_to_the_cap_times_the_others_median_norm():
+    """A max-in-bounds device's weights (every value at the schema's bound) move the global model by
+    no more than twice an honest step; the honest updates are returned as they came."""
+    global_state = _state(0.0, 0.0)
+    honest = [_state(0.1, 0.0), _state(0.2, 0.0), _state(0.3, 0.0)]  # update norms 0.2, 0.4, 0.6
+    attacker = _state(-0.999e6, 0.999e6, batches=10**6)
+    out, clipped = bounded_updates([*honest, attacker], global_state, UPDATE_CAP)
+    assert clipped == 1 and UPDATE_CAP == 2.0
+    for sent, kept in zip(honest, out):
+        assert kept is sent
+    norm = np.sqrt(sum(float(np.square(out[3][name].astype(np.float64)).sum()) for name in ("w", "b")))
+    assert norm == pytest.approx(2 * 0.4, rel=1e-6)  # twice the median of the other three
+    assert out[3]["w"].dtype == np.float32 and out[3]["w"][0, 0] < 0 < out[3]["b"][0]  # its direction kept
+    assert out[3]["num_batches_tracked"] == 10**6  # integer buffers are not updates
+    # 0 is the paper's average: nothing bounded; a single client has no others to bound it
+    assert bounded_updates([*honest, attacker], global_state, 0) == ([*honest, attacker], 0)
+    assert bounded_updates([attacker], global_state, UPDATE_CAP)[1] == 0
+    with pytest.raises(ValueError, match="update_cap"):
+        FedAvgParams(update_cap=0.5)
+
+
+def test_a_bounded_update_is_measured_from_the_global_model_not_from_zero():
+    global_state = _state(5.0, 5.0)
+    out, clipped = bounded_updates([_state(5.1, 5.0), _state(5.1, 5.0), _state(50.0, 5.0)], global_state, 2.0)
+    assert clipped == 1
+    np.testing.assert_allclose(out[2]["w"], 5.2, rtol=1e-6)  # its norm 0.4 = 2 x 0.2, spread over its 4 entries

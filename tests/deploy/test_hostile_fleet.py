@@ -17,10 +17,12 @@ import queue
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
+import tomllib
 from mqtt_helpers import client, comparable, edgefd, finish, flags, lines_of, wait_for
 from shipped_broker import start_installed
 
@@ -41,7 +43,7 @@ PASSWORDS = {
     "client-2": "two-secret",
     "client-3": "three-secret",
 }
-RUNS = ["flood", "lost", "held", "poisoned", "starve", "ghost"]
+RUNS = ["flood", "lost", "held", "poisoned", "poisoned-fedavg", "starve", "ghost"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -292,28 +294,26 @@ def test_a_device_sending_steps_slowly_holds_a_fedcache_round_no_longer_than_its
 
 
 # ---------------------------------------------------------------------- a poisoning device
-POISONED_RUN = dict(  # server/run.toml's setting (FD, 3 devices, Dirichlet 0.5, fp16), 3 rounds, 1 thread
-    algo="fd",
-    dataset="digits",
-    clients=3,
-    rounds=3,
-    partition="dirichlet:0.5",
-    models="homo",
-    precision="fp16",
-    seed=0,
-    threads=1,
-    attack="max-in-bounds",
-)
-POISONED_PARAMS = {"temperature": 3.0}
+SHIPPED = tomllib.loads((Path(__file__).resolve().parents[2] / "server" / "run.toml").read_text())
+"""server/run.toml, the run an operator starts first: a poisoning device is tried against its defaults."""
+POISONED_RUN = {  # server/run.toml's setting (FD, 3 devices, Dirichlet 0.5, fp16), 3 rounds, 1 thread
+    **{name: value for name, value in SHIPPED.items() if name != "params"},
+    "rounds": 3,
+    "threads": 1,
+    "attack": "max-in-bounds",
+}
+POISONED_PARAMS = SHIPPED["params"]
 
 
-def test_a_device_poisoning_within_the_schemas_is_outvoted_by_the_median(broker, tmp_path):
+def test_a_device_poisoning_within_the_schemas_is_outvoted_under_the_shipped_run(broker, tmp_path):
     """client-0, an `edgefd client` with its own login, sends FD logits at the schema's bound with
-    the sign opposite to its honest ones (`--attack max-in-bounds`): nothing to refuse. With
-    aggregator=median the honest two keep what a simulation of the same attack gives them, well
-    above what the mean leaves them. Before, a robust FD fell back to the mean for a label fewer than
-    3 devices hold: this setting went from 0.928 to 0.706 with one poisoning device of 3."""
-    params = {**POISONED_PARAMS, "aggregator": "median"}
+    the sign opposite to its honest ones (`--attack max-in-bounds`): nothing to refuse. Under
+    server/run.toml's params (aggregator=median) the honest two keep what a simulation of the same
+    attack gives them, well above what the mean leaves them. Before, server/run.toml set no
+    aggregator, and a robust FD fell back to the mean for a label fewer than 3 devices hold: this
+    setting went from 0.928 to 0.706 with one poisoning device of 3."""
+    params = POISONED_PARAMS
+    assert params["aggregator"] == "median"
     server, out, log = start_server(
         broker,
         "poisoned",
@@ -358,6 +358,54 @@ def test_a_device_poisoning_within_the_schemas_is_outvoted_by_the_median(broker,
     clean, mean = honest(simulated("median", attack="none")), honest(simulated("mean"))
     assert honest(deployed) >= clean - 0.05, (honest(deployed), clean)
     assert honest(deployed) > mean + 0.3, (honest(deployed), mean)
+
+
+POISONED_FEDAVG = dict(
+    algo="fedavg", dataset="digits", clients=3, rounds=4, partition="dirichlet:0.5", seed=0, threads=1
+)
+
+
+def test_a_fedavg_device_at_the_weight_bound_never_turns_the_honest_devices_into_rejects(broker, tmp_path):
+    """client-0 sends FedAvg weights at the schema's bound (`--attack max-in-bounds`). Under the
+    defaults the server holds its update to twice the others' median (`update_cap`), so the honest
+    devices train on from a model they can follow: none of their uplinks is refused, and they end
+    far above what the unbounded mean leaves them. Before, the honest uplinks were refused as out of
+    range from the second round on, and only the attacker was averaged."""
+    server, out, log = start_server(
+        broker, "poisoned-fedavg", tmp_path, "--attack", "max-in-bounds", "--round-timeout", 60, config=POISONED_FEDAVG
+    )
+    clients = [
+        edgefd(
+            "client",
+            "--broker",
+            broker.url,
+            *login(broker, cid, tmp_path),
+            "--run",
+            "poisoned-fedavg",
+            "--client-id",
+            cid,
+            log=tmp_path / f"{cid}.log",
+        )
+        for cid in ("client-0", "client-1", "client-2")
+    ]
+    finish([server, *clients])
+    assert server.returncode == 0, log.read_text()[-3000:]
+    deployed = lines_of(out)
+    assert [line["rejected"] for line in deployed] == [{}] * len(deployed)
+    assert all(line["server"].get("updates_capped") == 1.0 for line in deployed[1:]), [d["server"] for d in deployed]
+
+    def simulated(attack: str, params: dict) -> list[dict]:
+        folder = tmp_path / f"{attack}-{len(params)}"
+        run(SimulationConfig(**POISONED_FEDAVG, attack=attack, params=params, out=str(folder)), progress=False)
+        return lines_of(folder)
+
+    def honest(lines: list[dict]) -> float:
+        return float(np.mean([lines[-1]["client_accuracy"][cid] for cid in ("client-1", "client-2")]))
+
+    assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated("max-in-bounds", {})]
+    unbounded = simulated("max-in-bounds", {"update_cap": 0})
+    assert any(line["rejected"] for line in unbounded)  # what the bound prevents: the honest refused
+    assert honest(deployed) > honest(unbounded) + 0.3, (honest(deployed), honest(unbounded))
 
 
 # ---------------------------------------------------------------------- starving the others' reassembly
