@@ -12,8 +12,14 @@ from edgefd.runtime.config import SimulationConfig
 
 _ARMS = [
     Arm("Local", "local"),
-    Arm("FedCache", "fedcache", {"knn": "exact"}),  # faithful: per-batch exchange, clients in sequence
-    Arm("FedCache (round-batched)", "fedcache", {"knn": "exact", "exchange": "round"}, folder="fedcache-round"),
+    # faithful: per-batch exchange, clients in sequence, the teacher the mean of Eq. 17
+    Arm("FedCache", "fedcache", {"knn": "exact", "aggregator": "mean"}),
+    Arm(
+        "FedCache (round-batched)",
+        "fedcache",
+        {"knn": "exact", "aggregator": "mean", "exchange": "round"},
+        folder="fedcache-round",
+    ),
     # FD with FedCache's KD loss and the leave-one-out teacher: docs/methods/fd.md#distillation-weight-and-temperature
     Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),
     Arm("FedAvg", "fedavg"),
@@ -117,7 +123,7 @@ RECIPES["fedcache-demo"] = Recipe(
     arms=[
         Arm("Local", "local"),
         Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),
-        Arm("FedCache", "fedcache", {"encoder": "mobilenet"}),
+        Arm("FedCache", "fedcache", {"encoder": "mobilenet", "aggregator": "mean"}),
     ],
     target_from=["FedCache", "FD"],
     seeds=(0,),

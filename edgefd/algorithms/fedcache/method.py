@@ -117,10 +117,10 @@ class FedCacheParams:
         "docs/methods/fedcache.md#effective-r)",
     )
     aggregator: str = setting(
-        "mean",
-        "how a sample's teacher combines its R neighbours' cached logits: mean (Eq. 17), or the coordinate-wise "
-        "median or trimmed mean, which the logits of one poisoning client cannot drag far "
-        "(docs/methods/fedcache.md#robust-teachers)",
+        "median",
+        "how a sample's teacher combines its R neighbours' cached logits: the coordinate-wise median (the "
+        "default), which the logits of one poisoning client cannot drag far, the trimmed mean, or the mean (Eq. "
+        "17, the paper's); on a clean run the median costs under a point (docs/methods/fedcache.md#robust-teachers)",
         choices=AGGREGATORS,
     )
     trim: float = setting(0.2, "aggregator=trimmed: fraction of the neighbours dropped at each end of every logit")

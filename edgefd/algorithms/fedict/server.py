@@ -230,7 +230,7 @@ class FedICTServer(ServerRole):
             "server_ce": totals[1] / n,
             "server_accuracy": totals[2] / n,
             "server_clients": float(len(arrived)),
-            **({"clipped": float(clipped)} if self.params.clip > 0 else {}),
+            **({"clipped": float(clipped)} if clipped else {}),  # only then: an honest run's records stay as they were
         }
 
     def _clip(self, unpacked: dict[str, tuple[np.ndarray, torch.Tensor, torch.Tensor]]) -> int:

@@ -112,7 +112,7 @@ def test_samples_a_hello_invents_and_its_client_never_uploads_are_nobodys_teache
     hello declares its own samples and 1,050 more, the others' (their labels and hashes: each is
     where an honest sample is), listed first so that the neighbour bound lets 718 of them be
     neighbours. It makes 45 steps' worth of samples; it trains on its own, and uploads only theirs."""
-    config = {**QUICK, "samples_per_client": None, "batch_size": 32, "params": {"knn": "exact"}}
+    config = {**QUICK, "samples_per_client": None, "batch_size": 32, "params": {"knn": "exact", "aggregator": "mean"}}
     sim = build(SimulationConfig(out=str(tmp_path), **config))
     liar = sim.clients["client-0"]
     honest = {cid: sim.clients[cid].hello() for cid in ("client-1", "client-2", "client-3")}

@@ -16,7 +16,7 @@ from edgefd.simulate import run
 QUICK = dict(
     algo="fedcache", dataset="digits", clients=4, rounds=2, models="mlp", params={"knn": "exact", "exchange": "round"}
 )
-PER_BATCH = {**QUICK, "params": {"knn": "exact"}}  # the default exchange: per mini-batch
+PER_BATCH = {**QUICK, "params": {"knn": "exact", "aggregator": "mean"}}  # the default exchange: per mini-batch; Eq. 17
 
 
 def test_loss_matches_the_authors_formula_and_gradient():
