@@ -1,7 +1,7 @@
 """One poisoning client among honest ones: what each attack costs a method, with the mean its paper
 uses and with its robust options (the median or trimmed mean; FedICT's clipping), beside a clean run.
-FedAvg and DFL also run their paper's mean with none of the default bounds (`update_cap=0
-weight_cap=0`), beside the default bounded mean.
+Each method also runs as its paper has it (the mean, none of edgefd's bounds on weights and updates,
+no clipping), beside its defaults; `--defences` picks the columns.
 
     python3 benchmarks/poisoning.py --methods fd fedavg fedcache dfl fedict --seeds 0 1 2
     python3 benchmarks/poisoning.py --methods fd --seeds 0 1 2 --deployed
@@ -39,13 +39,15 @@ from edgefd.runtime.config import SimulationConfig
 from edgefd.simulate import run
 
 DEFENCES: dict[str, tuple[str, dict[str, object]]] = {
-    "unbounded": ("mean, unbounded (the paper's)", {"update_cap": 0, "weight_cap": 0}),
-    "mean": ("defaults", {}),
+    "paper": ("the paper's", {"aggregator": "mean", "weight_cap": 0, "update_cap": 0, "clip": 0.0}),
+    "defaults": ("defaults", {}),
     "median": ("median", {"aggregator": "median"}),
     "trimmed": ("trimmed mean (20%)", {"aggregator": "trimmed"}),
     "clip": ("clip 3x the median norm", {"clip": 3.0}),
 }
-"""Column key: (header, the params that set it)."""
+"""Column key: (header, the params that set it). "the paper's" sets those of its params the method
+has (the mean, no bound on weights or updates, no clipping); any other column runs only for a
+method that has all of its params, and only where they are not its defaults."""
 
 
 def deploy(config: SimulationConfig) -> None:
@@ -79,10 +81,23 @@ def honest_accuracy(config: SimulationConfig, deployed: bool, left_out: int) -> 
     return statistics.mean(scores), refused
 
 
-def arms(method: str, attacks: list[str]) -> list[tuple[str, str]]:
-    """(attack, defence) pairs: clean and attacked under each defence the method's params have."""
-    fields = get_method(method).params.__dataclass_fields__
-    defences = [key for key, (_, params) in DEFENCES.items() if all(name in fields for name in params)]
+def defence_params(method: str, defence: str) -> dict[str, object] | None:
+    """The params of ``defence`` for ``method``, or None where the method lacks it or it is what the
+    method does by default (the defaults column has it)."""
+    defaults = get_method(method).params()
+    wanted = DEFENCES[defence][1]
+    if defence == "paper":
+        wanted = {name: value for name, value in wanted.items() if hasattr(defaults, name)}
+    elif not all(hasattr(defaults, name) for name in wanted):
+        return None
+    if defence != "defaults" and all(getattr(defaults, name) == value for name, value in wanted.items()):
+        return None
+    return wanted
+
+
+def arms(method: str, attacks: list[str], chosen: list[str]) -> list[tuple[str, str]]:
+    """(attack, defence) pairs: clean and attacked under each of the ``chosen`` defences the method has."""
+    defences = [key for key in chosen if defence_params(method, key) is not None]
     return [("none", defence) for defence in defences] + [(a, d) for a in attacks for d in defences]
 
 
@@ -118,6 +133,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, help="default 10 (or the recipe's)")
     parser.add_argument("--partition", default="dirichlet:1.0")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--defences", nargs="+", choices=list(DEFENCES), default=list(DEFENCES))
     parser.add_argument(
         "--deployed", action="store_true", help="run each arm with `edgefd deploy-local` (needs Mosquitto)"
     )
@@ -129,13 +145,13 @@ def main() -> None:
             refusals: dict[tuple[str, str], dict[str, int]] = {}
             base, method_params = setting(args, method)
             for seed in args.seeds:
-                for attack, aggregator in arms(method, args.attacks):
+                for attack, aggregator in arms(method, args.attacks, args.defences):
                     config = replace(
                         base,
                         algo=method,
                         seed=seed,
                         attack=attack,
-                        params={**method_params, **DEFENCES[aggregator][1]},
+                        params={**method_params, **(defence_params(method, aggregator) or {})},
                         out=str(Path(folder) / f"{method}-{attack}-{aggregator}-{seed}"),
                     )
                     # the attacker (client-0) is left out of every arm's score, or nobody's when none attacks
