@@ -103,10 +103,10 @@ class FedICTParams:
     )
     resend_labels: bool = setting(False, "upload labels every round like the demo (the paper sends them once)")
     clip: float = setting(
-        3.0,
+        0.0,
         "clip each uploaded sample's features and logits to this many times the median norm of the round's "
-        "uploads, so that one device's cannot dominate the server's training (0: off, the paper's; honest "
-        "uploads stay under 3, docs/methods/fedict.md#robust-uploads)",
+        "uploads, so that one device's cannot dominate the server's training, e.g. 3 (0: off, the paper's; "
+        "docs/methods/fedict.md#robust-uploads)",
     )
     dist_meta: str = setting(
         "none",

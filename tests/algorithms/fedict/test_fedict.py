@@ -553,9 +553,9 @@ def test_fedict_learns_on_watch(params, tmp_path):
 
 
 def test_clip_bounds_what_one_attacking_device_puts_into_the_servers_training(tmp_path):
-    """client-0 sends every feature and logit at the schema's bound (9,990): with clip=3, the default,
-    the server scales each of its samples' vectors down to 3x the median norm of the round's uploads,
-    and the honest devices' are left as they are (almost all: the metric is there only when any was)."""
+    """client-0 sends every feature and logit at the schema's bound (9,990): with clip=3 the server
+    scales each of its samples' vectors down to 3x the median norm of the round's uploads, and the
+    honest devices' are left as they are (almost all: the metric is there only when any was)."""
     from edgefd.runtime.build import build
     from edgefd.runtime.config import SimulationConfig
 
@@ -574,15 +574,14 @@ def test_clip_bounds_what_one_attacking_device_puts_into_the_servers_training(tm
         sim.federation.start()
         return sim, sim.federation.run_round(1)
 
-    assert get_method("fedict").params().clip == 3.0
-    sim, record = first_round(attack="max-in-bounds")
+    sim, record = first_round(attack="max-in-bounds", params={"clip": 3.0})
     assert record.rejected == {}
     attacker_samples = len(sim.clients["client-0"].data.train_y)
     # the attacker's vectors, features and logits: all of them; an honest sample's rarely
     assert 2 * attacker_samples <= record.server["clipped"] <= 2 * attacker_samples + 6
-    _, clean = first_round()
+    _, clean = first_round(params={"clip": 3.0})
     assert clean.server.get("clipped", 0) <= 6
-    _, off = first_round(attack="max-in-bounds", params={"clip": 0.0})
+    _, off = first_round(attack="max-in-bounds")  # the default: off, the paper's
     assert "clipped" not in off.server
     with pytest.raises(ValueError, match="param clip"):
         make_params(get_method("fedict").params, {"clip": -1})
