@@ -6,6 +6,7 @@ no clipping), beside its defaults; `--defences` picks the columns.
     python3 benchmarks/poisoning.py --methods fd fedavg fedcache dfl fedict --seeds 0 1 2
     python3 benchmarks/poisoning.py --methods fd --seeds 0 1 2 --deployed
     python3 benchmarks/poisoning.py --recipe fedcache --methods fedcache fd fedavg --attacks  # clean only
+    python3 benchmarks/poisoning.py --config server/run.toml --methods fd --defences paper defaults
 
 With `--recipe NAME` every arm runs a reproduction recipe's setting (`edgefd reproduce NAME`: its
 dataset, clients, models and training, and the method's params in that recipe) instead of the small
@@ -31,6 +32,8 @@ import sys
 import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
+
+import tomllib
 
 from edgefd.algorithms.base import get_method
 from edgefd.recipes import RECIPES
@@ -102,8 +105,14 @@ def arms(method: str, attacks: list[str], chosen: list[str]) -> list[tuple[str, 
 
 
 def setting(args: argparse.Namespace, method: str) -> tuple[SimulationConfig, dict[str, object]]:
-    """The arms' shared config and the method's own params: the flags' small setting, or the
-    recipe's base and the params of its first arm of ``method``."""
+    """The arms' shared config and the method's own params: the flags' small setting, a run config
+    file's setting and params (`--config`), or the recipe's base and the params of its first arm of
+    ``method``."""
+    if args.config is not None:
+        values = tomllib.loads(Path(args.config).read_text())
+        params = values.pop("params", {})
+        overrides = {name: value for name, value in (("rounds", args.rounds), ("clients", args.clients)) if value}
+        return replace(SimulationConfig(**values), **overrides), params
     if args.recipe is None:
         base = SimulationConfig(
             dataset=args.dataset,
@@ -127,7 +136,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="+", default=["fd", "fedavg", "fedcache"])
     parser.add_argument("--attacks", nargs="*", choices=ATTACKS[1:], default=list(ATTACKS[1:]))
-    parser.add_argument("--recipe", choices=sorted(RECIPES), help="run every arm at this recipe's setting")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--recipe", choices=sorted(RECIPES), help="run every arm at this recipe's setting")
+    where.add_argument("--config", help="run every arm at this run config's setting and params (server/run.toml)")
     parser.add_argument("--dataset", default="digits")
     parser.add_argument("--clients", type=int, help="default 5 (or the recipe's)")
     parser.add_argument("--rounds", type=int, help="default 10 (or the recipe's)")
@@ -162,11 +173,9 @@ def main() -> None:
                         refusals[(attack, aggregator)][reason] += count
                     print(f"{method} seed {seed} {attack} / {aggregator}: {100 * accuracy:.2f}%", flush=True)
             where = "deployed (edgefd deploy-local)" if args.deployed else "in-process (edgefd simulate)"
-            recipe = (
-                f"recipe {args.recipe}'s setting and {method} params {method_params}"
-                if args.recipe
-                else ("default models and training")
-            )
+            recipe = "default models and training"
+            if args.recipe or args.config:
+                recipe = f"{args.recipe or args.config}'s setting and {method} params {method_params}"
             print(
                 f"\n{method}, {where}: {base.dataset}, {base.clients} clients"
                 f"{' (client-0 attacks)' if args.attacks else ''}, {base.partition}, "
