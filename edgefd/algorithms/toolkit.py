@@ -174,8 +174,8 @@ it trained from) is at most this many times the median norm of the other clients
 that sends weights at the schema's bound then moves the global model no further than twice an honest
 step, so honest devices keep training from a model they can follow, and their next uplinks stay
 within the schemas (unbounded, one such device of three pushed every honest uplink out of range from
-the second round on). Honest updates stay under it on the splits the recipes use
-(docs/ROBUSTNESS.md#bounded-updates)."""
+the second round on). On a clean run it gave the same accuracy in every seed of the dfl-noniid
+recipe, and cost 0.3 points with 3 clients of digits (docs/ROBUSTNESS.md#bounded-updates)."""
 
 
 def update_cap_setting() -> Any:
@@ -202,8 +202,8 @@ def bounded_updates(
     global model they trained from) scaled down, if need be, to at most ``cap`` times the median
     L2 norm of the other clients' updates (`capped_weights`' rule: the bound comes from the others,
     so a client cannot raise its own); integer buffers are kept. Also how many were scaled down.
-    ``cap`` 0, or a single client, returns the states unchanged. Any average of the results moves
-    the reference by no more than the largest bound, whatever one client sent."""
+    ``cap`` 0, or a single client, returns the states unchanged. Any weighted mean of the results
+    moves the reference by no more than the largest bound, whatever one client sent."""
     if cap == 0 or len(states) < 2:
         return states, 0
     floats = [name for name, array in reference.items() if np.asarray(array).dtype.kind == "f"]
