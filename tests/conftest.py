@@ -6,7 +6,9 @@ $OMP_NUM_THREADS where set). With two threads a process spins at each parallel r
 while the other thread waits for a core: beside two busy processes on 2 cores, FedD2S's 10 rounds
 took 84 s with two threads and 30 s with one, and 18 s either way alone (docs/TESTING.md)."""
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -16,8 +18,11 @@ os.environ["MKL_NUM_THREADS"] = "1"
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 # FedCache's hash cache (and anything else edgefd keeps between runs) in a folder of this session,
-# never the user's ~/.cache.
-os.environ["EDGEFD_CACHE_DIR"] = tempfile.mkdtemp(prefix="edgefd-test-cache-")
+# never the user's ~/.cache. Removed when the process that made it exits (each pytest-xdist worker
+# makes its own): left behind, a suite's caches filled 5.5 GB of /tmp over a few hundred runs.
+_test_cache_dir = tempfile.mkdtemp(prefix="edgefd-test-cache-")
+os.environ["EDGEFD_CACHE_DIR"] = _test_cache_dir
+atexit.register(shutil.rmtree, _test_cache_dir, ignore_errors=True)
 
 import torch  # noqa: E402
 
