@@ -110,6 +110,8 @@ from edgefd.algorithms.toolkit import (
     one_architecture_model,
     robust_rows,
     robust_states,
+    sent_back,
+    sent_back_metric,
     too_few_to_combine,
     update_cap_setting,
     weight_cap_setting,
@@ -407,12 +409,20 @@ class DFLServer(ServerRole):
         # a client's n_k (and n_kc) at most weight_cap times the others' median (docs/ROBUSTNESS.md#bounded-weights)
         weights = capped_weights(samples, self.params.weight_cap)
         class_weights = capped_label_counts(counts, self.params.weight_cap)
-        self.global_state = average_states(models, weights.tolist())  # Eq. 1, FedAvg's arithmetic
+        metrics.update(capped_metric(np.array(samples), weights))
+        # a model sent back untrained weighs nothing in Eq. 1 (docs/ROBUSTNESS.md#bounded-weights)
+        empty = sent_back(models, self.global_state)
+        if empty.any() and self.params.weight_cap:  # weight_cap 0: the paper's weights, a free rider's too
+            metrics.update(sent_back_metric(empty))
+            trained = [0.0 if out else n for n, out in zip(samples, empty)]
+            self.global_state = average_states(models, capped_weights(trained, self.params.weight_cap).tolist())
+        else:
+            self.global_state = average_states(models, weights.tolist())  # Eq. 1, FedAvg's arithmetic
         table = aggregate_soft_targets(
             tables, class_weights, weights.tolist(), self.soft_targets, self.params.aggregation
         )  # Eq. 2, masked rows
         self.soft_targets = self._wire(table)
-        return {**metrics, **capped_metric(np.array(samples), weights)}
+        return metrics
 
     def _aggregate_robustly(
         self, round: int, models: list[dict[str, np.ndarray]], tables: list[np.ndarray], counts: list[np.ndarray]

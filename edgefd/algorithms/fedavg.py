@@ -23,6 +23,8 @@ from edgefd.algorithms.toolkit import (
     check_update_cap,
     one_architecture_model,
     robust_states,
+    sent_back,
+    sent_back_metric,
     too_few_to_combine,
     update_cap_setting,
 )
@@ -85,7 +87,8 @@ class FedAvgServer(ServerRole):
         """Each client's update at most ``update_cap`` times the others' median norm
         (`bounded_updates`; ``updates_capped`` counts the clients held to it), then the mean weighted
         by the declared sample counts, each at most ``weight_cap`` times the others' median
-        (`capped_weights`; ``weights_capped`` counts those), or the robust statistic; a robust server
+        (`capped_weights`; ``weights_capped`` counts those) and 0 for a model sent back untrained
+        (`sent_back`; ``updates_empty``), or the robust statistic; a robust server
         that received fewer than `ROBUST_MINIMUM` uplinks keeps the global model (``below_quorum`` 1
         in the round's metrics): it could not tell an honest model from a poisoned one."""
         if not uplinks:
@@ -94,10 +97,11 @@ class FedAvgServer(ServerRole):
         states, clipped = bounded_updates([p.arrays for p in ordered], self.global_state, self.params.update_cap)
         bounded = {"updates_capped": float(clipped)} if clipped else {}
         if self.params.aggregator == "mean":
-            declared = np.array([float(p.scalars["samples"]) for p in ordered])
+            empty = sent_back(states, self.global_state) if self.params.weight_cap else np.zeros(len(states), bool)
+            declared = np.array([0.0 if out else float(p.scalars["samples"]) for p, out in zip(ordered, empty)])
             weights = capped_weights(declared, self.params.weight_cap)
             self.global_state = average_states(states, weights.tolist())
-            return {**capped_metric(declared, weights), **bounded}
+            return {**capped_metric(declared, weights), **bounded, **sent_back_metric(empty)}
         if too_few_to_combine(round, len(ordered), self.params.aggregator):
             return {"below_quorum": 1.0, **bounded}
         self.global_state = robust_states(states, self.params.aggregator, self.params.trim)

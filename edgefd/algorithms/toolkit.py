@@ -229,6 +229,27 @@ def bounded_updates(
     return out, int((bounds < norms).sum())
 
 
+def sent_back(states: list[dict[str, np.ndarray]], reference: dict[str, np.ndarray]) -> np.ndarray:
+    """Which clients sent ``reference`` (the global model they were sent) back unchanged in every
+    floating-point entry: they trained nothing. FedAvg and DFL, under a weight bound, give such a
+    model no weight, whatever sample count it declares (a free rider would otherwise dilute every
+    honest step), and leave its count out of the others' bounds. None is marked where every client sent it back: the
+    average is the reference then."""
+    floats = [name for name, array in reference.items() if np.asarray(array).dtype.kind == "f"]
+
+    def unchanged(state: dict[str, np.ndarray]) -> bool:
+        return all(np.array_equal(np.asarray(state[name]), np.asarray(reference[name])) for name in floats)
+
+    marked = np.array([unchanged(state) for state in states], dtype=np.bool_)
+    return marked if not marked.all() else np.zeros_like(marked)
+
+
+def sent_back_metric(marked: np.ndarray) -> dict[str, float]:
+    """``updates_empty``, the round's count of clients that `sent_back` the model (nothing when none)."""
+    count = int(np.asarray(marked).sum())
+    return {"updates_empty": float(count)} if count else {}
+
+
 def capped_label_counts(counts: Sequence[np.ndarray], cap: float) -> list[np.ndarray]:
     """Per-label counts (one array per client) as weights: a client whose total exceeds its
     `capped_weights` bound has every count scaled down to it (rounded down, int64), so its labels

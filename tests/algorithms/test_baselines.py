@@ -98,7 +98,7 @@ def test_a_fedavg_client_declaring_three_times_the_others_samples_weighs_as_the_
     of 1s beside two of 0s: under the bound its weight is 958 of 1,916, not 1,437 of 2,395 (the
     bound on updates, tested on its own, is off here)."""
     server = bare_server(FedAvgServer, FedAvgParams(update_cap=0))
-    server.global_state = {"w": np.zeros(4, np.float32)}
+    server.global_state = {"w": np.full(4, -1.0, np.float32)}  # every client trained: each sent a new model
 
     def uplink(value, samples):
         return Payload("weights", {"w": np.full(4, value, np.float32)}, {"samples": samples})
@@ -113,6 +113,37 @@ def test_a_fedavg_client_declaring_three_times_the_others_samples_weighs_as_the_
     unbounded.global_state = dict(under.global_state)
     assert unbounded.aggregate(1, uplinks) == {}
     np.testing.assert_allclose(unbounded.global_state["w"], 0.6, rtol=1e-6)  # the paper's weights
+
+
+def test_a_model_sent_back_untrained_weighs_nothing_whatever_it_declares():
+    """The issue's free rider returns the global model it was sent, untrained, and declares 1,437
+    samples: its weight is 0, so the two honest devices' average is the global model, as it is when
+    the rider declares 1 sample (before, its 958 capped samples halved every honest step)."""
+
+    def uplink(value, samples):
+        return Payload("weights", {"w": np.full(4, value, np.float32)}, {"samples": samples})
+
+    def aggregated(rider_samples: int) -> tuple[dict[str, float], np.ndarray]:
+        server = bare_server(FedAvgServer, FedAvgParams())
+        server.global_state = {"w": np.full(4, 0.25, np.float32)}
+        rider = uplink(0.25, rider_samples)
+        metrics = server.aggregate(1, {"client-0": rider, "client-1": uplink(0.75, 479), "client-2": uplink(0.0, 479)})
+        return metrics, server.global_state["w"]
+
+    metrics, model = aggregated(1437)
+    assert metrics == {"updates_empty": 1.0}  # no weight to cap: its count is left out of every bound
+    np.testing.assert_allclose(model, 0.375, rtol=1e-6)  # the honest two's mean: the rider's 0.25 not in it
+    honest_metrics, honest_model = aggregated(1)
+    assert honest_metrics == {"updates_empty": 1.0}
+    np.testing.assert_array_equal(honest_model, model)  # what it declares buys it nothing
+    # when every client sends the model back, nothing moves (and nothing divides by zero)
+    server = bare_server(FedAvgServer, FedAvgParams())
+    server.global_state = {"w": np.full(4, 0.25, np.float32)}
+    assert (
+        server.aggregate(1, {"client-0": uplink(0.25, 5), "client-1": uplink(0.25, 5), "client-2": uplink(0.25, 5)})
+        == {}
+    )
+    np.testing.assert_allclose(server.global_state["w"], 0.25)
 
 
 def test_an_fd_client_declaring_three_times_the_others_counts_weighs_as_the_other_two():

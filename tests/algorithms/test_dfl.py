@@ -169,6 +169,32 @@ def test_a_client_declaring_three_times_the_others_samples_weighs_as_the_other_t
     np.testing.assert_allclose(server.soft_targets, 0.5, rtol=1e-6)
 
 
+def test_a_model_sent_back_untrained_weighs_nothing_in_the_global_model():
+    """A free rider returns the global model untrained: Eq. 1 averages the two honest models alone,
+    whatever it declares; its soft targets (it holds data) still count in Eq. 2, at its bounded weight."""
+    sim = simulation("dfl", {"update_cap": 0}, clients=3, rounds=1)
+    server: DFLServer = sim.server
+    sent = {name: array.copy() for name, array in server.global_state.items()}
+
+    def uplink(model, value, samples):
+        table, counts = np.full((10, 10), value, np.float32), np.full(10, samples // 10, np.int32)
+        return Payload("dfl", {**model, SOFT_TARGETS: table, CLASS_COUNTS: counts}, {"samples": samples})
+
+    def filled(value):
+        return {k: np.full_like(v, value) for k, v in sent.items()}
+
+    uplinks = {
+        "client-0": uplink(filled(0.0), 0.0, 480),
+        "client-1": uplink(filled(1.0), 0.0, 480),
+        "client-2": uplink(sent, 1.0, 1440),
+    }
+    metrics = server.aggregate(1, uplinks)
+    assert metrics["updates_empty"] == 1.0 and metrics["weights_capped"] == 1.0  # in Eq. 2
+    weights = [name for name, v in server.global_state.items() if v.dtype == np.float32]
+    np.testing.assert_allclose(server.global_state[weights[0]], 0.5, rtol=1e-6)  # the honest two's mean
+    np.testing.assert_allclose(server.soft_targets, 0.5, rtol=1e-6)  # 960 of 1,920 in the table
+
+
 def test_a_robust_server_takes_the_median_of_three_and_keeps_what_two_cannot_decide(caplog):
     sim = simulation("dfl", {"aggregator": "median"}, clients=4, rounds=1)
     server: DFLServer = sim.server

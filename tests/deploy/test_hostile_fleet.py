@@ -23,7 +23,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 import tomllib
-from mqtt_helpers import client, comparable, edgefd, finish, flags, lines_of, wait_for
+from mqtt_helpers import client, comparable, edgefd, finish, flags, lines_of, wait_for, write_holdout
 from shipped_broker import start_installed
 
 from edgefd.deploy import control
@@ -43,7 +43,7 @@ PASSWORDS = {
     "client-2": "two-secret",
     "client-3": "three-secret",
 }
-RUNS = ["flood", "lost", "held", "poisoned", "poisoned-fedavg", "starve", "ghost"]
+RUNS = ["flood", "lost", "held", "poisoned", "poisoned-fedavg", "rider", "rider-1", "starve", "ghost"]
 CID = "client-0"
 # one device, one round: FedAvg's requests carry the whole global model
 RUN = dict(algo="fedavg", dataset="digits", clients=1, rounds=1, seed=3, threads=1)
@@ -406,6 +406,78 @@ def test_a_fedavg_device_at_the_weight_bound_never_turns_the_honest_devices_into
     unbounded = simulated("max-in-bounds", {"update_cap": 0})
     assert any(line["rejected"] for line in unbounded)  # what the bound prevents: the honest refused
     assert honest(deployed) > honest(unbounded) + 0.3, (honest(deployed), honest(unbounded))
+
+
+# ---------------------------------------------------------------------- a free rider that lies about its score
+RIDER_RUN = dict(algo="fedavg", dataset="digits", clients=3, rounds=3, partition="dirichlet:0.5", seed=0, threads=1)
+RIDER_SAMPLES = 1437
+"""What the issue's free rider declared: digits' whole training set (each honest device holds ~479)."""
+
+
+def free_ride(broker, run: str, folder, declared: int) -> tuple[list[dict], dict]:
+    """A FedAvg run of `RIDER_RUN` with `--holdout-dir`: client-0 sends each global model back
+    untrained with ``declared`` samples and reports accuracy 1.0 in every evaluation; client-1 and
+    client-2 are honest `edgefd client`s. Its round lines and summary."""
+    holdout = folder / "holdout"
+    holdout.mkdir(parents=True)
+    write_holdout(holdout)
+    server, out, log = start_server(
+        broker, run, folder, "--holdout-dir", holdout, "--round-timeout", 60, "--eval-timeout", 60, config=RIDER_RUN
+    )
+    honest = [
+        edgefd(
+            "client",
+            "--broker",
+            broker.url,
+            *login(broker, cid, folder),
+            "--run",
+            run,
+            "--client-id",
+            cid,
+            log=folder / f"{cid}.log",
+        )
+        for cid in ("client-1", "client-2")
+    ]
+    try:
+        with Device(broker, run) as rider:
+            rider.say(control.ONLINE)
+            rider.answer(rider.next("hello"))
+            perfect = Payload(SCORES_KIND, scalars={"accuracy": 1.0})
+            rider.answer(rider.next("evaluate"), perfect)
+            for _ in range(RIDER_RUN["rounds"]):
+                request = rider.next("train")
+                rider.answer(request, Payload("weights", request.content.arrays, {"samples": declared}))
+                rider.answer(rider.next("evaluate"), perfect)
+            rider.next("stop")
+    finally:
+        finish([server, *honest])
+    assert server.returncode == 0, log.read_text()[-3000:]
+    return lines_of(out), json.loads((out / "summary.json").read_text())
+
+
+def test_a_free_rider_reporting_perfect_scores_moves_neither_the_model_nor_the_figure_the_run_reports(broker, tmp_path):
+    """client-0 sends every global model back untrained, declares the whole training set and reports
+    accuracy 1.0 in every evaluation. The server weighs its model 0 (``updates_empty``), so the honest
+    devices end exactly where they end beside the same rider declaring 1 sample; the median over the
+    devices is an honest one's score; and the run reports first the server's own score of the global
+    model on its held-out set, which no device's claim reaches. (The honest two disagree too widely
+    here for ``suspect_scores`` to flag the lie: tests/runtime/test_loop.py tests the flag.) Before, its weight (held to
+    twice the others' median) halved every honest step, and the run reported the mean of the
+    devices' claims."""
+    lines, summary = free_ride(broker, "rider", tmp_path / "rider", RIDER_SAMPLES)
+    honest_lines, honest_summary = free_ride(broker, "rider-1", tmp_path / "rider-1", 1)
+    assert all(line["rejected"] == {} for line in lines)  # nothing to refuse: it is all within the schemas
+    trained = lines[1:]
+    assert [line["server"].get("updates_empty") for line in trained] == [1.0] * RIDER_RUN["rounds"]
+    for line, reference in zip(lines, honest_lines):  # what it declares buys it nothing
+        for cid in ("client-1", "client-2"):
+            assert line["client_accuracy"][cid] == reference["client_accuracy"][cid], (line, reference)
+        assert line["server_model_accuracy"] == reference["server_model_accuracy"]
+    for line in lines:  # the median over the devices is an honest device's score, never the lie
+        assert line["accuracy_median"] in (line["client_accuracy"]["client-1"], line["client_accuracy"]["client-2"])
+    assert summary["headline_accuracy_of"] == "final_server_accuracy"
+    assert summary["headline_accuracy"] == honest_summary["headline_accuracy"]
+    assert summary["final_accuracy"] > summary["headline_accuracy"]  # the claims' mean, which the lie inflates
 
 
 # ---------------------------------------------------------------------- starving the others' reassembly
