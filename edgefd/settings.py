@@ -149,11 +149,24 @@ def add_config_argument(parser: Any, keys: str) -> None:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """A `--config` file's table (ValueError naming the file if it is missing or not TOML)."""
-    if not path.is_file():
-        raise ValueError(f"--config {path}: no such file")
+    """A `--config` file's table. Any problem with the file (missing, a directory, unreadable, not
+    UTF-8, not TOML) is one ValueError that names the file and the problem, for the command's
+    one-line error."""
+    if path.is_dir():
+        raise ValueError(f"--config {path}: a directory, not a file")
     try:
-        return tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"--config {path}: no such file") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"--config {path}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset {error.start}); "
+            "save it as UTF-8"
+        ) from None
+    except OSError as error:  # permission denied, and the like
+        raise ValueError(f"--config {path}: cannot be read ({error.strerror or error})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"--config {path}: not valid TOML ({error})") from None
 

@@ -1,6 +1,10 @@
 """edgefd.settings: one declaration for every setting, its help always with it."""
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -130,3 +134,38 @@ def test_the_loop_and_the_local_training_take_the_runs_settings_declared_once():
     config = SimulationConfig(rounds=3, straggler_rate=0.25, lr=0.5, channels_last=False, device="cpu")
     assert (config.loop_config().rounds, config.loop_config().straggler_rate) == (3, 0.25)
     assert (config.train_config().lr, config.train_config().channels_last) == (0.5, False)
+
+
+@pytest.mark.parametrize(
+    ("write", "said"),
+    [
+        (None, "no such file"),
+        ("directory", "a directory, not a file"),
+        (b"rounds = 3\n# caf\xe9\n", "not UTF-8 text (byte 0xe9 at offset 16); save it as UTF-8"),
+        (b"rounds = = 3\n", "not valid TOML"),
+        ("unreadable", "cannot be read ("),
+    ],
+)
+def test_every_problem_with_a_config_file_is_one_line_naming_the_file(tmp_path, write, said):
+    """`edgefd simulate --config FILE` exits 2 with one line that names the file and the problem,
+    never a traceback (an unreadable file gave 23 lines of PermissionError). Unreadable: a file of
+    mode 000, or, for root (who reads it anyway), /proc/self/mem, whose reading fails too."""
+    path = tmp_path / "run.toml"
+    if write == "directory":
+        path.mkdir()
+    elif write == "unreadable":
+        path.write_text("rounds = 3\n")
+        path.chmod(0)
+        if os.access(path, os.R_OK):
+            path = Path("/proc/self/mem")
+    elif write is not None:
+        path.write_bytes(write)
+    done = subprocess.run(
+        [sys.executable, "-m", "edgefd.cli", "simulate", "--config", str(path), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert f"--config {path}: {said}" in lines[0]
