@@ -26,8 +26,8 @@ from pathlib import Path
 
 from edgefd import progress
 from edgefd.deploy.broker import KINDS, start_broker
-from edgefd.deploy.flags import add_broker_arguments, broker_flags
-from edgefd.deploy.mqtt_transport import BrokerSettings
+from edgefd.deploy.flags import add_broker_arguments, broker_flags, broker_settings
+from edgefd.deploy.mqtt_transport import BrokerSettings, broker_problem
 from edgefd.deploy.server import (
     EXIT_STATUS,
     LOST_ROUNDS_EXIT,
@@ -132,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         config.validate()
         config.check_in_process("edgefd deploy-local")
+        if args.broker:  # a broker it cannot reach: said now, not after the server's wait
+            reached = broker_settings({**vars(args), "broker": args.broker})
+            problem = broker_problem(reached)
+            if problem is not None:
+                raise ValueError(f"cannot connect to {reached.shown_url}: {problem}")
     except ValueError as error:
         print(f"edgefd deploy-local: {error}", file=sys.stderr)
         return 2

@@ -160,6 +160,52 @@ class Topics:
         return direction, client_id, rest[0]
 
 
+RECONNECT_DELAYS = (0.2, 2.0)
+"""paho's back-off between connection attempts: the first wait, doubled after each failure up to the
+second (reset by a connection)."""
+FAIL_FAST = 5.0
+"""Seconds a side that waits for its connection (`MqttEndpoint.start` with ``wait``: the server)
+goes on trying once an attempt failed, before it gives up with the cause: long enough to ride out a
+broker that restarts, short enough that a wrong host or port says so at once."""
+PROBE_TIMEOUT = 3.0
+"""Seconds `broker_problem` gives a TCP connection or a TLS handshake."""
+
+
+def broker_problem(settings: BrokerSettings, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """Why a connection to the broker fails, in a few seconds and in words: the host does not
+    resolve, nothing listens on the port, nothing answers, or the TLS handshake fails (the CA, the
+    certificate's host name). None when a TCP connection (and its TLS handshake) opens: then a
+    failure is the broker's answer (a login it refuses), which `MqttEndpoint` reports itself. paho
+    retries without saying why; this is what its attempts are told apart by."""
+    host, port = settings.host, settings.port
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        return f"cannot resolve the host {host!r} ({error.strerror})"
+    try:
+        connection = socket.create_connection((host, port), timeout=timeout)
+    except ConnectionRefusedError:
+        return f"nothing listens on {host}:{port} (connection refused)"
+    except TimeoutError:
+        return f"no answer from {host}:{port} within {timeout:g} s (a firewall, or the wrong host or port)"
+    except OSError as error:
+        return f"cannot reach {host}:{port} ({error.strerror or error})"
+    with connection:
+        if not settings.tls:
+            return None
+        try:
+            context = ssl.create_default_context(cafile=settings.ca_cert)
+            if settings.client_cert:
+                context.load_cert_chain(settings.client_cert, settings.client_key)
+            context.check_hostname = not settings.tls_insecure
+            with context.wrap_socket(connection, server_hostname=host):
+                return None
+        except ssl.SSLError as error:  # CertificateError included
+            return f"the TLS handshake with {host}:{port} failed ({error.reason or error})"
+        except OSError as error:  # a CA or key file that cannot be read, a reset
+            return f"the TLS handshake with {host}:{port} failed ({error.strerror or error})"
+
+
 @dataclass
 class BrokerSettings:
     """How this side reaches the broker: the broker flags of `edgefd server`, `edgefd client` and
@@ -376,22 +422,41 @@ class MqttEndpoint:
         if will is not None:
             self._client.will_set(will[0], will[1], qos=QOS, retain=True)
         # paho annotates the delays as int, but they are only compared and doubled: floats work.
-        self._client.reconnect_delay_set(min_delay=0.2, max_delay=2.0)  # type: ignore[arg-type]  # paho: int
+        self._client.reconnect_delay_set(*RECONNECT_DELAYS)  # type: ignore[arg-type]  # paho: int
         self._client.max_inflight_messages_set(64)
         self._client.on_connect = self._on_connect
+        self._client.on_connect_fail = self._on_connect_fail
+        self.failure: tuple[float, str] | None = None
+        """Since when connecting fails, and why (None while connected, or before any attempt failed)."""
+        self._failed_attempts = 0
         self._client.on_disconnect = self._on_disconnect
         self._client.on_message = self._on_message
         self._client.on_publish = self._on_publish
 
     # ------------------------------------------------------------------ connection
     def start(self, wait: float | None = None) -> None:
-        """Connect in the background (retrying until the broker answers); `wait`: block until
-        connected or raise ConnectionError after that many seconds."""
+        """Connect in the background (retrying until the broker answers, each failed attempt logged
+        with its cause and the wait before the next); `wait`: block until connected, or raise
+        ConnectionError naming the cause once attempts have failed for `FAIL_FAST` seconds, or after
+        ``wait`` seconds."""
         self._client.connect_async(self.settings.host, self.settings.port, keepalive=self.settings.keepalive)
         self._client.loop_start()
-        if wait is not None and not self.connected.wait(wait):
-            self.stop()
-            raise ConnectionError(f"no connection to {self.settings.shown_url} within {wait:.0f} s")
+        if wait is None:
+            return
+        deadline = time.monotonic() + wait
+        while not self.connected.wait(0.1):
+            failure, now = self.failure, time.monotonic()
+            if failure is not None and now - failure[0] >= min(FAIL_FAST, wait):
+                self.stop()
+                raise ConnectionError(f"cannot connect to {self.settings.shown_url}: {failure[1]}")
+            if now >= deadline:
+                self.stop()
+                why = failure[1] if failure is not None else broker_problem(self.settings)
+                if why is None:  # a connection opened, and no MQTT answer came on it
+                    why = "it accepted the connection but never answered" + (
+                        "" if self.settings.tls else " (a TLS listener? then mqtts://)"
+                    )
+                raise ConnectionError(f"no connection to {self.settings.shown_url} within {wait:.0f} s: {why}")
 
     def stop(self) -> None:
         self._client.disconnect()
@@ -400,7 +465,9 @@ class MqttEndpoint:
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
             log.error("broker %s refused the connection: %s", self.settings.shown_url, reason_code)
+            self._failed(f"the broker refused the connection ({reason_code}: check --username and the password)")
             return
+        self.failure, self._failed_attempts = None, 0
         self.stats.connects += 1
         _no_delay(client.socket())
         for topic in self.subscriptions:
@@ -412,6 +479,20 @@ class MqttEndpoint:
                 hook()
             except Exception:  # a hook's bug must not kill paho's thread
                 log.exception("on-connect hook failed")
+
+    def _on_connect_fail(self, client, userdata) -> None:
+        """paho's attempt failed before the broker answered (it does not say why): find out, and
+        say so with the wait before the next attempt."""
+        why = broker_problem(self.settings) or "the connection closed before the broker answered"
+        self._failed(why)
+        first, most = RECONNECT_DELAYS
+        delay = min(first * 2 ** (self._failed_attempts - 1), most)
+        log.warning("cannot connect to %s: %s; trying again in %.1f s", self.settings.shown_url, why, delay)
+
+    def _failed(self, why: str) -> None:
+        self._failed_attempts += 1
+        since = self.failure[0] if self.failure is not None else time.monotonic()
+        self.failure = (since, why)
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
         self.connected.clear()

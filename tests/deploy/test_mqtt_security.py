@@ -124,19 +124,20 @@ def test_tls_and_password_are_required(secure_broker):
     finally:
         client.stop()
         server.stop()
-    with pytest.raises(ConnectionError):
+    # each failure names its cause (docs/DEPLOYMENT.md#when-it-cannot-connect)
+    with pytest.raises(ConnectionError, match=r"the broker refused the connection \(Not authorized"):
         endpoint(secure_broker, "client-0", password="wrong").start(wait=3)
     plain = MqttEndpoint(
         BrokerSettings(secure_broker.url.replace("mqtts", "mqtt"), username="client-0", password=PASSWORDS["client-0"]),
         topics,
         "plain",
     )
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ConnectionError, match=r"accepted the connection but never answered \(a TLS listener"):
         plain.start(wait=3)
     untrusted = MqttEndpoint(
         BrokerSettings(secure_broker.url, username="client-0", password=PASSWORDS["client-0"]), topics, "untrusted"
     )  # the system CAs do not know the test CA
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ConnectionError, match=r"the TLS handshake with .* failed \(CERTIFICATE_VERIFY_FAILED\)"):
         untrusted.start(wait=3)
 
 
