@@ -36,9 +36,11 @@ for pkg in "${apt_packages[@]}"; do
 done
 if ((${#missing[@]})); then
   if [[ $(id -u) -eq 0 ]]; then sudo=""; else sudo="sudo"; fi
-  echo "installing system packages: ${missing[*]}"
+  echo "[1/4] system packages (apt): ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+else
+  echo "[1/4] system packages: all there"
 fi
 # The tests start RabbitMQ nodes of their own (benchmarks/broker_rigs.py): the package's service, which
 # Debian starts where systemd runs, would only hold memory and the default ports.
@@ -55,11 +57,12 @@ if [[ -n ${VIRTUAL_ENV:-} ]]; then
 else
   venv=${EDGEFD_VENV:-.venv}
   if [[ ! -x $venv/bin/python ]]; then
-    echo "making the virtual environment $venv (with ${PYTHON:-python3})"
+    echo "[2/4] making the virtual environment $venv (with ${PYTHON:-python3})"
     "${PYTHON:-python3}" -m venv "$venv"
   fi
 fi
 py="$venv/bin/python"
+echo "[2/4] Python packages go into $venv"
 
 # torch first, pinned: an unpinned torch may resolve to a multi-GB build this machine cannot use,
 # and PyPI's torchvision only imports beside the matching torch.
@@ -69,10 +72,27 @@ case "$(uname -m)" in
 esac
 torch_index=()
 if [[ -n ${EDGEFD_TORCH_INDEX:-} ]]; then torch_index=(--index-url "$EDGEFD_TORCH_INDEX"); fi
-"$py" -m pip install -q "${torch_index[@]}" "${torch_pins[@]}"
+installed=$("$py" -c "from importlib.metadata import version as v; print(f\"torch=={v('torch')} torchvision=={v('torchvision')}\")" 2>/dev/null || true)
+if [[ $installed == "${torch_pins[*]}" ]]; then
+  echo "[3/4] ${torch_pins[*]}: installed already"
+else
+  if [[ -n ${EDGEFD_TORCH_INDEX:-} ]]; then
+    echo "[3/4] ${torch_pins[*]} from $EDGEFD_TORCH_INDEX"
+  elif [[ $(uname -m) == aarch64 ]]; then
+    echo "[3/4] ${torch_pins[*]} from PyPI: the CPU build, about 720 MB installed"
+  else
+    gpu="this machine has no NVIDIA GPU: torch runs on the CPU"
+    if command -v nvidia-smi >/dev/null 2>&1; then gpu="for this machine's NVIDIA GPU"; fi
+    echo "[3/4] ${torch_pins[*]} from PyPI: the CUDA build, about 4.4 GB to download and 5.5 GB installed ($gpu)."
+    echo "      For another build (PyTorch's CPU-only wheels, a mirror): EDGEFD_TORCH_INDEX=URL bash scripts/install.sh"
+  fi
+  "$py" -m pip install --progress-bar on "${torch_index[@]}" "${torch_pins[@]}"
+fi
 
 # edgefd, built in place (editable) so that tests and benchmarks run against this checkout.
+echo "[4/4] edgefd and its dependencies (${extras}), compiling its C++ kernels (about a minute)"
 "$py" -m pip install -q scikit-build-core pybind11
 "$py" -m pip install -q --no-build-isolation -e ".[${extras}]"
 "$py" -c "import edgefd.kernels as k; assert k.cpp_available(), 'C++ kernels failed to build'"
-echo "edgefd installed in $venv, C++ kernels built: \`. $venv/bin/activate\` puts edgefd on the PATH"
+echo "edgefd installed in $venv ($(du -sh "$venv" 2>/dev/null | cut -f1)), C++ kernels built:" \
+  "\`. $venv/bin/activate\` puts edgefd on the PATH"
