@@ -9,9 +9,12 @@ export``) gives the input shape, the normalisation and the class names. Inputs:
 ``.npy``     one sample (the model's input shape) or a batch of them (leading axis), already
              normalised like the training data (what ``edgefd.data`` tensors hold); pass
              ``--normalise`` for raw values, which then get ``(raw / input_scale - mean) / std``.
-``.png`` ... an image file (anything Pillow reads): converted to grey or RGB to match the
-             model's channels, resized to its height and width, normalised with the sidecar's
-             statistics.
+``.png`` ... an image file (anything Pillow reads), as people have them: 0-255 pixels, converted
+             to grey or RGB to match the model's channels, resized to its height and width, brought
+             to the training data's scale (0-255 is the whole range of every dataset's raw values,
+             digits' 0-16 included), inverted where a grey image's background is the opposite of the
+             training images' (dark ink on white paper, for a model of white digits on black;
+             ``--invert``), normalised with the sidecar's statistics.
 
 This is what an edge device runs: its dependencies are numpy, onnxruntime and (for images) Pillow.
 """
@@ -120,8 +123,30 @@ def read_image(path: Path, sample_shape: tuple[int, ...]) -> np.ndarray:
     return pixels[None]
 
 
-def read_input(path: str | Path, model: ExportedModel, raw_npy: bool = False) -> np.ndarray:
-    """One input file as a normalised float32 batch of the model's input shape."""
+INVERT_CHOICES = ("auto", "yes", "no")
+"""``--invert``: a grey image's background against the training images' (auto), or always, or never."""
+
+
+def image_input(pixels: np.ndarray, meta: dict[str, Any], invert: str = "auto") -> tuple[np.ndarray, bool]:
+    """An image's 0-255 ``pixels`` [1, C, H, W] as the model's input, and whether it was inverted.
+    Over 255 they are on [0, 1], where every dataset's raw values over its ``input_scale`` lie; a
+    grey image is inverted (``invert`` auto) when its background, the mean of its border pixels, is
+    on the other side of one half from the training images' mean (the sidecar's, which their
+    backgrounds dominate), then normalised as the training inputs were."""
+    norm = meta["input"]["normalisation"]
+    unit = pixels.astype(np.float32) / np.float32(255.0)
+    inverted = invert == "yes"
+    if invert == "auto" and unit.shape[1] == 1:
+        border = np.concatenate([unit[0, 0, 0], unit[0, 0, -1], unit[0, 0, :, 0], unit[0, 0, :, -1]])
+        inverted = (float(border.mean()) > 0.5) != (float(np.mean(norm["mean"])) > 0.5)
+    if inverted:
+        unit = 1.0 - unit
+    return normalise(unit * np.float32(norm["input_scale"]), meta), inverted
+
+
+def read_input(path: str | Path, model: ExportedModel, raw_npy: bool = False, invert: str = "auto") -> np.ndarray:
+    """One input file as a normalised float32 batch of the model's input shape (an image that was
+    inverted to match the training images says so on stderr)."""
     path = Path(path)
     if not path.is_file():
         raise PredictError(f"input: no such file {path}")
@@ -143,7 +168,14 @@ def read_input(path: str | Path, model: ExportedModel, raw_npy: bool = False) ->
             raise PredictError(f"{path}: contains NaN or infinite values")
         return normalise(array, model.meta) if raw_npy else array.astype(np.float32)
     if path.suffix.lower() in IMAGE_SUFFIXES:
-        return normalise(read_image(path, shape), model.meta)
+        x, inverted = image_input(read_image(path, shape), model.meta, invert)
+        if inverted and invert == "auto":
+            print(
+                f"edgefd predict: {path}: its background is the opposite of the training images', so it is "
+                "inverted (--invert no keeps it as it is)",
+                file=sys.stderr,
+            )
+        return x
     raise PredictError(f"{path}: unknown input type {path.suffix!r} (expected .npy or an image file)")
 
 
@@ -172,19 +204,26 @@ def range_warning(path: str | Path, x: np.ndarray, meta: dict[str, Any], raw_npy
     seen_low, seen_high = float(x.min()), float(x.max())
     if low - margin <= seen_low and seen_high <= high + margin:
         return None
-    hint = "already normalised? then leave out --normalise" if raw_npy else "raw values? then pass --normalise"
+    if Path(path).suffix.lower() in IMAGE_SUFFIXES:
+        hint = "an image unlike the training images?"
+    elif raw_npy:
+        hint = "already normalised? then leave out --normalise"
+    else:
+        hint = "raw values? then pass --normalise"
     return (
         f"edgefd predict: warning: {path} holds values in [{seen_low:.4g}, {seen_high:.4g}], outside the range "
         f"the model was trained on, [{low:.4g}, {high:.4g}]: its answers may be confidently wrong ({hint})"
     )
 
 
-def predict_files(model: ExportedModel, paths: list[str], raw_npy: bool = False) -> list[dict[str, Any]]:
+def predict_files(
+    model: ExportedModel, paths: list[str], raw_npy: bool = False, invert: str = "auto"
+) -> list[dict[str, Any]]:
     """One record per sample: file, index in the file, predicted class, probabilities. A file whose
     values fall outside the training range gets one warning line on stderr (:func:`range_warning`)."""
     results = []
     for path in paths:
-        x = read_input(path, model, raw_npy)
+        x = read_input(path, model, raw_npy, invert)
         if warning := range_warning(path, x, model.meta, raw_npy and Path(path).suffix.lower() == ".npy"):
             print(warning, file=sys.stderr)
         probabilities = softmax(model.logits(x).astype(np.float64))
@@ -214,8 +253,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="INPUT",
         nargs="+",
         help="one or more files: .npy arrays holding one sample or a batch (N, ...) shaped like the model's "
-        "input, already normalised (see --normalise), or image files (.png, .jpg, ...; needs Pillow) that are "
-        "converted, resized and normalised to fit",
+        "input, already normalised (see --normalise), or image files (.png, .jpg, ...; needs Pillow) of 0-255 "
+        "pixels, converted, resized, brought to the training data's scale and normalised to fit (see --invert)",
     )
     parser.add_argument(
         "--json",
@@ -228,6 +267,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=".npy inputs hold raw values (e.g. 0-255 pixels): normalise them with the sidecar's statistics "
         "first (image files are always normalised)",
+    )
+    parser.add_argument(
+        "--invert",
+        choices=INVERT_CHOICES,
+        default="auto",
+        help="grey image files: invert them (dark ink on white paper, for a model of white digits on black) "
+        "when their background is the opposite of the training images' (auto, said on stderr), always (yes) "
+        "or never (no) (default: %(default)s)",
     )
     parser.add_argument(
         "--top",
@@ -249,7 +296,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         model = load_exported(args.model, args.threads)
-        results = predict_files(model, args.inputs, args.normalise)
+        results = predict_files(model, args.inputs, args.normalise, args.invert)
     except PredictError as error:
         print(f"edgefd predict: {error}", file=sys.stderr)
         return 2

@@ -118,9 +118,10 @@ def test_predict_runs_without_torch_on_npy_and_images(exported, tmp_path):
     batch = dataset.test_x[:5].numpy()
     np.save(tmp_path / "batch.npy", batch)
     np.save(tmp_path / "one.npy", batch[0])
-    # an image file holds raw pixels (digits: 0..16, input_scale 16); predict normalises them
-    raw = np.round((dataset.test_x[5, 0].numpy() * dataset.std[0] + dataset.mean[0]) * dataset.input_scale)
-    Image.fromarray(raw.astype(np.uint8)).save(tmp_path / "digit.png")
+    # an image file holds 0-255 pixels, as people have them (digits' own raw scale is 0..16): predict
+    # brings them to the training data's scale and normalises them
+    pixels = np.round((dataset.test_x[5, 0].numpy() * dataset.std[0] + dataset.mean[0]) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(tmp_path / "digit.png")
 
     model = exported / "onnx" / "client-0.onnx"
     result = _predict(model, tmp_path / "batch.npy", tmp_path / "one.npy", tmp_path / "digit.png", "--json")
@@ -131,7 +132,8 @@ def test_predict_runs_without_torch_on_npy_and_images(exported, tmp_path):
     assert [p["class"] for p in predictions[:5]] == logits.argmax(1).tolist()
     assert predictions[5]["class"] == predictions[0]["class"]
     assert "warning" not in result.stderr  # normalised inputs, and an image predict normalised
-    image_logits = run_onnx(onnx_session(model), dataset.test_x[5:6].numpy())
+    as_read = ((pixels.astype(np.float32) / 255 - dataset.mean[0]) / dataset.std[0])[None, None]
+    image_logits = run_onnx(onnx_session(model), as_read)
     assert predictions[6]["class"] == int(image_logits.argmax())
     np.testing.assert_allclose(
         predictions[6]["probabilities"], np.exp(image_logits[0]) / np.exp(image_logits[0]).sum(), rtol=1e-4, atol=1e-6
