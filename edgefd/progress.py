@@ -55,9 +55,13 @@ def show_round(bar: tqdm | None, line: dict[str, Any]) -> None:
     bar.update(1)
     accuracy = "" if line.get("accuracy") is None else f"acc {100 * line['accuracy']:.1f}%  "
     bar.set_postfix_str(
-        f"{accuracy}up {megabytes(line['bytes_up_cumulative'])}  down {megabytes(line['bytes_down_cumulative'])}"
+        f"{accuracy}up {byte_size(line['bytes_up_cumulative'])}  down {byte_size(line['bytes_down_cumulative'])}"
     )
 
 
-def megabytes(n: int) -> str:
-    return f"{n / 1e6:.2f} MB"
+def byte_size(n: float) -> str:
+    """``n`` bytes in the unit that shows it (5,337 bytes: "5.34 kB", not "0.01 MB"), decimal units."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"

@@ -158,6 +158,9 @@ def run_cli(args: argparse.Namespace) -> int:
 
     try:
         config = config_from_args(args)
+        if (config.out_dir() / "metrics.jsonl").exists():  # said before the run: its files go as it starts
+            said = f"replacing the earlier run in {config.out_dir()} (another --out keeps it)"
+            print(f"edgefd simulate: {said}", file=sys.stderr)
         summary = run(config, progress=not args.quiet)
     except DatasetNotFoundError as error:
         print(f"edgefd simulate: {error}", file=sys.stderr)
@@ -169,8 +172,8 @@ def run_cli(args: argparse.Namespace) -> int:
     print(
         f"{config.algo} on {config.dataset}: final accuracy {'none' if final is None else f'{100 * final:.2f}%'} "
         f"(best {'none' if best is None else f'{100 * best:.2f}%'}), "
-        f"{progress_bars.megabytes(summary['bytes_up_total'])} up, "
-        f"{progress_bars.megabytes(summary['bytes_down_total'])} down, "
+        f"{progress_bars.byte_size(summary['bytes_up_total'])} up, "
+        f"{progress_bars.byte_size(summary['bytes_down_total'])} down, "
         f"{summary['wall_seconds']:.1f} s -> {config.out_dir()}{refusals_said(summary)}"
     )
     if summary["refused_every_round"]:

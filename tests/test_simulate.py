@@ -75,7 +75,11 @@ def test_cli_with_toml_config_and_param_override(tmp_path, capsys):
         "weight_cap": 2.0,
     }
     assert summary["clients"] == 3
-    assert "final accuracy" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "final accuracy" in said.out and "replacing" not in said.err
+    # a second run into the same folder says that it replaces the first
+    assert cli.main(["simulate", "--config", str(config), "--out", str(out), "--quiet"]) == 0
+    assert f"edgefd simulate: replacing the earlier run in {out} (another --out keeps it)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -343,9 +343,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--out",
-        required=True,
         metavar="DIR",
-        help="folder for <client>.onnx and its sidecar <client>.json (created if missing; files there are overwritten)",
+        help="folder for <client>.onnx and its sidecar <client>.json (created if missing; files there are "
+        "overwritten; default: RUN_DIR/onnx, beside the models it comes from)",
     )
     parser.add_argument(
         "--int8",
@@ -376,7 +376,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     config = ExportConfig(int8=args.int8, exporter=args.exporter, calibration_samples=args.calibration_samples)
     try:
-        written = export_run(args.run_dir, args.client, args.out, config)
+        written = export_run(args.run_dir, args.client, args.out or str(Path(args.run_dir) / "onnx"), config)
     except (ValueError, FileNotFoundError, ExportError) as error:
         print(f"edgefd export: {error}", file=sys.stderr)
         return 2

@@ -20,14 +20,15 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
-    """FedAvg's global model of digits (3 clients, IID, 10 rounds: about 93% on the test set), exported."""
+    """FedAvg's global model of digits (3 clients, IID, 10 rounds: about 93% on the test set), exported
+    where `edgefd export` puts it without --out."""
     root = tmp_path_factory.mktemp("pictures")
     config = SimulationConfig(
         algo="fedavg", dataset="digits", clients=3, rounds=10, partition="iid", threads=1, out=str(root / "run")
     )
     run(config, progress=False)
-    assert cli.main(["export", str(root / "run"), "--out", str(root / "onnx")]) == 0
-    return root / "onnx" / "client-0.onnx"
+    assert cli.main(["export", str(root / "run")]) == 0  # into the run's folder: run/onnx
+    return root / "run" / "onnx" / "client-0.onnx"
 
 
 def predict(*args) -> subprocess.CompletedProcess:
