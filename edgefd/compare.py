@@ -142,7 +142,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SEED",
         help="seeds, paired across arms (default: 0 1 2)",
     )
-    add_config_arguments(parser)
+    add_config_arguments(parser, hidden=("algo", "seed", "param"))  # the ALGO arguments and --seeds say these
 
 
 def run(args: argparse.Namespace) -> int:

@@ -43,6 +43,18 @@ def run(
         progress_bars.set_enabled(True)
 
 
+_SAID: set[str] = set()
+"""The notes this process has printed (`say_once`)."""
+
+
+def say_once(note: str | None) -> None:
+    """Print ``note`` to stderr unless this process printed it before: `edgefd compare` runs many
+    simulations, and said "device: cpu" once for each."""
+    if note and note not in _SAID:
+        _SAID.add(note)
+        print(note, file=sys.stderr)
+
+
 def _run(
     config: SimulationConfig,
     progress: bool,
@@ -57,12 +69,9 @@ def _run(
     from edgefd.training import device_choice
 
     sim = build(config)
-    if progress and sim.model_note:
-        print(sim.model_note, file=sys.stderr)
-    if progress and (note := unlike_local_note(config, sim)):
-        print(note, file=sys.stderr)
-    if progress and (note := device_choice(config.device)):
-        print(note, file=sys.stderr)
+    if progress:
+        for note in (sim.model_note, unlike_local_note(config, sim), device_choice(config.device)):
+            say_once(note)
     out = config.out_dir()
     writer = RunWriter(out)
     bar = progress_bars.round_bar(config.rounds, f"{config.algo} on {config.dataset}")

@@ -102,6 +102,12 @@ def run(args: argparse.Namespace) -> int:
     unused = len(dataset.train_y) - len(np.unique(used))
     if shared or unused:
         print(f"note: {shared} training samples are given to more than one client, {unused} to none")
+    tested = int(test.sum())
+    if args.test_fraction is None and tested < len(dataset.test_y):
+        print(
+            f"note: the clients' test splits hold {tested} of the {len(dataset.test_y)} test samples: each takes "
+            "its labels' share, and no label is asked for more test samples than it has"
+        )
 
     if args.plot:
         title = f"{dataset.name}, {args.partition}, {len(splits)} clients, seed {args.seed}"

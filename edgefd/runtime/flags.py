@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from edgefd.runtime.config import SimulationConfig
@@ -33,8 +33,10 @@ METAVARS = {
 }
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """The run's settings as flags, shared by `simulate`, `server` and `deploy-local`."""
+def add_config_arguments(parser: argparse.ArgumentParser, hidden: Collection[str] = ()) -> None:
+    """The run's settings as flags, shared by `simulate`, `server`, `deploy-local` and `compare`;
+    those named in ``hidden`` (and ``param``) are taken but left out of the help (`compare` refuses
+    them with its own words)."""
     add_config_argument(parser, "the same keys as these flags and a [params] table")
     defaults = SimulationConfig()
     for name, f in config_fields().items():
@@ -52,14 +54,16 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             type=kind,
             default=argparse.SUPPRESS,
             metavar=metavar,
-            help=f.metadata["help"] + shown,
+            help=argparse.SUPPRESS if name in hidden else f.metadata["help"] + shown,
         )
     parser.add_argument(
         "--param",
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="a hyperparameter of the method, repeatable, e.g. --param beta=1.5 (edgefd methods NAME lists them)",
+        help=argparse.SUPPRESS
+        if "param" in hidden
+        else "a hyperparameter of the method, repeatable, e.g. --param beta=1.5 (edgefd methods NAME lists them)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars, only the final line")
 

@@ -63,3 +63,13 @@ def test_list_shows_availability(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_bad_partition_returns_2(capsys: pytest.CaptureFixture[str]):
     assert run(parse("--partition", "dirichlet:-1")) == 2
     assert "alpha must be > 0" in capsys.readouterr().err
+
+
+def test_a_test_set_not_shared_out_whole_says_how_much_is(capsys: pytest.CaptureFixture[str]):
+    """digits at Dirichlet 0.5 over 10 clients: the header says 360 test samples, the total row 354.
+    A note says why the two differ (before, nothing did)."""
+    assert run(parse("--clients", "10", "--partition", "dirichlet:0.5", "--seed", "0")) == 0
+    lines = capsys.readouterr().out.splitlines()
+    tested = int(next(line for line in lines if line.split()[0] == "total").split()[2])
+    assert "360 test samples" in lines[0] and tested < 360
+    assert f"note: the clients' test splits hold {tested} of the 360 test samples" in lines[-1]
