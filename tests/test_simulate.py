@@ -104,13 +104,22 @@ def test_bad_input_gives_one_clear_error(tmp_path, capsys, argv, message):
 
 
 def test_report_compares_runs(tmp_path, capsys):
+    """Each run by its folder's name (its method added where the name lacks it: "fd fd" repeated it),
+    and a note where the runs differ in length."""
     run(SimulationConfig(algo="local", out=str(tmp_path / "local"), **QUICK), progress=False)
     run(SimulationConfig(algo="fd", out=str(tmp_path / "fd"), **QUICK), progress=False)
+    run(SimulationConfig(algo="fd", out=str(tmp_path / "longer"), **{**QUICK, "rounds": QUICK["rounds"] + 1}))
+    capsys.readouterr()
     plot = tmp_path / "cmp.png"
     assert cli.main(["report", str(tmp_path / "local"), str(tmp_path / "fd"), "--plot", str(plot)]) == 0
     table = capsys.readouterr().out
-    assert "local local" in table and "fd fd" in table
+    rows = [line.split()[0] for line in table.splitlines()[1:3]]
+    assert rows == ["local", "fd"] and "differ in length" not in table
     assert plot.stat().st_size > 1000
+    assert cli.main(["report", str(tmp_path / "fd"), str(tmp_path / "longer"), "--plot", str(plot)]) == 0
+    table = capsys.readouterr().out
+    assert "longer (fd)" in table
+    assert f"note: these runs differ in length ({QUICK['rounds']}, {QUICK['rounds'] + 1} rounds)" in table
     assert cli.main(["report", str(tmp_path / "missing")]) == 2
 
 

@@ -283,8 +283,14 @@ def _record(case: Case, timings: dict[str, float], bandwidth: float) -> Record:
 
 HEADER = (
     f"{'kernel':<20} {'shape':<24} {'edgefd ms':>9} {'torch ms':>9} {'speedup':>8} {'GB/s':>7} {'of copy':>8}"
-    f" {'moved/copy':>11} {'compiled ms':>11} {'vs compiled':>11}"
+    f" {'moved/copy':>11}"
 )
+COMPILED_HEADER = f" {'compiled ms':>11} {'vs compiled':>11}"
+"""The columns of `--compiled` (torch.compile's times), shown only when it measures them."""
+
+
+def header(compiled: bool) -> str:
+    return HEADER + (COMPILED_HEADER if compiled else "")
 
 
 def format_row(r: Record) -> str:
@@ -358,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
     config = BenchConfig(
         threads=args.threads, repeats=args.repeats, quick=args.quick, device=args.device, compiled=args.compiled
     )
-    print(HEADER)
+    print(header(config.compiled))
     bandwidth, records = measure(config)
     if args.json:
         with open(args.json, "w") as handle:

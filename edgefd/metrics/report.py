@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         except (FileNotFoundError, ValueError) as error:
             print(f"edgefd report: {error}", file=sys.stderr)
             return 2
-        label = f"{summary.get('algo', '?')} {Path(folder).name}"
+        name, algo = Path(folder).resolve().name, str(summary.get("algo", "?"))
+        label = name if algo in name else f"{name} ({algo})"  # fd-digits-s0, not "fd fd-digits-s0"
         runs[label] = lines
         rows.append((label, summary))
     print(
@@ -60,6 +61,12 @@ def run(args: argparse.Namespace) -> int:
             f"{_pct(s.get('final_server_accuracy')):>8} {_pct(s.get('best_accuracy')):>8} "
             f"{s.get('bytes_up_total', 0) / 1e6:>10.3f} {s.get('bytes_down_total', 0) / 1e6:>10.3f} "
             f"{s.get('wall_seconds', float('nan')):>8.1f}"
+        )
+    lengths = sorted({s["rounds"] for _, s in rows if isinstance(s.get("rounds"), int)})
+    if len(lengths) > 1:
+        print(
+            f"note: these runs differ in length ({', '.join(map(str, lengths))} rounds): their final accuracies "
+            "come at different points of training"
         )
     deployed = [label for label, s in rows if s.get("self_reported")]
     if deployed:

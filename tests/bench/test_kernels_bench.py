@@ -32,6 +32,7 @@ def test_quick_benchmark_writes_one_record_per_kernel(tmp_path, capsys):
         assert abs(record["speedup"] - ratio) <= 0.05 * ratio
     table = capsys.readouterr().out
     assert "copy bandwidth" in table and "weighted_kl" in table
+    assert "compiled" not in table.splitlines()[0]  # its columns come with --compiled only (they were empty)
 
 
 def test_only_gather_mean_moves_more_than_it_touches():
