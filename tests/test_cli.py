@@ -31,3 +31,15 @@ def test_console_script_is_installed():
     result = subprocess.run([sys.executable, "-m", "edgefd.cli", "--version"], capture_output=True, text=True)
     assert result.returncode == 0
     assert result.stdout.startswith("edgefd ")
+
+
+def test_output_piped_into_head_ends_without_a_traceback():
+    """A reader that stops reading (`| head`) ended a long listing with a BrokenPipeError traceback.
+    1,400 clients' rows (about 85 kB) overflow the pipe's buffer, so the writer meets the closed pipe."""
+    import subprocess
+    import sys
+
+    command = f"{sys.executable} -m edgefd.cli partition --clients 1400 --partition iid | head -2"
+    done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120)
+    assert len(done.stdout.splitlines()) == 2
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr

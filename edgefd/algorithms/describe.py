@@ -75,15 +75,13 @@ def describe(method: MethodSpec) -> str:
     lines.append("")
     params = describe_params(method.params)
     lines.append("params (--param NAME=VALUE, defaults shown):" if params else "params: none")
-    lines += [f"  {f'{name}={default}':<30} {doc}" for name, default, doc in params]
+    for name, default, doc in params:
+        lines += wrapped(f"  {f'{name}={default}':<30} {doc}", indent=33)
     lines.append("")
     lines.append("try:")
     lines.append(f"  edgefd simulate --algo {method.name}                      # bundled digits, 10 clients, 10 rounds")
-    lines.append(
-        f"  edgefd simulate --algo {method.name} --dataset fmnist --samples-per-client 200 --rounds 20 "
-        f"--out runs/{method.name}-fmnist"
-    )
-    return "\n".join(lines)
+    lines.append(f"  edgefd simulate --algo {method.name} --dataset fmnist --samples-per-client 200 --rounds 20")
+    return "\n".join(out for line in lines for out in (wrapped(line, indent=4) if len(line) > WIDTH else [line]))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -99,8 +97,21 @@ def run(args: argparse.Namespace) -> int:
         print(describe(methods[0]))
         return 0
     for method in methods:
-        print(f"{method.name:<10} {method.summary}")
-        for name, default, doc in describe_params(method.params):
-            print(f"    --param {f'{name}={default}':<28} {doc}")
-    print("\nedgefd methods NAME: one method's paper, client models, params and a command line to try")
+        print("\n".join(wrapped(f"{method.name:<10} {method.summary}", indent=11)))
+        params = " ".join(f"{name}={default}" for name, default, _ in describe_params(method.params))
+        print("\n".join(wrapped(f"{'':<10} params: {params or 'none'}", indent=19)))
+    print("\nedgefd methods NAME: one method's paper, client models, and each param with what it does")
     return 0
+
+
+WIDTH = 100
+"""Columns `edgefd methods` fills: its longest line was 486 characters."""
+
+
+def wrapped(line: str, indent: int) -> list[str]:
+    """``line`` in lines of at most `WIDTH` columns, each after the first indented by ``indent``."""
+    import textwrap
+
+    return textwrap.wrap(
+        line, WIDTH, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
+    ) or [""]
