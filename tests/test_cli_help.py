@@ -119,3 +119,19 @@ def test_every_command_help_exits_0(command, capsys):
     assert exit_info.value.code == 0, f"{command} --help exited with {exit_info.value.code}"
     out = capsys.readouterr().out
     assert out.startswith(f"usage: {command}"), f"{command} --help printed:\n{out}"
+
+
+def test_a_runs_help_gives_its_common_flags_first_and_groups_the_rest(capsys):
+    """`simulate --help` was 146 lines of flags in one list: the method, data set, clients, rounds,
+    split, models, seed and folder now come first, the rest under their groups' titles."""
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    text = capsys.readouterr().out
+    first_group = text.index("\ndata:\n")
+    for flag in ("--algo", "--dataset", "--clients", "--rounds", "--partition", "--models", "--seed", "--out"):
+        assert text.index(f"\n  {flag} ") < first_group, flag
+    titles = ["data", "rounds and the wire", "local training (default: the method's paper's)", "compute"]
+    titles += ["robustness experiments", "Ray (docs/RAY.md)"]
+    positions = [text.index(f"\n{title}:\n") for title in titles]
+    assert positions == sorted(positions)
+    assert text.index("\n  --lr ") > positions[2] and text.index("\n  --workers ") > positions[5]

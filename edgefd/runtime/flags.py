@@ -33,12 +33,34 @@ METAVARS = {
 }
 
 
+FLAG_GROUPS = {
+    **dict.fromkeys(("data_root", "samples_per_client", "test_fraction"), "data"),
+    **dict.fromkeys(
+        ("participation", "straggler_rate", "eval_every", "score_full_test", "precision", "max_message_bytes"),
+        "rounds and the wire",
+    ),
+    **dict.fromkeys(
+        (
+            "epochs", "batch_size", "lr", "momentum", "weight_decay", "optimizer", "optimizer_lifecycle",
+            "batch_order", "channels_last",
+        ),
+        "local training (default: the method's paper's)",
+    ),
+    **dict.fromkeys(("threads", "kernels", "device"), "compute"),
+    **dict.fromkeys(("attack", "attackers"), "robustness experiments"),
+    **dict.fromkeys(("backend", "workers", "ray_address", "gpus_per_worker"), "Ray (docs/RAY.md)"),
+}  # fmt: skip
+"""The help's groups of the run's flags; a flag in none (the method, the data set, the clients, the
+rounds, the split, the models, the seed, the folder) comes first, among the command's own."""
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, hidden: Collection[str] = ()) -> None:
     """The run's settings as flags, shared by `simulate`, `server`, `deploy-local` and `compare`;
     those named in ``hidden`` (and ``param``) are taken but left out of the help (`compare` refuses
     them with its own words)."""
     add_config_argument(parser, "the same keys as these flags and a [params] table")
     defaults = SimulationConfig()
+    groups = {title: parser.add_argument_group(title) for title in dict.fromkeys(FLAG_GROUPS.values())}
     for name, f in config_fields().items():
         flag = "--" + name.replace("_", "-")
         kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": parse_bool}
@@ -48,7 +70,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, hidden: Collection[str
         metavar = METAVARS.get(name) or METAVAR_OF_KIND.get(kind, name.upper())
         if default is None and kind is not str:
             kind, shown = or_none(kind), "; `none` restores the default, overriding --config"
-        parser.add_argument(
+        group = groups.get(FLAG_GROUPS.get(name, ""), parser)  # the common flags: the first, ungrouped
+        group.add_argument(
             flag,
             dest=name,
             type=kind,
