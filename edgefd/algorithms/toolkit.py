@@ -233,8 +233,8 @@ def sent_back(states: list[dict[str, np.ndarray]], reference: dict[str, np.ndarr
     """Which clients sent ``reference`` (the global model they were sent) back unchanged in every
     floating-point entry: they trained nothing. FedAvg and DFL, under a weight bound, give such a
     model no weight, whatever sample count it declares (a free rider would otherwise dilute every
-    honest step), and leave its count out of the others' bounds. None is marked where every client sent it back: the
-    average is the reference then."""
+    honest step), and leave its count out of the others' bounds. None is marked where every client
+    sent it back: the average is the reference then."""
     floats = [name for name, array in reference.items() if np.asarray(array).dtype.kind == "f"]
 
     def unchanged(state: dict[str, np.ndarray]) -> bool:

@@ -465,7 +465,9 @@ class MqttEndpoint:
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
             log.error("broker %s refused the connection: %s", self.settings.shown_url, reason_code)
-            self._failed(f"the broker refused the connection ({reason_code}: check --username and the password)")
+            login = any(word in str(reason_code).lower() for word in ("authori", "password"))
+            hint = ": check --username and the password" if login else ""
+            self._failed(f"the broker refused the connection ({reason_code}{hint})")
             return
         self.failure, self._failed_attempts = None, 0
         self.stats.connects += 1
