@@ -111,11 +111,12 @@ def compare(comparison: Comparison, progress: bool = True) -> str:
     from edgefd.simulate import run as run_simulation
 
     summaries: dict[str, dict[int, dict[str, Any]]] = {}
+    said: set[str] = set()  # each note once for the whole comparison
     for seed in comparison.seeds:
         for algo in comparison.algos:
             config = comparison.arm_config(algo, seed)
             try:
-                summary = run_simulation(config, progress=progress)
+                summary = run_simulation(config, progress=progress, said=said)
             except ValueError as error:
                 raise ValueError(f"{algo} (seed {seed}) cannot run the shared settings: {error}") from error
             summaries.setdefault(algo, {})[seed] = summary

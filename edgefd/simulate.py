@@ -32,27 +32,19 @@ __all__ = ["add_arguments", "run", "run_cli", "unlike_local_note"]
 
 
 def run(
-    config: SimulationConfig, progress: bool = True, on_round: Callable[[dict[str, Any]], None] | None = None
+    config: SimulationConfig,
+    progress: bool = True,
+    on_round: Callable[[dict[str, Any]], None] | None = None,
+    said: set[str] | None = None,
 ) -> dict[str, Any]:
-    """Builds and runs the simulation, writes its results, and returns the summary."""
+    """Builds and runs the simulation, writes its results, and returns the summary. ``said``: the
+    notes already printed by the runs it belongs to (`edgefd compare`'s), not printed again."""
     started = time.perf_counter()
     progress_bars.set_enabled(progress)  # for this run; `finally` below puts the default back
     try:
-        return _run(config, progress, on_round, started)
+        return _run(config, progress, on_round, started, set() if said is None else said)
     finally:
         progress_bars.set_enabled(True)
-
-
-_SAID: set[str] = set()
-"""The notes this process has printed (`say_once`)."""
-
-
-def say_once(note: str | None) -> None:
-    """Print ``note`` to stderr unless this process printed it before: `edgefd compare` runs many
-    simulations, and said "device: cpu" once for each."""
-    if note and note not in _SAID:
-        _SAID.add(note)
-        print(note, file=sys.stderr)
 
 
 def _run(
@@ -60,6 +52,7 @@ def _run(
     progress: bool,
     on_round: Callable[[dict[str, Any]], None] | None,
     started: float,
+    said: set[str],
 ) -> dict[str, Any]:
     from edgefd.export.checkpoint import save_run_models
     from edgefd.metrics.results import RunWriter, run_summary
@@ -71,7 +64,9 @@ def _run(
     sim = build(config)
     if progress:
         for note in (sim.model_note, unlike_local_note(config, sim), device_choice(config.device)):
-            say_once(note)
+            if note and note not in said:  # a comparison says "device: cpu" once, not once a run
+                said.add(note)
+                print(note, file=sys.stderr)
     out = config.out_dir()
     writer = RunWriter(out)
     bar = progress_bars.round_bar(config.rounds, f"{config.algo} on {config.dataset}")

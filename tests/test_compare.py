@@ -72,9 +72,6 @@ def test_simulate_says_when_a_method_trains_otherwise_than_local():
 def test_compare_says_the_device_once_and_its_help_has_one_way_to_name_the_methods(tmp_path, capsys):
     """A comparison of 2 methods x 2 seeds printed "device: cpu" four times; its help listed --algo
     (and --seed, --param) beside the ALGO arguments, which it then refuses."""
-    from edgefd import simulate
-
-    simulate._SAID.clear()  # a note printed by an earlier test of this process would not be printed again
     out = tmp_path / "cmp"
     assert cli.main(["compare", "fd", "local", *QUICK, "--seeds", "0", "1", "--out", str(out)]) == 0
     assert capsys.readouterr().err.count("device: cpu (--device auto") == 1
