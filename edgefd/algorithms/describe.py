@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import TYPE_CHECKING
 
 # The functions below import the methods (and so torch) when they run: `--help` needs neither.
@@ -110,8 +111,6 @@ WIDTH = 100
 
 def wrapped(line: str, indent: int) -> list[str]:
     """``line`` in lines of at most `WIDTH` columns, each after the first indented by ``indent``."""
-    import textwrap
-
     return textwrap.wrap(
         line, WIDTH, subsequent_indent=" " * indent, break_long_words=False, break_on_hyphens=False
     ) or [""]

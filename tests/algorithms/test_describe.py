@@ -1,7 +1,5 @@
 """`edgefd methods`: every method and its params, readable in a terminal of 100 columns."""
 
-import pytest
-
 from edgefd import cli
 from edgefd.algorithms.base import list_methods
 
@@ -20,9 +18,9 @@ def test_the_list_and_each_method_fit_100_columns(capsys):
         assert max(map(len, page)) <= 100, (method.name, max(page, key=len))
 
 
-@pytest.mark.parametrize("width", [100])
-def test_wrapped_lines_keep_their_hanging_indent(width):
-    from edgefd.algorithms.describe import wrapped
+def test_wrapped_lines_keep_their_hanging_indent():
+    from edgefd.algorithms.describe import WIDTH, wrapped
 
     lines = wrapped("name " + "word " * 40, indent=7)
-    assert all(len(line) <= width for line in lines) and all(line.startswith(" " * 7) for line in lines[1:])
+    assert all(len(line) <= WIDTH for line in lines)
+    assert all(line.startswith(" " * 7) for line in lines[1:])

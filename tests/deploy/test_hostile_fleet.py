@@ -337,6 +337,20 @@ POISONED_RUN = {  # server/run.toml's setting (FD, 3 devices, Dirichlet 0.5, fp1
 POISONED_PARAMS = SHIPPED["params"]
 
 
+def simulation(config: dict, folder: Path, attack: str, params: dict) -> list[dict]:
+    """The round lines of ``config`` simulated with ``attack`` and ``params`` (in a folder of ``folder``
+    named by them): the deployed run's twin."""
+    named = "-".join(f"{name}={value}" for name, value in params.items())
+    out = folder / f"{attack}-{named or 'defaults'}"
+    run(SimulationConfig(**{**config, "attack": attack}, params=params, out=str(out)), progress=False)
+    return lines_of(out)
+
+
+def honest(lines: list[dict]) -> float:
+    """The honest devices' (client-1's and client-2's) mean final accuracy."""
+    return float(np.mean([lines[-1]["client_accuracy"][cid] for cid in ("client-1", "client-2")]))
+
+
 def test_a_device_poisoning_within_the_schemas_is_outvoted_under_the_shipped_run(broker, tmp_path):
     """client-0, an `edgefd client` with its own login, sends FD logits at the schema's bound with
     the sign opposite to its honest ones (`--attack max-in-bounds`): nothing to refuse. Under
@@ -363,13 +377,7 @@ def test_a_device_poisoning_within_the_schemas_is_outvoted_under_the_shipped_run
     assert all(line["rejected"] == {} for line in deployed)  # poisoned, yet inside every schema
 
     def simulated(aggregator: str, attack: str = "max-in-bounds") -> list[dict]:
-        folder = tmp_path / f"{aggregator}-{attack}"
-        settings = {**POISONED_RUN, "attack": attack}
-        run(SimulationConfig(**settings, params={**params, "aggregator": aggregator}, out=str(folder)), progress=False)
-        return lines_of(folder)
-
-    def honest(lines: list[dict]) -> float:
-        return float(np.mean([lines[-1]["client_accuracy"][cid] for cid in ("client-1", "client-2")]))
+        return simulation(POISONED_RUN, tmp_path, attack, {**params, "aggregator": aggregator})
 
     assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated("median")]
     # the attack costs the honest two nothing beyond noise (with the old fallback to the mean for a label
@@ -401,12 +409,7 @@ def test_a_fedavg_device_at_the_weight_bound_never_turns_the_honest_devices_into
     assert all(line["server"].get("updates_capped") == 1.0 for line in deployed[1:]), [d["server"] for d in deployed]
 
     def simulated(attack: str, params: dict) -> list[dict]:
-        folder = tmp_path / f"{attack}-{len(params)}"
-        run(SimulationConfig(**POISONED_FEDAVG, attack=attack, params=params, out=str(folder)), progress=False)
-        return lines_of(folder)
-
-    def honest(lines: list[dict]) -> float:
-        return float(np.mean([lines[-1]["client_accuracy"][cid] for cid in ("client-1", "client-2")]))
+        return simulation(POISONED_FEDAVG, tmp_path, attack, params)
 
     assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated("max-in-bounds", {})]
     unbounded = simulated("max-in-bounds", {"update_cap": 0})
@@ -444,12 +447,7 @@ def test_a_fedcache_device_poisoning_its_logits_is_outvoted_by_the_default_media
     assert all(line["rejected"] == {} for line in deployed)  # poisoned, yet inside every schema
 
     def simulated(attack: str, params: dict) -> list[dict]:
-        folder = tmp_path / f"{attack}-{len(params)}"
-        run(SimulationConfig(**POISONED_FEDCACHE, attack=attack, params=params, out=str(folder)), progress=False)
-        return lines_of(folder)
-
-    def honest(lines: list[dict]) -> float:
-        return float(np.mean([lines[-1]["client_accuracy"][cid] for cid in ("client-1", "client-2")]))
+        return simulation(POISONED_FEDCACHE, tmp_path, attack, params)
 
     assert [comparable(line) for line in deployed] == [comparable(line) for line in simulated("max-in-bounds", {})]
     clean, mean = honest(simulated("none", {})), honest(simulated("max-in-bounds", {"aggregator": "mean"}))
