@@ -1,10 +1,15 @@
-"""Writes samples/: a picture of one test digit per bundled image dataset, as a person would have it
-(dark ink on white paper, 0-255 pixels, larger than the model's input), for `edgefd predict` to try:
+"""Writes samples/: one test input per bundled dataset, as a person would have it, for `edgefd
+predict` to try:
 
     python3 scripts/make_samples.py
 
-Each file is named by its dataset and its true label; the test rows are fixed (digits' and
-mnist5k's splits are), so the files come out the same every time."""
+- digits, mnist5k: a picture of a digit (dark ink on white paper, 0-255 pixels, larger than the
+  model's input);
+- watch: a CSV of the smartwatch's raw readings (2 s at 50 Hz: 100 rows, one column per channel,
+  in the units of seglearn's file), as a device logs them.
+
+Each file is named by its dataset and its true label; the test rows are fixed (every bundled
+dataset's split is), so the files come out the same every time."""
 
 from __future__ import annotations
 
@@ -16,8 +21,10 @@ from PIL import Image
 from edgefd.data import load_dataset
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-ROWS = {"digits": 0, "mnist5k": 0}
+ROWS = {"digits": 0, "mnist5k": 0, "watch": 0}
 """The test row each dataset's sample is drawn from."""
+WATCH_CHANNELS = ("accel_x", "accel_y", "accel_z", "gyro_x", "gyro_y", "gyro_z")
+"""The header of the watch sample: seglearn's six channels, accelerometer then gyroscope."""
 SIZE = 112
 """The sample's side in pixels: the model's input is smaller, so predict resizes it."""
 
@@ -30,12 +37,27 @@ def picture(dataset_name: str, row: int) -> tuple[Image.Image, int]:
     return Image.fromarray(ink).resize((SIZE, SIZE), Image.NEAREST), int(dataset.test_y[row])
 
 
+def readings(row: int) -> tuple[str, str]:
+    """Test row ``row`` of watch as CSV text of raw readings (the normalisation undone); and its class name."""
+    dataset = load_dataset("watch")
+    raw = dataset.test_x[row].numpy().astype(np.float64) * np.array(dataset.std) + np.array(dataset.mean)
+    lines = [",".join(WATCH_CHANNELS)] + [",".join(f"{value:.6g}" for value in step) for step in raw]
+    assert dataset.class_names is not None
+    return "\n".join(lines) + "\n", dataset.class_names[int(dataset.test_y[row])]
+
+
 def main() -> None:
     SAMPLES.mkdir(exist_ok=True)
     for name, row in ROWS.items():
-        image, label = picture(name, row)
-        path = SAMPLES / f"{name}-{label}.png"
-        image.save(path, optimize=True)
+        if name == "watch":
+            text, label = readings(row)
+            path = SAMPLES / f"{name}-{label}.csv"
+            path.write_text(text)
+        else:
+            image, number = picture(name, row)
+            label = str(number)
+            path = SAMPLES / f"{name}-{label}.png"
+            image.save(path, optimize=True)
         print(f"{path.relative_to(SAMPLES.parent)}: test row {row} of {name}, label {label}")
 
 

@@ -2,6 +2,7 @@
 
     edgefd predict exported/client-3.onnx digit.png sample.npy
     edgefd predict exported/client-3.int8.onnx batch.npy --json
+    edgefd predict runs/watch/onnx/client-0.onnx readings.csv
 
 The sidecar next to the model (``client-3.onnx`` -> ``client-3.json``, written by ``edgefd
 export``) gives the input shape, the normalisation and the class names. Inputs:
@@ -15,6 +16,9 @@ export``) gives the input shape, the normalisation and the class names. Inputs:
              digits' 0-16 included), inverted where a grey image's background is the opposite of the
              training images' (dark ink on white paper, for a model of white digits on black;
              ``--invert``), normalised with the sidecar's statistics.
+``.csv``     sensor readings as a device logs them, for a model of windows (steps, channels): one
+             row per time step, one column per channel, in the units it was trained on, an
+             optional header line of names; normalised with the sidecar's statistics.
 
 This is what an edge device runs: its dependencies are numpy, onnxruntime and (for images) Pillow.
 """
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm"}
+TABLE_SUFFIXES = {".csv"}
 
 
 class PredictError(ValueError):
@@ -123,6 +128,38 @@ def read_image(path: Path, sample_shape: tuple[int, ...]) -> np.ndarray:
     return pixels[None]
 
 
+def read_table(path: Path, sample_shape: tuple[int, ...]) -> np.ndarray:
+    """A CSV of raw readings (one row per time step, one column per channel, an optional header
+    line) as a raw [1, steps, channels] float32 array, for a model whose input is such a window."""
+    if len(sample_shape) != 2:
+        raise PredictError(
+            f"{path}: a .csv holds a window of readings (steps, channels); this model's input is {sample_shape}"
+        )
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as error:
+        raise PredictError(f"{path}: not a readable text file ({error})") from None
+    if lines:
+        try:
+            [float(cell) for cell in lines[0].split(",")]
+        except ValueError:
+            lines = lines[1:]  # a header line of channel names
+    try:
+        rows = [[float(cell) for cell in line.split(",")] for line in lines]
+    except ValueError as error:
+        raise PredictError(f"{path}: expected numbers separated by commas ({error})") from None
+    if {len(row) for row in rows} != {sample_shape[1]} or len(rows) != sample_shape[0]:
+        widths = sorted({len(row) for row in rows})
+        raise PredictError(
+            f"{path}: {len(rows)} rows of {', '.join(map(str, widths)) or 0} columns; the model takes "
+            f"{sample_shape[0]} rows (time steps) of {sample_shape[1]} columns (channels)"
+        )
+    table = np.asarray(rows, dtype=np.float32)
+    if not np.isfinite(table).all():
+        raise PredictError(f"{path}: contains NaN or infinite values")
+    return table[None]
+
+
 INVERT_CHOICES = ("auto", "yes", "no")
 """``--invert``: a grey image's background against the training images' (auto), or always, or never."""
 
@@ -176,7 +213,9 @@ def read_input(path: str | Path, model: ExportedModel, raw_npy: bool = False, in
                 file=sys.stderr,
             )
         return x
-    raise PredictError(f"{path}: unknown input type {path.suffix!r} (expected .npy or an image file)")
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        return normalise(read_table(path, shape), model.meta)
+    raise PredictError(f"{path}: unknown input type {path.suffix!r} (expected .npy, .csv or an image file)")
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -206,6 +245,8 @@ def range_warning(path: str | Path, x: np.ndarray, meta: dict[str, Any], raw_npy
         return None
     if Path(path).suffix.lower() in IMAGE_SUFFIXES:
         hint = "an image unlike the training images?"
+    elif Path(path).suffix.lower() in TABLE_SUFFIXES:
+        hint = "readings in other units, or channels in another order?"
     elif raw_npy:
         hint = "already normalised? then leave out --normalise"
     else:
@@ -254,7 +295,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         help="one or more files: .npy arrays holding one sample or a batch (N, ...) shaped like the model's "
         "input, already normalised (see --normalise), or image files (.png, .jpg, ...; needs Pillow) of 0-255 "
-        "pixels, converted, resized, brought to the training data's scale and normalised to fit (see --invert)",
+        "pixels, converted, resized, brought to the training data's scale and normalised to fit (see --invert), "
+        "or .csv files of raw sensor readings (one row per time step, one column per channel; normalised)",
     )
     parser.add_argument(
         "--json",

@@ -79,3 +79,9 @@ def test_every_bundled_image_dataset_has_a_sample_that_reads_as_its_test_row():
         unit = dataset.test_x[row, 0].numpy() * dataset.std[0] + dataset.mean[0]
         assert inverted and np.abs(x[0, 0] - unit).mean() < 0.1, path
     assert {p.stem.rsplit("-", 1)[0] for p in SAMPLES.glob("*.png")} == {"digits", "mnist5k"}
+
+
+def test_every_bundled_dataset_ships_a_sample():
+    """digits and mnist5k as pictures, watch as a CSV of readings (tests/export/test_predict_readings.py)."""
+    bundled = {"digits", "mnist5k", "watch"}
+    assert {p.stem.rsplit("-", 1)[0] for p in SAMPLES.iterdir() if p.suffix in (".png", ".csv")} == bundled
