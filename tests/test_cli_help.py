@@ -80,9 +80,11 @@ def test_default_parts_are_recognised():
     assert _without_defaults("seconds (default 60); default: 10").split() == ["seconds", ";"]
 
 
-HIDDEN = {"edgefd compare": {"--algo", "--seed", "--param"}}
+RAY = {"--backend", "--workers", "--ray-address", "--gpus-per-worker"}
+HIDDEN = {"edgefd compare": {"--algo", "--seed", "--param"}, "edgefd server": RAY, "edgefd deploy-local": RAY}
 """Options a command takes only to refuse them with its own words, and leaves out of its help:
-compare's methods are its ALGO arguments, each with its own params, and its seeds --seeds."""
+compare's methods are its ALGO arguments, each with its own params, and its seeds --seeds; a
+deployment's clients are its devices, never Ray actors."""
 
 
 @pytest.mark.parametrize("command", ["edgefd", *SUBCOMMANDS])
@@ -135,3 +137,24 @@ def test_a_runs_help_gives_its_common_flags_first_and_groups_the_rest(capsys):
     positions = [text.index(f"\n{title}:\n") for title in titles]
     assert positions == sorted(positions)
     assert text.index("\n  --lr ") > positions[2] and text.index("\n  --workers ") > positions[5]
+
+
+@pytest.mark.parametrize("command", ["server", "deploy-local"])
+def test_a_deployments_help_gives_the_broker_right_after_the_common_flags(command, capsys):
+    """A deployment always needs its broker: its group came after five groups of training settings.
+    It now follows the common flags, then the timeouts; the Ray flags, which a deployment refuses,
+    are left out."""
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = capsys.readouterr().out
+    positions = [text.index(f"\n{title}:\n") for title in ("options", "broker", "deployment", "data")]
+    assert positions == sorted(positions)
+    assert positions[1] < text.index("\n  --broker ") < text.index("\n  --ca-cert ") < positions[2]
+    assert "--workers" not in text and "Ray (docs/RAY.md)" not in text
+    if command == "deploy-local":
+        assert positions[1] < text.index("\n  --broker-kind ") < positions[2]
+
+
+def test_a_deployment_still_refuses_the_ray_flags_it_no_longer_lists(capsys):
+    assert cli.main(["server", "--run", "x", "--broker", "mqtt://127.0.0.1:1", "--backend", "ray"]) == 2
+    assert "--backend ray, --ray-address and --gpus-per-worker are for `edgefd simulate`" in capsys.readouterr().err

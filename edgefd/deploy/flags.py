@@ -63,10 +63,11 @@ BROKER_METAVARS = {
 
 def add_broker_arguments(
     parser: argparse.ArgumentParser, required: bool = True, broker_help: str = "", given_only: bool = False
-) -> None:
-    """The broker flags and --log-level. ``broker_help``: the help of ``--broker``, for a command where
-    it means more (or is optional). ``given_only``: as `add_setting_arguments`'s, for a command that
-    reads a `--config` file under its flags."""
+) -> argparse._ArgumentGroup:
+    """The broker flags and --log-level; the "broker" group, for a command's own broker flags.
+    ``broker_help``: the help of ``--broker``, for a command where it means more (or is optional).
+    ``given_only``: as `add_setting_arguments`'s, for a command that reads a `--config` file under
+    its flags."""
     group = parser.add_argument_group("broker")
     add_setting_arguments(
         group,
@@ -78,6 +79,7 @@ def add_broker_arguments(
         given_only=given_only,
     )
     add_setting_arguments(parser, BrokerFlags, ("log_level",), given_only=given_only)
+    return group
 
 
 def read_password(path: str | None) -> str | None:

@@ -37,30 +37,34 @@ from edgefd.deploy.server import (
 )
 from edgefd.metrics.results import METRICS_FILE, REFUSED_EXIT, REFUSED_NOTE, final_accuracy_said, refusals_said
 from edgefd.runtime.config import SimulationConfig, config_to_toml
-from edgefd.runtime.flags import add_config_arguments, config_from_args
+from edgefd.runtime.flags import RAY_FLAGS, add_config_arguments, config_from_args
 from edgefd.runtime.process import edgefd_command
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXIT_STATUS
-    add_config_arguments(parser)
+    add_config_arguments(parser, hidden=RAY_FLAGS, own_groups=add_broker_and_deployment_arguments)
     parser.add_argument(
         "--run",
         metavar="NAME",
         help="run name: the MQTT topics are edgefd/NAME/..., e.g. --run test (default: local-<random hex>)",
     )
-    parser.add_argument(
+
+
+def add_broker_and_deployment_arguments(parser: argparse.ArgumentParser) -> None:
+    """The broker to start or use, and the server's timeouts: shown right after the common flags."""
+    broker = add_broker_arguments(
+        parser,
+        required=False,
+        broker_help="use this running broker, mqtt://HOST:PORT or mqtts://HOST:PORT, e.g. mqtt://127.0.0.1:1883 "
+        "(default: start one, see --broker-kind)",
+    )
+    broker.add_argument(
         "--broker-kind",
         choices=KINDS,
         default="auto",
         help="the broker to start on a free local port when --broker is not given: mosquitto, amqtt "
         "(embedded, pure Python) or auto: mosquitto if installed, else amqtt (default: %(default)s)",
-    )
-    add_broker_arguments(
-        parser,
-        required=False,
-        broker_help="use this running broker, mqtt://HOST:PORT or mqtts://HOST:PORT, e.g. mqtt://127.0.0.1:1883 "
-        "(default: start one, see --broker-kind)",
     )
     add_deployment_arguments(parser)
 

@@ -27,7 +27,7 @@ import sys
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
 from edgefd.deploy.mqtt_channel import DeploymentSettings, TooFewClients
 from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, final_accuracy_said, refusals_said
-from edgefd.runtime.flags import add_config_arguments, config_from_args
+from edgefd.runtime.flags import RAY_FLAGS, add_config_arguments, config_from_args
 from edgefd.settings import add_setting_arguments, setting_flags, settings_from_args
 
 LOST_ROUNDS_EXIT = 3
@@ -83,7 +83,12 @@ def deployment_settings(args: argparse.Namespace) -> DeploymentSettings:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXIT_STATUS
-    add_config_arguments(parser)
+
+    def broker_and_deployment(parser: argparse.ArgumentParser) -> None:
+        add_broker_arguments(parser)
+        add_deployment_arguments(parser)
+
+    add_config_arguments(parser, hidden=RAY_FLAGS, own_groups=broker_and_deployment)
     parser.add_argument(
         "--run",
         required=True,
@@ -97,8 +102,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue from OUT/server.ckpt (the round after the last one written) instead of starting "
         "afresh; the config must be the run's (starts afresh, with a warning, if there is no checkpoint)",
     )
-    add_broker_arguments(parser)
-    add_deployment_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

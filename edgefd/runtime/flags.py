@@ -54,11 +54,23 @@ FLAG_GROUPS = {
 rounds, the split, the models, the seed, the folder) comes first, among the command's own."""
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, hidden: Collection[str] = ()) -> None:
+RAY_FLAGS = tuple(name for name, title in FLAG_GROUPS.items() if title.startswith("Ray"))
+"""The flags of `--backend ray`: a deployment's clients are its devices, so `server` and
+`deploy-local` take them only to refuse them (`SimulationConfig.check_in_process`), out of their help."""
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser,
+    hidden: Collection[str] = (),
+    own_groups: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> None:
     """The run's settings as flags, shared by `simulate`, `server`, `deploy-local` and `compare`;
     those named in ``hidden`` (and ``param``) are taken but left out of the help (`compare` refuses
-    them with its own words)."""
+    them with its own words). ``own_groups`` adds the command's own groups (a deployment's broker
+    and timeouts), so that its help shows them right after the common flags, before the run's."""
     add_config_argument(parser, "the same keys as these flags and a [params] table")
+    if own_groups is not None:
+        own_groups(parser)
     defaults = SimulationConfig()
     groups = {title: parser.add_argument_group(title) for title in dict.fromkeys(FLAG_GROUPS.values())}
     for name, f in config_fields().items():
