@@ -15,6 +15,8 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from edgefd.short_help import FoldingParser
+
 
 @dataclass(frozen=True)
 class Subcommand:
@@ -313,10 +315,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     words = None if argv is None else _words(argv)
     chosen = None if words is None else (words[:1] or [""])[0]
     benchmark = None if words is None else (words[1:2] or [""])[0]
-    parser = argparse.ArgumentParser(
+    parser = FoldingParser(  # its subcommands' too: a run's --help folds its less common flags
         prog="edgefd",
         description="Federated knowledge distillation for edge devices.",
-        epilog="Run `edgefd COMMAND --help` for a command's options and examples.",
+        epilog="Run `edgefd COMMAND --help` for a command's options and examples (`--help-all`: every option).",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_load('edgefd').__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", help="what to do (one of those below)")

@@ -51,7 +51,7 @@ def add_setting_arguments(
     required: tuple[str, ...] = (),
     helps: dict[str, str] | None = None,
     given_only: bool = False,
-) -> None:
+) -> list[argparse.Action]:
     """One flag per setting ``names`` of the dataclass ``owner`` (or of one of several dataclasses)
     (`round_timeout` gives --round-timeout); its help and default come from the field (`setting()`),
     so the flag cannot say another thing than the dataclass. ``group``: an argparse parser or
@@ -63,9 +63,11 @@ def add_setting_arguments(
     default) and a help that says its default itself ("(default: ..."). A setting with choices
     takes one of them. ``helps``: another help for some flags, for a command where they mean more.
     ``given_only``: the parsed arguments hold only the flags given, for a command that reads a
-    `--config` file under them (`given_over_file`); the dataclass gives the defaults."""
+    `--config` file under them (`given_over_file`); the dataclass gives the defaults. Returns the
+    flags' actions."""
     fields = _fields_of(owner)
     kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float}
+    actions = []
     for name in names:
         kind = str(fields[name].type).split(" ")[0]
         default = _default_of(fields[name])
@@ -75,14 +77,14 @@ def add_setting_arguments(
         if kind == "bool":
             if default is not False:
                 raise ValueError(f"setting {name}: a true/false flag is off by default")
-            group.add_argument(flag, dest=name, action="store_true", default=parsed_default, help=help)
+            actions.append(group.add_argument(flag, dest=name, action="store_true", default=parsed_default, help=help))
             continue
         shown = f"{default:g}" if isinstance(default, float) else str(default)
         if name not in required and default is not None and "(default:" not in help:
             help = f"{help} (default: {shown})"
         choices = fields[name].metadata.get("choices")
         metavar = (metavars or {}).get(name) or (None if choices else METAVAR_OF_TYPE.get(kind, name.upper()))
-        group.add_argument(
+        action = group.add_argument(
             flag,
             dest=name,
             type=kinds.get(kind, str),
@@ -92,6 +94,8 @@ def add_setting_arguments(
             metavar=metavar,
             help=help,
         )
+        actions.append(action)
+    return actions
 
 
 def setting_flags(owner: type | tuple[type, ...], values: Any, names: tuple[str, ...]) -> list[str]:

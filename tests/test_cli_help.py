@@ -127,7 +127,7 @@ def test_a_runs_help_gives_its_common_flags_first_and_groups_the_rest(capsys):
     """`simulate --help` was 146 lines of flags in one list: the method, data set, clients, rounds,
     split, models, seed and folder now come first, the rest under their groups' titles."""
     with pytest.raises(SystemExit):
-        cli.main(["simulate", "--help"])
+        cli.main(["simulate", "--help-all"])
     text = capsys.readouterr().out
     first_group = text.index("\ndata:\n")
     for flag in ("--algo", "--dataset", "--clients", "--rounds", "--partition", "--models", "--seed", "--out"):
@@ -145,9 +145,10 @@ def test_a_deployments_help_gives_the_broker_right_after_the_common_flags(comman
     It now follows the common flags, then the timeouts; the Ray flags, which a deployment refuses,
     are left out."""
     with pytest.raises(SystemExit):
-        cli.main([command, "--help"])
+        cli.main([command, "--help-all"])
     text = capsys.readouterr().out
-    positions = [text.index(f"\n{title}:\n") for title in ("options", "broker", "deployment", "data")]
+    titles = ("options", "broker", "deployment (timeouts, holdout)", "data")
+    positions = [text.index(f"\n{title}:\n") for title in titles]
     assert positions == sorted(positions)
     assert positions[1] < text.index("\n  --broker ") < text.index("\n  --ca-cert ") < positions[2]
     assert "--workers" not in text and "Ray (docs/RAY.md)" not in text
@@ -158,3 +159,32 @@ def test_a_deployments_help_gives_the_broker_right_after_the_common_flags(comman
 def test_a_deployment_still_refuses_the_ray_flags_it_no_longer_lists(capsys):
     assert cli.main(["server", "--run", "x", "--broker", "mqtt://127.0.0.1:1", "--backend", "ray"]) == 2
     assert "--backend ray, --ray-address and --gpus-per-worker are for `edgefd simulate`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["simulate", "compare", "server", "deploy-local"])
+def test_help_folds_the_less_common_groups_to_their_names_and_help_all_explains_them(command, capsys):
+    """`simulate --help` was 173 lines (146 before the groups). --help now explains the common flags
+    (and a deployment's broker) and names the others, group by group, under one line that says
+    how to see them in full; --help-all explains every flag."""
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    short = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help-all"])
+    full = capsys.readouterr().out
+    assert len(short.splitlines()) < 0.65 * len(full.splitlines())
+    assert f"more options, by group (edgefd {command} --help-all explains each):" in short
+    assert "more options" not in full
+    folded = short[short.index("more options") : short.index("\nexamples:")]
+    assert "\n  local training (default: the method's paper's): --epochs, --batch-size, --lr," in folded
+    assert "--score-full-test" in folded  # a flag's name is never broken at its hyphens
+    for flag in ("--lr", "--epochs", "--threads", "--samples-per-client"):
+        assert f"\n  {flag} " not in short and f"\n  {flag} " in full, flag
+    for flag in ("--dataset", "--rounds", "--help-all"):
+        assert f"\n  {flag} " in short, flag
+    if command in ("server", "deploy-local"):
+        assert "\n  --broker " in short and "\n  --round-timeout " not in short and "--round-timeout" in folded
+    sub = _parser(f"edgefd {command}")
+    sub.format_help()  # folds while it formats, and gives every help back after
+    lr = next(action for action in sub._actions if "--lr" in action.option_strings)
+    assert lr.help and lr.help.startswith("local learning rate"), lr.help

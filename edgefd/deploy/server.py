@@ -29,6 +29,7 @@ from edgefd.deploy.mqtt_channel import DeploymentSettings, TooFewClients
 from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, final_accuracy_said, refusals_said
 from edgefd.runtime.flags import RAY_FLAGS, add_config_arguments, config_from_args
 from edgefd.settings import add_setting_arguments, setting_flags, settings_from_args
+from edgefd.short_help import FoldingParser
 
 LOST_ROUNDS_EXIT = 3
 """The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
@@ -62,10 +63,14 @@ DEPLOYMENT_FLAGS = (
 
 
 def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("deployment")
+    """The server's timeouts and holdout data: in `--help` as their names (their defaults fit a run
+    on a LAN), in full with `--help-all`."""
+    title = "deployment (timeouts, holdout)"
     metavars = {name: "SECONDS" for name in DEPLOYMENT_FLAGS if name not in ("min_clients", "holdout_dir")}
     metavars["holdout_dir"] = "DIR"
-    add_setting_arguments(group, DeploymentSettings, DEPLOYMENT_FLAGS, metavars)
+    actions = add_setting_arguments(parser.add_argument_group(title), DeploymentSettings, DEPLOYMENT_FLAGS, metavars)
+    if isinstance(parser, FoldingParser):
+        parser.fold(title, actions)
 
 
 def deployment_flags(args: argparse.Namespace) -> list[str]:
