@@ -318,7 +318,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = FoldingParser(  # its subcommands' too: a run's --help folds its less common flags
         prog="edgefd",
         description="Federated knowledge distillation for edge devices.",
-        epilog="Run `edgefd COMMAND --help` for a command's options and examples (`--help-all`: every option).",
+        epilog="Run `edgefd COMMAND --help` for a command's options and examples.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {_load('edgefd').__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", help="what to do (one of those below)")
