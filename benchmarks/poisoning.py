@@ -100,7 +100,15 @@ def defence_params(method: str, defence: str) -> dict[str, object] | None:
 
 def arms(method: str, attacks: list[str], chosen: list[str]) -> list[tuple[str, str]]:
     """(attack, defence) pairs: clean and attacked under each of the ``chosen`` defences the method has."""
-    defences = [key for key in chosen if defence_params(method, key) is not None]
+    defaults = get_method(method).params()
+    defences: list[str] = []
+    for key in chosen:
+        if defence_params(method, key) is None:
+            if key != "paper" and not all(hasattr(defaults, name) for name in DEFENCES[key][1]):
+                continue  # the method does not have it
+            key = "defaults"  # it is what the method does by default: its defaults column
+        if key not in defences:
+            defences.append(key)
     return [("none", defence) for defence in defences] + [(a, d) for a in attacks for d in defences]
 
 

@@ -120,7 +120,14 @@ from edgefd import kernels
 from edgefd.algorithms import schema
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
 from edgefd.algorithms.params import check_choices
-from edgefd.algorithms.toolkit import average_states
+from edgefd.algorithms.toolkit import (
+    aggregator_setting,
+    average_states,
+    check_trim,
+    robust_states,
+    too_few_to_combine,
+    trim_setting,
+)
 from edgefd.models.fedd2s import LayeredCNN
 from edgefd.protocol import Payload
 from edgefd.settings import setting
@@ -217,9 +224,12 @@ class FedD2SParams:
         False,
         "also send v = global head logits on H_l (Alg. 1; no equation uses it, docs/methods/fedd2s.md#the-v-logits)",
     )
+    aggregator: str = aggregator_setting("the clients' distilled copies of the global model", "Eq. 11's")
+    trim: float = trim_setting()
 
     def __post_init__(self) -> None:
         check_choices(self)
+        check_trim(self.trim)
         if isinstance(self.z0, bool) or not isinstance(self.z0, int) or self.z0 < 1:
             raise ValueError(f"param z0: must be an integer >= 1, got {self.z0!r}")
         if isinstance(self.dropping_set, bool) or not isinstance(self.dropping_set, int) or self.dropping_set < 0:
@@ -613,7 +623,11 @@ class FedD2SServer(ServerRole):
                 )
             )
             states.append(state_arrays(local))
-        load_state_arrays(self.global_model, average_states(states))  # Eq. 11 over the arrivals
+        how = self.params.aggregator
+        if how == "mean":
+            load_state_arrays(self.global_model, average_states(states))  # Eq. 11 over the arrivals
+        elif not (kept := too_few_to_combine(round, len(states), how)):
+            load_state_arrays(self.global_model, robust_states(states, how, self.params.trim))
         self.global_model.eval()
         with torch.no_grad():
             for cid in arrived:  # Sec. III-B1: t (and v) with the aggregated model, plus the head weights
@@ -624,7 +638,9 @@ class FedD2SServer(ServerRole):
                 arrays.update(_head_arrays(self.global_model, up.layer))
                 self.replies[cid] = (arrays, up.layer)
         layers = [uploads[c].layer for c in arrived]
+        robust = {} if how == "mean" else {"below_quorum": float(kept)}
         return {
+            **robust,
             "server_kl": float(np.mean([j for j, _ in losses])),
             "server_ce": float(np.mean([q for _, q in losses])),
             "mean_layer": float(np.mean(layers)),

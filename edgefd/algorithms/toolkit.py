@@ -271,18 +271,32 @@ def capped_metric(declared: np.ndarray, weights: np.ndarray) -> dict[str, float]
     return {"weights_capped": float(capped)} if capped else {}
 
 
+def aggregator_setting(
+    combined: str = "the clients' contributions", paper: str = "the paper's, sample-weighted", default: str = "mean"
+) -> Any:
+    """The ``aggregator`` field of a method's params: ``combined`` says what the server combines,
+    ``paper`` what the mean is in its paper; ``default``: the median where it costs a clean run
+    under a point (docs/ROBUSTNESS.md#what-each-option-costs-a-clean-run)."""
+    return setting(
+        default,
+        f"how the server combines {combined}: mean ({paper}), or the coordinate-wise median or trimmed mean, "
+        "unweighted, which one poisoning client cannot drag far",
+        choices=AGGREGATORS,
+    )
+
+
+def trim_setting() -> Any:
+    """The ``trim`` field that goes with ``aggregator``."""
+    return setting(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
+
+
 @dataclass
 class RobustAggregation:
     """The params of a method whose server may combine its clients robustly (FD, FedAvg): its params
     dataclass inherits these three."""
 
-    aggregator: str = setting(
-        "mean",
-        "how the server combines the clients' contributions: mean (the paper's, sample-weighted), or the "
-        "coordinate-wise median or trimmed mean, unweighted, which one poisoning client cannot drag far",
-        choices=AGGREGATORS,
-    )
-    trim: float = setting(0.2, "aggregator=trimmed: fraction of clients dropped at each end of every coordinate")
+    aggregator: str = aggregator_setting()
+    trim: float = trim_setting()
     weight_cap: float = weight_cap_setting()
 
     def __post_init__(self) -> None:

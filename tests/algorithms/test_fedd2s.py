@@ -454,3 +454,36 @@ def test_phase_b_runs_in_the_round_of_its_upload_before_the_evaluation():
         assert any(not np.array_equal(trained[k], v) for k, v in sim.server.initial_state.items()), cid
         assert record.client_accuracy[cid] == client.evaluate()["accuracy"]
     assert sim.server.replies == {}  # every reply went out
+
+
+def test_a_robust_server_takes_the_median_of_the_distilled_copies_and_needs_three(monkeypatch):
+    """aggregator=median replaces Eq. 11's mean of the clients' distilled copies by their coordinate-
+    wise median: copies set to 1, 2 and 100 everywhere give 2 (the mean would be 34.3). With two
+    copies the server keeps its model (below_quorum 1)."""
+    from edgefd.algorithms import fedd2s
+
+    values = iter([1.0, 2.0, 100.0, 5.0, 7.0])
+
+    def fake_copy(local, *args, **kwargs):
+        value = next(values)
+        with torch.no_grad():
+            for tensor in local.state_dict().values():
+                if tensor.is_floating_point():
+                    tensor.fill_(value)
+        return 0.0, 0.0
+
+    monkeypatch.setattr(fedd2s, "distil_global_copy", fake_copy)
+    sim = simulation({"aggregator": "median"}, clients=3)
+    sim.federation.hello()
+    before = {k: v.copy() for k, v in state_arrays(sim.server.global_model).items()}
+    assert sim.federation.run_round(1).server["below_quorum"] == 0.0
+    for name, array in state_arrays(sim.server.global_model).items():
+        if np.issubdtype(array.dtype, np.floating):
+            np.testing.assert_array_equal(array, np.full_like(array, 2.0), err_msg=name)
+            assert not np.array_equal(array, before[name]), name
+    sim = simulation({"aggregator": "median"}, clients=2)
+    sim.federation.hello()
+    before = state_arrays(sim.server.global_model)
+    assert sim.federation.run_round(1).server["below_quorum"] == 1.0
+    for name, array in state_arrays(sim.server.global_model).items():
+        np.testing.assert_array_equal(array, before[name], err_msg=name)

@@ -87,8 +87,8 @@ def test_public_images_of_another_size_are_resized_to_the_private_size():
     assert len(client.public_x) == len(pool)
 
 
-def test_consensus_is_the_mean_of_the_received_logits():
-    sim = simulation()
+def test_consensus_is_the_mean_of_the_received_logits_as_fedmd_has_it():
+    sim = simulation({"aggregator": "mean"})
     server = sim.server
     tables = {f"client-{k}": np.random.default_rng(k).normal(size=(200, 10)).astype(np.float32) for k in range(3)}
     uplinks = {cid: Payload(KIND, {LOGITS: t}) for cid, t in tables.items()}
@@ -231,3 +231,25 @@ def test_server_accepts_honest_uplinks_and_refuses_tampered_ones(params, change,
     with pytest.raises(UplinkRejected) as refused:
         server.check_uplink(2, "client-0", Payload(KIND, change(payload.arrays[LOGITS])))
     assert refused.value.reason == reason
+
+
+def test_a_robust_consensus_holds_against_one_poisoned_table_and_needs_three_devices(caplog):
+    """aggregator=median: the consensus is the coordinate-wise median, so one device's table (here
+    1,000 times the others) moves no entry past the honest ones; with two devices it cannot tell
+    which is honest and keeps the last consensus, its subset with it (below_quorum 1)."""
+    server = simulation().server  # the median is the default
+    rng = np.random.default_rng(0)
+    honest = [rng.normal(size=(200, 10)).astype(np.float32) for _ in range(2)]
+    tables = {"client-0": 1000 * np.ones((200, 10), np.float32), "client-1": honest[0], "client-2": honest[1]}
+    uplinks = {cid: Payload(KIND, {LOGITS: t}) for cid, t in tables.items()}
+    assert server.aggregate(1, uplinks) == {"devices": 3.0, "below_quorum": 0.0}
+    np.testing.assert_allclose(server.consensus, np.maximum(honest[0], honest[1]), rtol=1e-6)
+    assert server.consensus_seed == server.round_seed(1)
+    kept = server.consensus.copy()
+    del uplinks["client-2"]
+    assert server.aggregate(2, uplinks) == {"devices": 2.0, "below_quorum": 1.0}
+    np.testing.assert_array_equal(server.consensus, kept)
+    assert server.consensus_seed == server.round_seed(1)
+    assert "aggregator=median needs 3 uplinks, got 2" in caplog.text
+    with pytest.raises(ValueError, match="trim"):
+        FedMDParams(aggregator="trimmed", trim=0.5)

@@ -37,3 +37,20 @@ def test_a_recipes_clean_arms_give_each_defences_cost_at_its_setting():
     rows = [line for line in out.splitlines() if line.startswith("| ")]
     assert [row.split("|")[1].strip() for row in rows[1:]] == ["clean"]  # the header, then clean alone
     assert "unknown" not in done.stderr
+
+
+def test_a_method_whose_defaults_are_its_papers_keeps_that_column_without_defaults_asked():
+    """FedD2S's defaults are its paper's mean: `--defences paper median` ran its median alone (the
+    paper's column collapsed into a defaults column nobody asked for). It now runs the defaults.
+    FedMD's default is the median: its paper's column is the mean, and its median its defaults."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("poisoning", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    poisoning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(poisoning)
+    assert poisoning.arms("fedd2s", [], ["paper", "median"]) == [("none", "defaults"), ("none", "median")]
+    assert poisoning.arms("fedmd", [], ["paper", "median"]) == [("none", "paper"), ("none", "defaults")]
+    assert poisoning.arms("local", [], ["paper", "median"]) == [("none", "defaults")]
+    assert poisoning.arms("fedmd", [], ["paper", "defaults"]) == [("none", "paper"), ("none", "defaults")]
+    assert poisoning.arms("fedavg", [], ["paper", "median"]) == [("none", "paper"), ("none", "median")]
