@@ -26,6 +26,7 @@ This is what an edge device runs: its dependencies are numpy, onnxruntime and (f
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from dataclasses import dataclass
@@ -136,16 +137,16 @@ def read_table(path: Path, sample_shape: tuple[int, ...]) -> np.ndarray:
             f"{path}: a .csv holds a window of readings (steps, channels); this model's input is {sample_shape}"
         )
     try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as error:
-        raise PredictError(f"{path}: not a readable text file ({error})") from None
-    if lines:
+        cells = [row for row in csv.reader(path.read_text(encoding="utf-8").splitlines()) if "".join(row).strip()]
+    except (OSError, UnicodeDecodeError, csv.Error) as error:
+        raise PredictError(f"{path}: not a readable CSV file ({error})") from None
+    if cells:
         try:
-            [float(cell) for cell in lines[0].split(",")]
+            [float(cell) for cell in cells[0]]
         except ValueError:
-            lines = lines[1:]  # a header line of channel names
+            cells = cells[1:]  # a header line of channel names
     try:
-        rows = [[float(cell) for cell in line.split(",")] for line in lines]
+        rows = [[float(cell) for cell in line] for line in cells]
     except ValueError as error:
         raise PredictError(f"{path}: expected numbers separated by commas ({error})") from None
     if {len(row) for row in rows} != {sample_shape[1]} or len(rows) != sample_shape[0]:
