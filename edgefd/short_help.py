@@ -18,8 +18,8 @@ WIDTH = 100
 
 class FoldingParser(argparse.ArgumentParser):
     """An ArgumentParser whose `--help` folds the groups given to :meth:`fold` to one line of flag
-    names each; `--help-all` (added by the first :meth:`fold`) shows them in full. The
-    subcommands' parsers are of the same class (argparse makes them so)."""
+    names each; `--help-all` (:meth:`add_help_all`) shows them in full. The subcommands' parsers
+    are of the same class (argparse makes them so)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -72,7 +72,13 @@ class FullHelp(argparse.Action):
     def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
         super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001 (argparse's)
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         if isinstance(parser, FoldingParser):
             parser.full_help = True
         parser.print_help()
