@@ -66,6 +66,19 @@ class FoldingParser(argparse.ArgumentParser):
         return "\n".join(lines)
 
 
+def fold(parser: argparse.ArgumentParser, title: str, actions: Iterable[argparse.Action]) -> None:
+    """Folds a group in ``parser``'s `--help` when it is a :class:`FoldingParser`; a plain parser
+    (a test's, a script's) keeps its help as argparse writes it."""
+    if isinstance(parser, FoldingParser):
+        parser.fold(title, actions)
+
+
+def add_help_all(parser: argparse.ArgumentParser) -> None:
+    """`--help-all` on a :class:`FoldingParser`; nothing on a plain parser."""
+    if isinstance(parser, FoldingParser):
+        parser.add_help_all()
+
+
 class FullHelp(argparse.Action):
     """`--help-all`: the parser's help with every group in full."""
 

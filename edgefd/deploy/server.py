@@ -29,7 +29,7 @@ from edgefd.deploy.mqtt_channel import DeploymentSettings, TooFewClients
 from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, final_accuracy_said, refusals_said
 from edgefd.runtime.flags import RAY_FLAGS, add_config_arguments, config_from_args
 from edgefd.settings import add_setting_arguments, setting_flags, settings_from_args
-from edgefd.short_help import FoldingParser
+from edgefd.short_help import fold
 
 LOST_ROUNDS_EXIT = 3
 """The exit status of a run that ended, but lost all the uplinks or all the evaluations of a round
@@ -69,8 +69,7 @@ def add_deployment_arguments(parser: argparse.ArgumentParser) -> None:
     metavars = {name: "SECONDS" for name in DEPLOYMENT_FLAGS if name not in ("min_clients", "holdout_dir")}
     metavars["holdout_dir"] = "DIR"
     actions = add_setting_arguments(parser.add_argument_group(title), DeploymentSettings, DEPLOYMENT_FLAGS, metavars)
-    if isinstance(parser, FoldingParser):
-        parser.fold(title, actions)
+    fold(parser, title, actions)
 
 
 def deployment_flags(args: argparse.Namespace) -> list[str]:

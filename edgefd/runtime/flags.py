@@ -12,7 +12,7 @@ from typing import Any
 
 from edgefd.runtime.config import SimulationConfig
 from edgefd.settings import add_config_argument, given_over_file
-from edgefd.short_help import FoldingParser
+from edgefd.short_help import add_help_all, fold
 
 
 def config_fields() -> dict[str, dataclasses.Field]:
@@ -69,14 +69,12 @@ def add_config_arguments(
     those named in ``hidden`` (and ``param``) are taken but left out of the help (`compare` refuses
     them with its own words). ``own_groups`` adds the command's own groups (a deployment's broker
     and timeouts), so that its help shows them right after the common flags, before the run's."""
-    if isinstance(parser, FoldingParser):
-        parser.add_help_all()
+    add_help_all(parser)
     add_config_argument(parser, "the same keys as these flags and a [params] table")
     if own_groups is not None:
         own_groups(parser)
     defaults = SimulationConfig()
     groups = {title: parser.add_argument_group(title) for title in dict.fromkeys(FLAG_GROUPS.values())}
-    grouped: dict[str, list[argparse.Action]] = {title: [] for title in groups}
     for name, f in config_fields().items():
         flag = "--" + name.replace("_", "-")
         kinds: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "bool": parse_bool}
@@ -95,10 +93,8 @@ def add_config_arguments(
             metavar=metavar,
             help=argparse.SUPPRESS if name in hidden else f.metadata["help"] + shown,
         )
-        grouped.get(title, []).append(action)
-    if isinstance(parser, FoldingParser):  # `edgefd COMMAND --help`: the groups as names, --help-all in full
-        for title, actions in grouped.items():
-            parser.fold(title, actions)
+        if title in groups:  # `edgefd COMMAND --help`: the groups as names, --help-all in full
+            fold(parser, title, [action])
     parser.add_argument(
         "--param",
         action="append",
