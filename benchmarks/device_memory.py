@@ -44,6 +44,7 @@ import numpy as np
 
 SYNTHETIC_MARK = "SYNTHETIC"
 PEAK_LINE = re.compile(r"peak_rss_mb=([0-9.]+)")
+STARTED_LINE = re.compile(r"started_s=([0-9.]+)")
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,9 @@ class Row:
     """The largest client's peak over its whole life (the round included)."""
     clients_mb: list[float] = field(default_factory=list)
     run_seconds: float | None = None
+    hello_after_s: float | None = None
+    """The slowest client's start-up: from its process's start to its hello sent (the clients start
+    together, the server already waiting)."""
     onnx_mb: float | None = None
     predict_fp32_mb: float | None = None
     predict_int8_mb: float | None = None
@@ -246,6 +250,12 @@ def vm_hwm_mb(pid: int) -> float | None:
 
 def logged_peaks(path: Path) -> list[float]:
     return [float(m.group(1)) for m in PEAK_LINE.finditer(path.read_text(errors="replace"))] if path.exists() else []
+
+
+def logged_start_up(path: Path) -> float | None:
+    """The seconds from a client's start to its hello, as it logged them (`started_s=`)."""
+    found = STARTED_LINE.search(path.read_text(errors="replace")) if path.exists() else None
+    return float(found.group(1)) if found else None
 
 
 def edgefd(python: str, *args: str) -> list[str]:
@@ -335,6 +345,8 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
         if len(logged) < 2 and row.error is None:
             row.error = f"{cid} did not log its peak at stop (see {folder / 'logs' / f'{cid}.log'})"
         peaks.append(max([*logged, polled.get(cid, 0.0)]))
+    start_ups = [logged_start_up(folder / "logs" / f"{cid}.log") for cid in clients]
+    row.hello_after_s = max((s for s in start_ups if s is not None), default=None)
     row.clients_mb = peaks
     row.client_after_build_mb = max(after_build) if after_build else None
     row.client_peak_mb = max(peaks) if peaks else None
@@ -405,25 +417,45 @@ def floor_mb(python: str) -> float:
     return float(subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True).stdout.split()[-1])
 
 
+DYNAMO_PROBE = """
+import sys, time
+import edgefd.deploy.client, torch
+from edgefd.runtime.process import peak_rss_mb
+before, started = peak_rss_mb(), time.perf_counter()
+assert "torch._dynamo" not in sys.modules
+torch.optim.SGD(torch.nn.Linear(4, 2).parameters(), lr=0.1)
+print(round(peak_rss_mb() - before, 1), round(time.perf_counter() - started, 2), "torch._dynamo" in sys.modules)
+"""
+
+
+def dynamo_cost(python: str) -> tuple[float, float, bool]:
+    """What a process's first optimiser costs beyond the client runtime: torch.optim imports
+    torch._dynamo there (Optimizer.__init__ and step are wrapped by torch._disable_dynamo), which
+    nothing in a client needs. MB, seconds, and whether it was imported."""
+    out = subprocess.run([python, "-c", DYNAMO_PROBE], capture_output=True, text=True, check=True).stdout.split()
+    return float(out[-3]), float(out[-2]), out[-1] == "True"
+
+
 # ------------------------------------------------------------------------------------------ table
-def table(rows: list[Row], floor: float, python: str) -> str:
+def table(rows: list[Row], floor: float, python: str, dynamo: tuple[float, float, bool]) -> str:
     def mb(value: float | None) -> str:
         return "-" if value is None else f"{value:,.0f}"
 
     lines = [
         f"Interpreter of the server, clients and predict: {python}; "
-        f"client runtime imported, nothing built: {floor:,.0f} MB",
+        f"client runtime imported, nothing built: {floor:,.0f} MB; its first optimiser "
+        + (f"imports torch._dynamo: +{dynamo[0]:,.0f} MB, {dynamo[1]:.2f} s" if dynamo[2] else "imports no dynamo"),
         "",
-        "| case | method | client model | parameters | dataset | samples / client | batch | client after build, MB | "
-        "client peak in a round, MB | ONNX fp32, MB | predict fp32, MB | predict int8, MB |",
-        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| case | method | client model | parameters | dataset | samples / client | batch | start-up to hello, s | "
+        "client after build, MB | client peak in a round, MB | ONNX fp32, MB | predict fp32, MB | predict int8, MB |",
+        "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         data = r.dataset if r.data == "real" else f"{r.dataset} (synthetic)"
         peak = mb(r.client_peak_mb) if not r.error else f"{mb(r.client_peak_mb)} ({r.error[:60]})"
         lines.append(
             f"| {r.case} | {r.method} | {r.model} | {r.parameters:,} | {data} | {r.samples_per_client:,} | "
-            f"{r.batch_size} | "
+            f"{r.batch_size} | {'-' if r.hello_after_s is None else f'{r.hello_after_s:.1f}'} | "
             f"{mb(r.client_after_build_mb)} | {peak} | {r.onnx_mb if r.onnx_mb is not None else '-'} | "
             f"{mb(r.predict_fp32_mb)} | {mb(r.predict_int8_mb)} |"
         )
@@ -475,6 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in CASES if c.name in chosen]
     scratch = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="edgefd-device-memory-"))
     floor = floor_mb(args.python)
+    dynamo = dynamo_cost(args.python)
     rows = []
     for case in cases:
         print(f"{case.name}: {case.method} with {case.model} on {case.dataset} ({case.why})", flush=True)
@@ -485,16 +518,17 @@ def main(argv: list[str] | None = None) -> int:
         predict_memory(case, args, root, folder, row)
         print(
             f"  client peak {row.client_peak_mb} MB (after build {row.client_after_build_mb}), predict fp32 "
-            f"{row.predict_fp32_mb} MB, int8 {row.predict_int8_mb} MB, {row.run_seconds} s"
-            + (f"; {row.error}" if row.error else ""),
+            f"{row.predict_fp32_mb} MB, int8 {row.predict_int8_mb} MB, hello after {row.hello_after_s} s, "
+            f"{row.run_seconds} s" + (f"; {row.error}" if row.error else ""),
             flush=True,
         )
         rows.append(row)
         if args.json:  # after every case: a long run that is stopped keeps what it measured
             document = {"python": args.python, "floor_mb": floor, "clients": args.clients, "threads": args.threads}
+            document["dynamo_mb"], document["dynamo_s"], document["dynamo_imported"] = dynamo
             Path(args.json).write_text(json.dumps({**document, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
     print()
-    print(table(rows, floor, args.python))
+    print(table(rows, floor, args.python, dynamo))
     if not args.keep:
         import shutil
 

@@ -58,7 +58,7 @@ from edgefd.runtime import checkpoint
 from edgefd.runtime.build import build_client, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.limits import client_limit
-from edgefd.runtime.process import peak_rss_mb
+from edgefd.runtime.process import peak_rss_mb, seconds_since_start
 from edgefd.runtime.verbs import STEP, VERBS, ClientApp, Phase, StepRefused, exchange_done, scores_of
 from edgefd.training import device_choice
 
@@ -222,6 +222,9 @@ class ClientRuntime:
             if VERBS[request.verb].counted:
                 self._save()
             log.info("%s: %s %d answered (%d bytes)", self.cid, request.verb, request.round, answer.content_bytes)
+            if VERBS[request.verb].once and (age := seconds_since_start()) is not None:
+                # its start-up: from the process's start (imports, the broker, its data and model) to its hello
+                log.info("%s: %s sent %.1f s after its start; started_s=%.2f", self.cid, request.verb, age, age)
         else:
             log.info("%s: %s %d answered again with its stored answer", self.cid, request.verb, request.round)
         self.endpoint.publish(self.topics.up(self.cid, request.verb), answer)

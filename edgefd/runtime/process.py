@@ -1,6 +1,7 @@
 """How edgefd starts another edgefd process (deploy-local's server and clients, a recipe's isolated
 run): with this interpreter, importing the edgefd this process imported; and a process's own peak
-memory (`peak_rss_mb`), which a run, a server and a device record.
+memory (`peak_rss_mb`), which a run, a server and a device record, and its age
+(`seconds_since_start`: a device's start-up to its hello).
 
 ``python -m edgefd.cli`` would put the working folder first on ``sys.path``: run from a checkout of
 edgefd while edgefd is installed, every child imported the checkout instead, which has no compiled
@@ -11,6 +12,7 @@ without the working folder on ``sys.path``.
 
 from __future__ import annotations
 
+import os
 import sys
 
 _MAIN = "import sys; sys.path[:] = [p for p in sys.path if p]; from {module} import main; sys.exit(main())"
@@ -39,3 +41,17 @@ def peak_rss_mb() -> float:
 
     kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return round(kib / 1024, 1)
+
+
+def seconds_since_start() -> float | None:
+    """Seconds since this process started (the interpreter's start, imports included), from
+    Linux's /proc; None elsewhere. A device logs it with its hello: its start-up time."""
+    try:
+        with open("/proc/self/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # the name in brackets may hold spaces
+        with open("/proc/uptime") as uptime:
+            now = float(uptime.read().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, field 22 of proc(5)
+    return round(max(0.0, now - started), 2)

@@ -34,6 +34,10 @@ def test_device_memory_quick(tmp_path):
     assert 0 < row["client_after_build_mb"] <= row["client_peak_mb"]
     assert row["predict_fp32_mb"] > 0 and row["predict_int8_mb"] > 0
     assert row["predict_imports_torch"] is False
+    # the client's start-up to its hello, as it logged it: after the runtime's imports, within the run
+    assert 0 < row["hello_after_s"] < row["run_seconds"]
+    document = json.loads((tmp_path / "memory.json").read_text())
+    assert document["dynamo_imported"] is True and document["dynamo_mb"] > 0  # torch.optim's, measured
     assert "| quick | fd | cnn2 |" in out
 
 

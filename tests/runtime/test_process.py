@@ -24,3 +24,11 @@ def test_a_child_never_imports_from_the_working_folder(tmp_path):
         [sys.executable, "-m", "edgefd.cli", "methods"], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert old.returncode != 0 and "of the working folder" in old.stderr  # what the decoys catch
+
+
+def test_a_process_knows_how_long_ago_it_started():
+    """A device logs its start-up with its hello: the seconds since its interpreter started, imports
+    included, which a clock started by edgefd's own code would not count."""
+    probe = "import time; time.sleep(1.0); from edgefd.runtime.process import seconds_since_start as s; print(s())"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert 1.0 <= float(done.stdout) < 60
