@@ -47,6 +47,7 @@ DEFENCES: dict[str, tuple[str, dict[str, object]]] = {
     "median": ("median", {"aggregator": "median"}),
     "trimmed": ("trimmed mean (20%)", {"aggregator": "trimmed"}),
     "clip": ("clip 3x the median norm", {"clip": 3.0}),
+    "median-clip": ("median, rows clipped (3x)", {"aggregator": "median", "clip": 3.0}),
 }
 """Column key: (header, the params that set it). "the paper's" sets those of its params the method
 has (the mean, no bound on weights or updates, no clipping); any other column runs only for a
@@ -84,26 +85,30 @@ def honest_accuracy(config: SimulationConfig, deployed: bool, left_out: int) -> 
     return statistics.mean(scores), refused
 
 
-def defence_params(method: str, defence: str) -> dict[str, object] | None:
+def defence_params(method: str, defence: str, base: dict[str, object] | None = None) -> dict[str, object] | None:
     """The params of ``defence`` for ``method``, or None where the method lacks it or it is what the
-    method does by default (the defaults column has it)."""
+    run does without it (the defaults column has it): the method's defaults, under the ``base``
+    params a recipe's or a config's arm sets."""
     defaults = get_method(method).params()
     wanted = DEFENCES[defence][1]
     if defence == "paper":
         wanted = {name: value for name, value in wanted.items() if hasattr(defaults, name)}
     elif not all(hasattr(defaults, name) for name in wanted):
         return None
-    if defence != "defaults" and all(getattr(defaults, name) == value for name, value in wanted.items()):
+    plain = {**{name: getattr(defaults, name) for name in wanted}, **(base or {})}
+    if defence != "defaults" and all(plain[name] == value for name, value in wanted.items()):
         return None
     return wanted
 
 
-def arms(method: str, attacks: list[str], chosen: list[str]) -> list[tuple[str, str]]:
+def arms(
+    method: str, attacks: list[str], chosen: list[str], base: dict[str, object] | None = None
+) -> list[tuple[str, str]]:
     """(attack, defence) pairs: clean and attacked under each of the ``chosen`` defences the method has."""
     defaults = get_method(method).params()
     defences: list[str] = []
     for key in chosen:
-        if defence_params(method, key) is None:
+        if defence_params(method, key, base) is None:
             if key != "paper" and not all(hasattr(defaults, name) for name in DEFENCES[key][1]):
                 continue  # the method does not have it
             key = "defaults"  # it is what the method does by default: its defaults column
@@ -164,13 +169,13 @@ def main() -> None:
             refusals: dict[tuple[str, str], dict[str, int]] = {}
             base, method_params = setting(args, method)
             for seed in args.seeds:
-                for attack, aggregator in arms(method, args.attacks, args.defences):
+                for attack, aggregator in arms(method, args.attacks, args.defences, method_params):
                     config = replace(
                         base,
                         algo=method,
                         seed=seed,
                         attack=attack,
-                        params={**method_params, **(defence_params(method, aggregator) or {})},
+                        params={**method_params, **(defence_params(method, aggregator, method_params) or {})},
                         out=str(Path(folder) / f"{method}-{attack}-{aggregator}-{seed}"),
                     )
                     # the attacker (client-0) is left out of every arm's score, or nobody's when none attacks

@@ -12,12 +12,12 @@ from edgefd.runtime.config import SimulationConfig
 
 _ARMS = [
     Arm("Local", "local"),
-    # faithful: per-batch exchange, clients in sequence, the teacher the mean of Eq. 17
-    Arm("FedCache", "fedcache", {"knn": "exact", "aggregator": "mean"}),
+    # faithful: per-batch exchange, clients in sequence, the teacher the mean of Eq. 17 over the rows as uploaded
+    Arm("FedCache", "fedcache", {"knn": "exact", "aggregator": "mean", "clip": 0.0}),
     Arm(
         "FedCache (round-batched)",
         "fedcache",
-        {"knn": "exact", "aggregator": "mean", "exchange": "round"},
+        {"knn": "exact", "aggregator": "mean", "clip": 0.0, "exchange": "round"},
         folder="fedcache-round",
     ),
     # FD with FedCache's KD loss and the leave-one-out teacher: docs/methods/fd.md#distillation-weight-and-temperature
@@ -123,7 +123,7 @@ RECIPES["fedcache-demo"] = Recipe(
     arms=[
         Arm("Local", "local"),
         Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),
-        Arm("FedCache", "fedcache", {"encoder": "mobilenet", "aggregator": "mean"}),
+        Arm("FedCache", "fedcache", {"encoder": "mobilenet", "aggregator": "mean", "clip": 0.0}),
     ],
     target_from=["FedCache", "FD"],
     seeds=(0,),

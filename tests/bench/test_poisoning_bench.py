@@ -54,3 +54,19 @@ def test_a_method_whose_defaults_are_its_papers_keeps_that_column_without_defaul
     assert poisoning.arms("local", [], ["paper", "median"]) == [("none", "defaults")]
     assert poisoning.arms("fedmd", [], ["paper", "defaults"]) == [("none", "paper"), ("none", "defaults")]
     assert poisoning.arms("fedavg", [], ["paper", "median"]) == [("none", "paper"), ("none", "median")]
+
+
+def test_under_a_recipes_params_a_defence_equal_to_the_methods_defaults_still_runs():
+    """The FedCache recipe pins the paper's teacher (aggregator=mean, clip=0): its median with
+    clipped rows, the method's defaults, is then a column of its own, not its defaults column
+    (which there is the recipe's arm)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("poisoning", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    poisoning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(poisoning)
+    recipe = {"knn": "exact", "aggregator": "mean", "clip": 0.0}
+    assert poisoning.arms("fedcache", [], ["median-clip"]) == [("none", "defaults")]
+    assert poisoning.arms("fedcache", [], ["median-clip"], recipe) == [("none", "median-clip")]
+    assert poisoning.defence_params("fedcache", "median-clip", recipe) == {"aggregator": "median", "clip": 3.0}

@@ -7,7 +7,9 @@ docs/methods/fedcache.md#self-exclusion,
 docs/methods/fedcache.md#small-classes). A client's knowledge is the mean of its neighbours' cached rows
 (Eq. 12, 16, 17), computed with the `gather_mean` kernel over the whole neighbour table at once.
 A sample that a client declared and never uploaded logits for, though it trained, is nobody's
-teacher (`KnowledgeCache.close_round`; docs/methods/fedcache.md#samples-never-uploaded).
+teacher (`KnowledgeCache.close_round`; docs/methods/fedcache.md#samples-never-uploaded). A
+client's rows teach at most ``clip`` times the others' typical norm (`KnowledgeCache.bounds`;
+docs/methods/fedcache.md#bounded-rows).
 
 Rows are laid out client after client in registration order, so one client's rows are a slice
 and a round's lookups copy nothing but the answer.
@@ -38,6 +40,7 @@ class KnowledgeCache:
         aggregator: str = "mean",
         trim: float = 0.2,
         weight_cap: float = WEIGHT_CAP,
+        clip: float = 0.0,
     ) -> None:
         """``mask_unfilled``: average only neighbours that have uploaded logits at least once
         (docs/methods/fedcache.md#cache-initialisation; the paper's Eq. 9 counts the zero rows too).
@@ -47,7 +50,8 @@ class KnowledgeCache:
         `gather_mean` kernel) or a robust statistic (`gather_robust`:
         docs/methods/fedcache.md#robust-teachers). ``weight_cap``: how many of a client's samples
         may be neighbours, in times the median of the other clients' sample counts
-        (`neighbour_candidates`; 0: all)."""
+        (`neighbour_candidates`; 0: all). ``clip``: a client's rows teach scaled down to at most this
+        many times the median norm of the other clients' rows (`bounds`; 0: as uploaded)."""
         if max_ensemble < 0:
             raise ValueError(f"max_ensemble: must be >= 0, got {max_ensemble}")
         if aggregator not in AGGREGATORS:
@@ -59,6 +63,7 @@ class KnowledgeCache:
         self.mask_unfilled = mask_unfilled
         self.max_ensemble = max_ensemble
         self.weight_cap = weight_cap
+        self.clip = clip
         self.held_back = 0
         """Registered rows that are nobody's neighbour (`neighbour_candidates`), set by `build`."""
         self._hashes: list[np.ndarray] = []
@@ -72,6 +77,11 @@ class KnowledgeCache:
         self.logits = torch.zeros((0, num_classes))
         """The latest logits of every sample, a row each (zeros until its client first uploads them)."""
         self.filled = torch.zeros(0, dtype=torch.bool)
+        self.norms = torch.zeros(0)
+        """The L2 norm of every row of `logits`."""
+        self.typical_norm = np.zeros(0)
+        """Each client's median row norm over the rows it has uploaded (NaN before its first), in
+        registration order: what the other clients' rows are bounded by (`bounds`)."""
         self.uploaders: set[str] = set()
         """Clients that uploaded logits in a round now over (`close_round`): of their rows, only
         those they uploaded teach."""
@@ -123,6 +133,8 @@ class KnowledgeCache:
             self.neighbours = np.ascontiguousarray(self.neighbours[:, : self.max_ensemble])
         self.logits = torch.zeros((self.size, self.num_classes))
         self.filled = torch.zeros(self.size, dtype=torch.bool)
+        self.norms = torch.zeros(self.size)
+        self.typical_norm = np.full(len(self.slices), np.nan)
         self._hashes = []
         self._labels = []
 
@@ -147,11 +159,48 @@ class KnowledgeCache:
     def fetch(self, client_id: str) -> torch.Tensor:
         """Mean of the cached neighbours' logits for each of the client's samples, in
         registration order (Eq. 12, 16, 17)."""
-        return self.combine(self.logits, self._table(self.neighbours[self.slices[client_id]]))
+        return self.combine(self.teaching_logits(), self._table(self.neighbours[self.slices[client_id]]))
 
     def fetch_all(self) -> torch.Tensor:
         """The same for every registered sample (one kernel call: a whole round's lookups)."""
-        return self.combine(self.logits, self._table(self.neighbours))
+        return self.combine(self.teaching_logits(), self._table(self.neighbours))
+
+    def bounds(self) -> np.ndarray:
+        """Each client's bound on the norm of a row it teaches with, in registration order: ``clip``
+        times the median of the other clients' typical row norms (their rows' median). The bound
+        comes from the others alone, so a client cannot raise its own, and with three clients it
+        lies between the two others' typical norms. NaN where no other client has uploaded yet:
+        such rows teach as the zero rows of Eq. 9, which every row is until it is uploaded."""
+        typical = self.typical_norm
+        known = ~np.isnan(typical)
+        out = np.full(len(typical), np.nan)
+        for number in range(len(typical)):
+            others = typical[known & (np.arange(len(typical)) != number)]
+            if len(others):
+                out[number] = self.clip * float(np.median(others))
+        return out
+
+    def teaching_logits(self, rows: np.ndarray | None = None, logits: torch.Tensor | None = None) -> torch.Tensor:
+        """The cached logits of ``rows`` (all rows when None), or the given ``logits`` for those rows,
+        as they teach: each scaled down to its client's bound (`bounds`; as uploaded with
+        ``clip=0``)."""
+        if logits is None:
+            logits = self.logits if rows is None else self.logits[torch.from_numpy(rows)]
+        if not self.clip:
+            return logits
+        owners = self.owners if rows is None else self.owners[rows]
+        bound = torch.from_numpy(self.bounds()[owners]).to(logits.dtype)
+        norms = logits.norm(dim=1)
+        scale = torch.where(norms > bound, bound / norms.clamp(min=torch.finfo(logits.dtype).tiny), 1.0)
+        scale = torch.where(torch.isnan(bound), 0.0, scale)  # no other client has uploaded: not a teacher yet
+        return logits * scale[:, None]
+
+    def clipped_rows(self) -> int:
+        """Rows that uploaded logits above their client's bound (they teach scaled down)."""
+        if not self.clip:
+            return 0
+        bound = torch.from_numpy(self.bounds()[self.owners]).to(self.norms.dtype)
+        return int((self.filled & (self.norms > bound)).sum())
 
     def _table(self, neighbours: np.ndarray) -> torch.Tensor:
         table = torch.from_numpy(neighbours)
@@ -209,7 +258,7 @@ class KnowledgeCache:
         table = np.full(neighbours.shape, -1, np.int64)
         table[neighbours >= 0] = local
         table = np.where(earlier, len(named) + position, table)
-        values = torch.cat([self.logits[torch.from_numpy(named)], torch.from_numpy(logits)])
+        values = torch.cat([self.teaching_logits(named), self.teaching_logits(rows, torch.from_numpy(logits))])
         index = torch.from_numpy(table)
         teaching = self._teaching(torch.from_numpy(named))
         if teaching is not None:  # the message's own rows are uploaded now: they teach
@@ -226,3 +275,8 @@ class KnowledgeCache:
         index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
         self.logits[index] = torch.from_numpy(logits)
         self.filled[index] = True
+        self.norms[index] = self.logits[index].norm(dim=1)
+        for number in np.unique(self.owners[np.asarray(rows, dtype=np.int64)]):
+            part = list(self.slices.values())[number]
+            uploaded = self.norms[part][self.filled[part]]
+            self.typical_norm[number] = float(uploaded.median())

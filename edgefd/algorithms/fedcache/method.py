@@ -85,7 +85,7 @@ from edgefd.data.disk_cache import cache_base
 from edgefd.protocol import Payload
 from edgefd.protocol.payload import Scalar
 from edgefd.settings import setting
-from edgefd.training import LocalTraining, epoch_batches, forward, local_epochs
+from edgefd.training import LocalTraining, epoch_batches, forward, has_batchnorm, local_epochs
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,12 @@ class FedCacheParams:
         choices=AGGREGATORS,
     )
     trim: float = setting(0.2, "aggregator=trimmed: fraction of the neighbours dropped at each end of every logit")
+    clip: float = setting(
+        3.0,
+        "a client's cached logits teach scaled down to at most this many times the median row norm of the other "
+        "clients' (so one client's huge logits teach as ordinary ones); 0 = as uploaded, Eq. 17's "
+        "(docs/methods/fedcache.md#bounded-rows)",
+    )
     hash_cache: str = setting(
         "auto",
         "where hashes are kept by sample content so that no run hashes a sample twice: auto (for the mobilenet "
@@ -149,6 +155,8 @@ class FedCacheParams:
         check_choices(self)
         check_trim(self.trim)
         check_weight_cap(self.weight_cap)
+        if not (math.isfinite(self.clip) and (self.clip == 0 or self.clip >= 1)):
+            raise ValueError(f"param clip: must be 0 (off) or a finite number >= 1, got {self.clip!r}")
 
 
 def fedcache_loss(
@@ -297,6 +305,7 @@ class FedCacheServer(ServerRole):
             aggregator=params.aggregator,
             trim=params.trim,
             weight_cap=params.weight_cap,
+            clip=params.clip,
         )
         self.relations = RelationConfig(
             params.neighbours,
@@ -314,6 +323,8 @@ class FedCacheServer(ServerRole):
         self.uploaded: set[str] = set()
         """Clients that sent logits in the round under way (step requests or an uplink)."""
         self.logit_schemas: dict[tuple[str, int | None], schema.MessageSchema] = {}
+        self.batchnorm: dict[str, bool] = {}
+        """Whether each client's model has BatchNorm (`untrainable`), once asked."""
 
     def start(self, hellos: dict[str, Payload]) -> None:
         """Register every client's samples and relate them. A client without a hello (none came, or
@@ -375,6 +386,20 @@ class FedCacheServer(ServerRole):
         counts = np.bincount(np.asarray(payload.arrays["labels"], np.int64), minlength=self.context.num_classes)
         self.context.check_declared(counts=counts)
 
+    def untrainable(self, client_id: str) -> int:
+        """How many of the client's samples an honest round may leave without logits: a last
+        mini-batch of one sample, which a model with BatchNorm skips (`epoch_batches`). The server
+        does not warn of so few (they are still nobody's teacher until uploaded)."""
+        if client_id not in self.cache.slices:
+            return 0
+        if len(self.cache.sample_ids(client_id)) % self.context.train.batch_size != 1:
+            return 0
+        if client_id not in self.batchnorm:
+            with torch.random.fork_rng(devices=[]):  # aside from the run's random stream
+                model = self.context.build_model(self.context.client_models[client_id])
+            self.batchnorm[client_id] = has_batchnorm(model)
+        return int(self.batchnorm[client_id])
+
     def max_steps(self, client_id: str) -> int:
         """Its samples' mini-batches times the local epochs (0 for a client left out at the start)."""
         if client_id not in self.cache.slices:
@@ -434,7 +459,7 @@ class FedCacheServer(ServerRole):
         self.rows_answered = 0
         first = self.uploaded.union(uplinks) - self.cache.uploaders
         for client, silent in self.cache.close_round(self.uploaded.union(uplinks)).items():
-            if client in first:
+            if client in first and silent > self.untrainable(client):
                 log.warning(
                     "fedcache: %s trained without uploading logits for %d of the samples its hello declared; "
                     "they are nobody's teacher until it does (docs/methods/fedcache.md#samples-never-uploaded)",
@@ -445,6 +470,8 @@ class FedCacheServer(ServerRole):
         metrics = {"cache_rows_updated": float(updated), "neighbours_from_other_clients": self.cross_client}
         if self.cache.silent:  # only then: an honest run's records stay as they were
             metrics["cache_rows_never_uploaded"] = float(self.cache.silent)
+        if clipped := self.cache.clipped_rows():
+            metrics["cache_rows_clipped"] = float(clipped)
         return metrics
 
 

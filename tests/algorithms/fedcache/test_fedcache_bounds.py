@@ -157,3 +157,18 @@ def test_an_honest_round_leaves_no_sample_untaught_and_adds_no_metric(tmp_path):
     record = sim.federation.run_round(1)
     assert "cache_rows_never_uploaded" not in record.server and sim.server.cache.silent == 0
     assert bool(sim.server.cache.filled.all())
+
+
+def test_an_honest_client_whose_last_batch_is_one_sample_is_not_warned_of(tmp_path, caplog):
+    """41 samples in batches of 8 leave a last batch of one, which a model with BatchNorm (ResNet-8)
+    skips (`epoch_batches`): that sample has no logits after the round and is nobody's teacher, but
+    the client is honest, and the server does not log it as one that declared samples it never
+    uploaded (it did, for a liar: the test above)."""
+    config = {**QUICK, "clients": 3, "models": "resnet8", "samples_per_client": 41, "batch_size": 8}
+    sim = build(SimulationConfig(out=str(tmp_path), **{**config, "params": {"knn": "exact"}}))
+    sim.federation.start()
+    assert [sim.server.untrainable(cid) for cid in sorted(sim.clients)] == [1, 1, 1]
+    with caplog.at_level("WARNING"):
+        record = sim.federation.run_round(1)
+    assert record.server["cache_rows_never_uploaded"] == 3  # one a client, counted all the same
+    assert "trained without uploading logits" not in caplog.text

@@ -8,6 +8,7 @@ import torch
 from clustered_hashes import clustered
 
 from edgefd.algorithms.fedcache.cache import KnowledgeCache
+from edgefd.algorithms.fedcache.method import FedCacheParams
 from edgefd.algorithms.fedcache.relations import RelationConfig, neighbour_candidates
 
 
@@ -253,3 +254,65 @@ def test_before_its_clients_first_round_a_row_is_the_zero_row_of_eq_9():
     cache.update(np.arange(2), np.full((2, 2), 3.0, np.float32))
     assert cache.close_round(["a"]) == {} and cache.silent == 0
     assert cache.fetch("a")[0].tolist() == pytest.approx([1.0, 1.0])  # (3 + 0 + 0) / 3
+
+
+def three_clients_of_one_class(clip: float, aggregator: str = "median") -> KnowledgeCache:
+    """Three clients of 6 samples of one class, each sample related to all 17 others."""
+    hashes, labels = clustered(18, 1, seed=5)
+    cache = KnowledgeCache(2, aggregator=aggregator, clip=clip)
+    for k in range(3):
+        cache.register(f"client-{k}", np.arange(6), labels[6 * k : 6 * k + 6], hashes[6 * k : 6 * k + 6])
+    cache.build(RelationConfig(neighbours=17, method="exact"))
+    return cache
+
+
+@pytest.mark.parametrize("aggregator", ["mean", "median"])
+def test_a_clients_rows_teach_at_most_clip_times_the_others_typical_norm(aggregator):
+    """Client-0 writes logits at the schemas' bound (9,990, the wrong class); the two others write
+    honest rows of norm 5 and 10. Its rows then teach with norm 3 x 7.5 (the median of the others'
+    typical norms), in the fetch and in the sequential exchange alike, and unclipped (clip=0) they
+    would dominate every teacher."""
+    poisoned = np.tile([[-9990.0, 9990.0]], (6, 1)).astype(np.float32)
+    caches = {}
+    for clip in (0.0, 3.0):
+        cache = caches[clip] = three_clients_of_one_class(clip, aggregator)
+        cache.update(np.arange(6, 12), np.tile([[3.0, -4.0]], (6, 1)).astype(np.float32))  # norm 5
+        cache.update(np.arange(12, 18), np.tile([[6.0, -8.0]], (6, 1)).astype(np.float32))  # norm 10
+        cache.update(np.arange(6), poisoned)
+    assert caches[3.0].bounds()[0] == 22.5  # from the other two alone: client-0 cannot raise it
+    bounded = caches[3.0].teaching_logits()
+    assert torch.allclose(bounded[:6].norm(dim=1), torch.full((6,), 22.5))  # scaled down, same direction
+    assert torch.equal(bounded[6:], caches[3.0].logits[6:])  # honest rows within their bounds: as uploaded
+    assert caches[3.0].clipped_rows() == 6
+    if aggregator == "mean":  # 6 of a sample's 17 neighbours are client-0's: they pull a mean teacher
+        assert caches[0.0].fetch_all()[6:, 1].min() > 3000
+        assert caches[3.0].fetch_all()[6:, 1].max() < 10
+    teachers = caches[3.0].exchange(np.array([0, 1]), poisoned[:2])
+    assert teachers.abs().max() < 30  # a teacher of bounded rows, the sender's own included
+    with pytest.raises(ValueError, match="clip"):
+        FedCacheParams(clip=0.5)
+
+
+def test_a_clients_rows_teach_nothing_until_another_client_has_uploaded():
+    """The bound comes from the others alone; before any other client has uploaded there is none,
+    and the first client's rows teach as the zero rows of Eq. 9 (as every row not yet uploaded)."""
+    cache = three_clients_of_one_class(3.0)
+    cache.update(np.arange(6), np.tile([[500.0, 0.0]], (6, 1)).astype(np.float32))
+    assert np.isnan(cache.bounds()[0]) and torch.count_nonzero(cache.teaching_logits()) == 0
+    cache.update(np.arange(6, 8), np.tile([[1.0, 0.0]], (2, 1)).astype(np.float32))
+    assert cache.bounds()[0] == 3.0 and torch.allclose(cache.teaching_logits()[0], torch.tensor([3.0, 0.0]))
+
+
+def test_an_honest_clients_rows_within_the_bound_teach_as_uploaded():
+    """Rows of similar norms (within 3 times the others' median) bind nothing: the teachers are
+    those of clip=0 exactly."""
+    rng = np.random.default_rng(0)
+    directions = rng.normal(size=(18, 2))
+    logits = (directions / np.linalg.norm(directions, axis=1, keepdims=True) * rng.uniform(1, 2, (18, 1))).astype(
+        np.float32
+    )
+    caches = [three_clients_of_one_class(clip) for clip in (0.0, 3.0)]
+    for cache in caches:
+        cache.update(np.arange(18), logits)
+    assert caches[1].clipped_rows() == 0
+    assert torch.equal(caches[0].fetch_all(), caches[1].fetch_all())
