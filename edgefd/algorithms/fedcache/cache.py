@@ -77,8 +77,6 @@ class KnowledgeCache:
         self.logits = torch.zeros((0, num_classes))
         """The latest logits of every sample, a row each (zeros until its client first uploads them)."""
         self.filled = torch.zeros(0, dtype=torch.bool)
-        self.norms = torch.zeros(0)
-        """The L2 norm of every row of `logits`."""
         self.typical_norm = np.zeros(0)
         """Each client's median row norm over the rows it has uploaded (NaN before its first), in
         registration order: what the other clients' rows are bounded by (`bounds`)."""
@@ -133,7 +131,6 @@ class KnowledgeCache:
             self.neighbours = np.ascontiguousarray(self.neighbours[:, : self.max_ensemble])
         self.logits = torch.zeros((self.size, self.num_classes))
         self.filled = torch.zeros(self.size, dtype=torch.bool)
-        self.norms = torch.zeros(self.size)
         self.typical_norm = np.full(len(self.slices), np.nan)
         self._hashes = []
         self._labels = []
@@ -171,6 +168,9 @@ class KnowledgeCache:
         comes from the others alone, so a client cannot raise its own, and with three clients it
         lies between the two others' typical norms. NaN where no other client has uploaded yet:
         such rows teach as the zero rows of Eq. 9, which every row is until it is uploaded."""
+        if len(getattr(self, "typical_norm", ())) != len(self.slices):  # a checkpoint of an older checkout
+            self.typical_norm = np.full(len(self.slices), np.nan)
+            self._measure(range(len(self.slices)))
         typical = self.typical_norm
         known = ~np.isnan(typical)
         out = np.full(len(typical), np.nan)
@@ -199,8 +199,8 @@ class KnowledgeCache:
         """Rows that uploaded logits above their client's bound (they teach scaled down)."""
         if not self.clip:
             return 0
-        bound = torch.from_numpy(self.bounds()[self.owners]).to(self.norms.dtype)
-        return int((self.filled & (self.norms > bound)).sum())
+        bound = torch.from_numpy(self.bounds()[self.owners]).to(self.logits.dtype)
+        return int((self.filled & (self.logits.norm(dim=1) > bound)).sum())
 
     def _table(self, neighbours: np.ndarray) -> torch.Tensor:
         table = torch.from_numpy(neighbours)
@@ -275,8 +275,13 @@ class KnowledgeCache:
         index = torch.from_numpy(np.asarray(rows, dtype=np.int64))
         self.logits[index] = torch.from_numpy(logits)
         self.filled[index] = True
-        self.norms[index] = self.logits[index].norm(dim=1)
-        for number in np.unique(self.owners[np.asarray(rows, dtype=np.int64)]):
-            part = list(self.slices.values())[number]
-            uploaded = self.norms[part][self.filled[part]]
-            self.typical_norm[number] = float(uploaded.median())
+        if self.clip:
+            self._measure(np.unique(self.owners[np.asarray(rows, dtype=np.int64)]))
+
+    def _measure(self, numbers: Iterable[int]) -> None:
+        """Sets the `typical_norm` of these clients (by registration number) from their uploaded rows."""
+        parts = list(self.slices.values())
+        for number in numbers:
+            uploaded = self.logits[parts[number]][self.filled[parts[number]]]
+            if len(uploaded):
+                self.typical_norm[number] = float(uploaded.norm(dim=1).median())

@@ -316,3 +316,14 @@ def test_an_honest_clients_rows_within_the_bound_teach_as_uploaded():
         cache.update(np.arange(18), logits)
     assert caches[1].clipped_rows() == 0
     assert torch.equal(caches[0].fetch_all(), caches[1].fetch_all())
+
+
+def test_a_cache_restored_without_its_typical_norms_measures_them_again():
+    """A server checkpoint of an older checkout holds no `typical_norm`: the bounds are measured
+    again from the uploaded rows, the same as the live cache's."""
+    cache = three_clients_of_one_class(3.0)
+    cache.update(np.arange(18), np.tile([[3.0, -4.0]], (18, 1)).astype(np.float32) * np.repeat([1, 2, 4], 6)[:, None])
+    expected = cache.bounds()
+    del cache.typical_norm
+    np.testing.assert_array_equal(cache.bounds(), expected)
+    assert expected.tolist() == [3 * 15.0, 3 * 12.5, 3 * 7.5]
