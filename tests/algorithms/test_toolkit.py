@@ -14,6 +14,7 @@ from edgefd.algorithms.toolkit import (
     capped_label_counts,
     capped_weights,
     gather_robust,
+    median_of_others,
     robust_mean,
     robust_states,
 )
@@ -155,3 +156,15 @@ def test_a_bounded_update_is_measured_from_the_global_model_not_from_zero():
     out, clipped = bounded_updates([_state(5.1, 5.0), _state(5.1, 5.0), _state(50.0, 5.0)], global_state, 2.0)
     assert clipped == 1
     np.testing.assert_allclose(out[2]["w"], 5.2, rtol=1e-6)  # its norm 0.4 = 2 x 0.2, spread over its 4 entries
+
+
+def test_the_median_of_the_others_is_that_of_each_entry_left_out():
+    """One sort instead of a median per entry: the same numbers as leaving each entry out and taking
+    np.median of the counted rest (NaN where nothing is left), ties and uncounted entries included."""
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n = int(rng.integers(1, 9))
+        values = rng.integers(0, 5, n) * rng.choice([1.0, 0.5])
+        counted = rng.random(n) < 0.7
+        expected = [np.median(rest) if len(rest := values[counted & (np.arange(n) != k)]) else np.nan for k in range(n)]
+        np.testing.assert_array_equal(median_of_others(values, counted), expected)

@@ -1,6 +1,7 @@
 """benchmarks/poisoning.py runs a clean and an attacked arm under every defence a method has, and
 prints what the attack cost each: the command docs/ROBUSTNESS.md's tables come from."""
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -39,16 +40,20 @@ def test_a_recipes_clean_arms_give_each_defences_cost_at_its_setting():
     assert "unknown" not in done.stderr
 
 
-def test_a_method_whose_defaults_are_its_papers_keeps_that_column_without_defaults_asked():
-    """FedD2S's defaults are its paper's mean: `--defences paper median` ran its median alone (the
-    paper's column collapsed into a defaults column nobody asked for). It now runs the defaults.
-    FedMD's default is the median: its paper's column is the mean, and its median its defaults."""
-    import importlib.util
-
+def load_poisoning():
+    """benchmarks/poisoning.py as a module (a script of the checkout, not of the package)."""
     spec = importlib.util.spec_from_file_location("poisoning", SCRIPT)
     assert spec is not None and spec.loader is not None
     poisoning = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(poisoning)
+    return poisoning
+
+
+def test_a_method_whose_defaults_are_its_papers_keeps_that_column_without_defaults_asked():
+    """FedD2S's defaults are its paper's mean: `--defences paper median` ran its median alone (the
+    paper's column collapsed into a defaults column nobody asked for). It now runs the defaults.
+    FedMD's default is the median: its paper's column is the mean, and its median its defaults."""
+    poisoning = load_poisoning()
     assert poisoning.arms("fedd2s", [], ["paper", "median"]) == [("none", "defaults"), ("none", "median")]
     assert poisoning.arms("fedmd", [], ["paper", "median"]) == [("none", "paper"), ("none", "defaults")]
     assert poisoning.arms("local", [], ["paper", "median"]) == [("none", "defaults")]
@@ -60,12 +65,7 @@ def test_under_a_recipes_params_a_defence_equal_to_the_methods_defaults_still_ru
     """The FedCache recipe pins the paper's teacher (aggregator=mean, clip=0): its median with
     clipped rows, the method's defaults, is then a column of its own, not its defaults column
     (which there is the recipe's arm)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("poisoning", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    poisoning = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(poisoning)
+    poisoning = load_poisoning()
     recipe = {"knn": "exact", "aggregator": "mean", "clip": 0.0}
     assert poisoning.arms("fedcache", [], ["median-clip"]) == [("none", "defaults")]
     assert poisoning.arms("fedcache", [], ["median-clip"], recipe) == [("none", "median-clip")]

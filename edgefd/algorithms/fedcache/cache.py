@@ -25,7 +25,7 @@ import torch
 
 from edgefd import kernels
 from edgefd.algorithms.fedcache.relations import RelationConfig, RelationStore, build_relations, neighbour_candidates
-from edgefd.algorithms.toolkit import AGGREGATORS, WEIGHT_CAP, SampleIndex, gather_robust
+from edgefd.algorithms.toolkit import AGGREGATORS, WEIGHT_CAP, SampleIndex, gather_robust, median_of_others
 
 
 class KnowledgeCache:
@@ -171,14 +171,7 @@ class KnowledgeCache:
         if len(getattr(self, "typical_norm", ())) != len(self.slices):  # a checkpoint of an older checkout
             self.typical_norm = np.full(len(self.slices), np.nan)
             self._measure(range(len(self.slices)))
-        typical = self.typical_norm
-        known = ~np.isnan(typical)
-        out = np.full(len(typical), np.nan)
-        for number in range(len(typical)):
-            others = typical[known & (np.arange(len(typical)) != number)]
-            if len(others):
-                out[number] = self.clip * float(np.median(others))
-        return out
+        return self.clip * median_of_others(self.typical_norm, ~np.isnan(self.typical_norm))
 
     def teaching_logits(self, rows: np.ndarray | None = None, logits: torch.Tensor | None = None) -> torch.Tensor:
         """The cached logits of ``rows`` (all rows when None), or the given ``logits`` for those rows,
