@@ -45,6 +45,7 @@ from edgefd.deploy.mqtt_transport import (
     MqttEndpoint,
     Topics,
     encode_frames,
+    newest_common,
 )
 from edgefd.export.checkpoint import (
     MODELS_DIR,
@@ -53,6 +54,8 @@ from edgefd.export.checkpoint import (
     deliverable_model,
     save_checkpoint,
 )
+from edgefd.protocol import MESSAGE_VERSIONS
+from edgefd.protocol.errors import versions_text
 from edgefd.protocol.message import SERVER, Message
 from edgefd.runtime import checkpoint
 from edgefd.runtime.build import build_client, prepare
@@ -75,8 +78,10 @@ class ClientRuntime:
         self.settings = settings
         self.cid = settings.client_id
         self.topics = Topics(settings.run)
-        will = encode_frames(
-            control.status_message(self.cid, control.OFFLINE, settings.run), settings.broker.chunk_size
+        will = encode_frames(  # in the oldest version this device speaks: any server it may meet reads it
+            control.status_message(self.cid, control.OFFLINE, settings.run),
+            settings.broker.chunk_size,
+            min(MESSAGE_VERSIONS),
         )[0]
         self.endpoint = MqttEndpoint(
             settings.broker,
@@ -151,6 +156,7 @@ class ClientRuntime:
             )
             return
         if msg.verb == control.CONFIG:
+            self._agree_on_protocol(control.protocols_of(message, msg.version))
             self._configure(message)
             for pending in self._backlog:
                 self._handle(pending)
@@ -206,6 +212,16 @@ class ClientRuntime:
             log.warning("%s: %s; round %d's %s ends unanswered", self.cid, refused, message.round, msg.verb)
         except ValueError as error:  # a request the client cannot take (a reply without content, ...)
             self.endpoint.reject(f"bad-{msg.verb}", topic, str(error))
+
+    def _agree_on_protocol(self, servers: tuple[int, ...]) -> None:
+        """Write to the server in the newest protocol version both speak (a config of a version this
+        device does not read never gets here: the endpoint refused it, saying which side to upgrade)."""
+        agreed = newest_common(self.endpoint.versions, servers)
+        assert agreed is not None  # `servers` holds the version the config came in, which this device read
+        if agreed != self.endpoint.version_for(SERVER):
+            said = versions_text(servers)
+            log.info("%s: the server speaks protocol %s: this device writes version %d", self.cid, said, agreed)
+            self.endpoint.write_to(SERVER, agreed)
 
     def _answer(self, request: Message) -> None:
         """Send the stored answer to a repeated request, or compute, checkpoint and send a new one."""

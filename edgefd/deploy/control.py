@@ -7,7 +7,8 @@ The loop's verbs (`edgefd.runtime.verbs`) go out on `down/<client>/<verb>` and c
 round and which step. Around them a deployment needs three messages of its own:
 
 - ``config`` (server -> client, retained on `down/<client>/config`): the resolved run config, as
-  JSON, from which every client builds its role exactly as `simulate` builds it;
+  JSON, from which every client builds its role exactly as `simulate` builds it, and the protocol
+  versions the server speaks (a device writes the newest both speak; `protocols_of`);
 - ``status`` (client -> server, retained on `status/<client>`): online or offline, the latter
   also the connection's last will;
 - ``again`` (server -> client, on the topic of the request that is missing its answer): a few
@@ -20,26 +21,41 @@ import json
 from dataclasses import asdict, fields
 from typing import Any
 
-from edgefd.protocol import Payload
+from edgefd.protocol import MESSAGE_VERSIONS, Payload
 from edgefd.protocol.message import SERVER, Message
+from edgefd.protocol.payload import Scalar
 
 CONFIG = "config"
 STATUS = "status"
 ONLINE = "online"
 OFFLINE = "offline"
+OLDEST, NEWEST = "oldest_protocol", "newest_protocol"
+"""A config's scalars naming the protocol versions its server speaks."""
 AGAIN = "again"
 """The kind of the content that asks a client to send its stored answer again."""
 
 
-def config_message(config: Any, client_id: str, run: str) -> Message:
-    """The run's resolved config (a SimulationConfig), as JSON: every client builds from it. A
-    setting at None whose default is None is left out (the client's default is the same), so that a
-    device of the previous edgefd, which lacks a newer such setting (``max_message_bytes``), reads
-    the config of a run that does not use it."""
+def config_message(config: Any, client_id: str, run: str, versions: tuple[int, ...] = MESSAGE_VERSIONS) -> Message:
+    """The run's resolved config (a SimulationConfig), as JSON: every client builds from it, and the
+    protocol ``versions`` the server speaks, beside the JSON (a device of protocol version 2 reads
+    the JSON alone). A setting at None whose default is None is left out (the client's default is
+    the same), so that a device of the previous edgefd, which lacks a newer such setting
+    (``max_message_bytes``), reads the config of a run that does not use it."""
     defaults = {f.name: f.default for f in fields(config)}
     values = {k: v for k, v in asdict(config).items() if v is not None or defaults[k] is not None}
-    content = Payload(CONFIG, scalars={"json": json.dumps(values, sort_keys=True)})
-    return Message(CONFIG, SERVER, client_id, -1, content, run=run)
+    scalars: dict[str, Scalar] = {"json": json.dumps(values, sort_keys=True)}
+    scalars |= {OLDEST: min(versions), NEWEST: max(versions)}
+    return Message(CONFIG, SERVER, client_id, -1, Payload(CONFIG, scalars=scalars), run=run)
+
+
+def protocols_of(message: Message, heard: int) -> tuple[int, ...]:
+    """The protocol versions the server of a config speaks: those it names, or (a server of
+    protocol version 2, which names none) only the version the config came in, ``heard``."""
+    scalars = message.content.scalars if message.content is not None else {}
+    oldest, newest = scalars.get(OLDEST), scalars.get(NEWEST)
+    if isinstance(oldest, int) and isinstance(newest, int) and 0 <= oldest <= heard <= newest <= 255:
+        return tuple(range(oldest, newest + 1))
+    return (heard,)
 
 
 def config_from(message: Message) -> dict[str, Any]:

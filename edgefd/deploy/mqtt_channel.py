@@ -492,7 +492,7 @@ class MqttChannel:
         still gets it."""
         client_ids = self.client_ids if client_ids is None else client_ids
         for cid in client_ids:
-            message = deploy_messages.config_message(self.config, cid, self.settings.run)
+            message = deploy_messages.config_message(self.config, cid, self.settings.run, self.endpoint.versions)
             self.endpoint.publish(self.topics.down(cid, deploy_messages.CONFIG), message, retain=True)
         self._configs_due = time.monotonic() + max(CONFIG_RESEND_SECONDS, len(client_ids) / CONFIG_RESEND_RATE)
 
@@ -661,6 +661,9 @@ class MqttChannel:
                 "wrong-topic", topic, f"a {message.verb!r} message of run {message.run!r} on {expected_verb!r}"
             )
             return
+        if msg.version != self.endpoint.version_for(cid):
+            log.info("%s writes protocol version %d: the server answers it in that version", cid, msg.version)
+            self.endpoint.write_to(cid, msg.version)
         if msg.direction == "status":
             self._on_status(cid, message, topic, msg.received_at)
             return

@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as mqtt
 
 from edgefd.protocol import (
+    MESSAGE_VERSIONS,
     BudgetExhaustedError,
     Message,
     ProtocolError,
@@ -43,6 +44,7 @@ from edgefd.protocol import (
     ReassemblyBudget,
     decode_message,
     encode_message_buffers,
+    message_version,
     split,
 )
 from edgefd.runtime.limits import OPEN_MESSAGE_BYTES
@@ -276,6 +278,8 @@ class Incoming:
     nbytes: int
     """Length of the encoded message."""
     received_at: float = field(default_factory=time.monotonic)
+    version: int = max(MESSAGE_VERSIONS)
+    """The protocol version it came in (`edgefd.protocol.message`)."""
 
     @property
     def content_bytes(self) -> int:
@@ -322,10 +326,16 @@ class WireStats:
         }
 
 
-def encode_frames(message: Message, chunk_size: int) -> list[bytes]:
-    """The frames that carry `message` (what :meth:`MqttEndpoint.publish` sends), cut from the
-    encoded buffers: the encoded message is never held whole beside its frames."""
-    return split(encode_message_buffers(message), chunk_size)
+def encode_frames(message: Message, chunk_size: int, version: int = max(MESSAGE_VERSIONS)) -> list[bytes]:
+    """The frames that carry `message` in protocol ``version`` (what :meth:`MqttEndpoint.publish`
+    sends), cut from the encoded buffers: the encoded message is never held whole beside its frames."""
+    return split(encode_message_buffers(message, version), chunk_size)
+
+
+def newest_common(ours: Collection[int], theirs: Collection[int]) -> int | None:
+    """The protocol version two sides agree on: the newest both speak (None: they share none)."""
+    common = set(ours) & set(theirs)
+    return max(common) if common else None
 
 
 def _no_delay(sock) -> None:
@@ -342,6 +352,13 @@ class MqttEndpoint:
     It reconnects by itself (paho's loop thread); `subscriptions` are renewed on every connect and
     `on_connect` hooks run after that, so a runtime can re-announce itself after a broker restart.
     Received messages go to :attr:`inbox` (a thread-safe queue) for the runtime's own thread.
+
+    Protocol versions: it reads and writes :attr:`versions` (this release's), refusing a message of
+    any other with a line that names both sides' versions and which to upgrade. To each peer (a
+    message's receiver) it writes the version :meth:`write_to` set, and before that the oldest of
+    :attr:`versions`, which every peer of this release or the one before reads. The runtimes
+    decide the version (a device: the newest both sides speak, from the config; the server: the
+    one each device writes in).
     """
 
     def __init__(
@@ -379,6 +396,8 @@ class MqttEndpoint:
         message is then only ignored)."""
         self.settings = settings
         self.topics = topics
+        self.versions: tuple[int, ...] = MESSAGE_VERSIONS
+        self._writes_to: dict[str, int] = {}
         self.chunk_size = chunk_size
         self.max_message_bytes = max_message_bytes
         self.reassembly_timeout = reassembly_timeout
@@ -502,10 +521,23 @@ class MqttEndpoint:
             log.warning("lost the broker (%s); reconnecting", reason_code)
 
     # ------------------------------------------------------------------ sending
+    def write_to(self, peer: str, version: int) -> None:
+        """Write every later message to ``peer`` (a client id, or the server) in ``version``."""
+        if version not in self.versions:
+            raise ValueError(f"protocol version {version}: this endpoint speaks {self.versions}")
+        with self._lock:
+            self._writes_to[peer] = version
+
+    def version_for(self, peer: str) -> int:
+        """The protocol version messages to ``peer`` go in (see the class's docstring)."""
+        with self._lock:
+            return self._writes_to.get(peer, min(self.versions))
+
     def publish(self, topic: str, message: Message, *, retain: bool = False) -> int:
-        """Encode, chunk and publish at QoS 1; returns the bytes of the frames (what the wire
-        carries). While disconnected, paho keeps the frames and sends them on reconnection."""
-        frames = encode_frames(message, self.chunk_size)
+        """Encode, chunk and publish at QoS 1, in the version its receiver speaks; returns the bytes
+        of the frames (what the wire carries). While disconnected, paho keeps the frames and sends
+        them on reconnection."""
+        frames = encode_frames(message, self.chunk_size, self.version_for(message.receiver))
         if retain and len(frames) > 1:
             raise ValueError(f"a retained message must be one frame; {topic} needs {len(frames)}")
         for frame in frames:
@@ -705,7 +737,7 @@ class MqttEndpoint:
         duplicates = reassembler.stats.duplicates
         try:
             whole = reassembler.feed(data)
-            decoded = None if whole is None else decode_message(whole, max_bytes=largest)
+            decoded = None if whole is None else decode_message(whole, max_bytes=largest, versions=self.versions)
         except ProtocolError as error:
             reason = BUDGET_REASON if isinstance(error, BudgetExhaustedError) else type(error).__name__
             self._refuse(client_id, verb, reason, topic, str(error), len(data))
@@ -722,7 +754,8 @@ class MqttEndpoint:
         if decoded is not None:
             assert whole is not None  # the message was decoded from it
             log.debug("received %s: %d bytes", topic, len(whole))
-            if not self.inbox.offer(Incoming(direction, client_id, verb, decoded, len(whole))):
+            incoming = Incoming(direction, client_id, verb, decoded, len(whole), version=message_version(whole))
+            if not self.inbox.offer(incoming):
                 detail = f"{self.inbox.bytes} bytes wait for the runtime"
                 self._refuse(client_id, verb, "inbox-full", topic, detail, len(whole))
 

@@ -51,9 +51,19 @@ from .errors import (
     PayloadError,
     ProtocolError,
     TruncatedError,
+    UnsupportedVersionError,
     VersionError,
 )
-from .message import SERVER, Message, decode_message, encode_message, encode_message_buffers
+from .message import (
+    MESSAGE_VERSION,
+    MESSAGE_VERSIONS,
+    SERVER,
+    Message,
+    decode_message,
+    encode_message,
+    encode_message_buffers,
+    message_version,
+)
 from .payload import NONFINITE_OK_KINDS, PRECISIONS, Payload, finite_required
 from .precision import at_precision
 
@@ -63,6 +73,9 @@ __all__ = [
     "encode_message",
     "encode_message_buffers",
     "decode_message",
+    "message_version",
+    "MESSAGE_VERSION",
+    "MESSAGE_VERSIONS",
     "Payload",
     "PRECISIONS",
     "at_precision",
@@ -97,6 +110,7 @@ __all__ = [
     "MalformedError",
     "MagicError",
     "VersionError",
+    "UnsupportedVersionError",
     "TruncatedError",
     "ChecksumError",
     "OversizedError",

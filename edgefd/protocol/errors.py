@@ -13,6 +13,7 @@ __all__ = [
     "MalformedError",
     "MagicError",
     "VersionError",
+    "UnsupportedVersionError",
     "TruncatedError",
     "ChecksumError",
     "OversizedError",
@@ -50,6 +51,30 @@ class MagicError(MalformedError):
 
 class VersionError(ProtocolError):
     """Format version (or flag bits) this decoder does not understand."""
+
+
+class UnsupportedVersionError(VersionError):
+    """A message of a protocol version this side does not speak. ``version`` is the sender's,
+    ``supported`` this side's; the text says which side is older and so which to upgrade."""
+
+    def __init__(self, version: int, supported: tuple[int, ...]) -> None:
+        older = version < min(supported)
+        advice = (
+            "the sender runs an older edgefd: upgrade edgefd on the sender"
+            if older
+            else "the sender runs a newer edgefd: upgrade edgefd on this side"
+        )
+        super().__init__(
+            f"protocol version {version}: this edgefd speaks {versions_text(supported)}; {advice}", field="version"
+        )
+        self.version = version
+        self.supported = tuple(supported)
+
+
+def versions_text(versions: tuple[int, ...]) -> str:
+    """ "version 3" or "versions 2-3": how a line names the versions a side speaks."""
+    low, high = min(versions), max(versions)
+    return f"version {low}" if low == high else f"versions {low}-{high}"
 
 
 class TruncatedError(ProtocolError):

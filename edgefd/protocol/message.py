@@ -11,7 +11,7 @@ Wire layout, little-endian: a fixed header, four short texts, then the content's
 
     offset size field
     0      4    magic  b"EFM1"
-    4      1    version (2: the content is a version-2 payload, which has no sender or round)
+    4      1    version: the protocol version (below), read before anything after the magic
     5      1    flags: bit 0 the message carries content, bit 1 it answers a request
     6      4    round (i32, -1: not in a round)
     10     4    step (u32; 0: not a step of an exchange during training)
@@ -21,6 +21,18 @@ Wire layout, little-endian: a fixed header, four short texts, then the content's
 What a round's bytes count is the content's encoding (``content_bytes``): the method's
 communication, the same number whatever carries it. The metadata (14 bytes and the four texts,
 ``metadata_bytes``) is the runtime's, counted apart.
+
+Protocol versions. The magic and the version byte come first in every version, past and future;
+everything after them is that version's. This release reads and writes :data:`MESSAGE_VERSIONS`
+(its own, :data:`MESSAGE_VERSION`, and the one before), so that a fleet upgrades one machine at a
+time: each side writes to a peer in a version the peer speaks (a deployment's negotiation is in
+``edgefd.deploy``), and a message of any other version is refused with an
+:class:`UnsupportedVersionError` that names both sides' versions and which side to upgrade.
+
+- 2: the content is a version-2 payload, which has no sender or round.
+- 3: the layout of 2. What is new is the negotiation: a deployment's config names the versions its
+  server speaks, and a device writes the newest both speak (a device of version 2 reads the config
+  as before and is written to in version 2).
 """
 
 from __future__ import annotations
@@ -30,21 +42,34 @@ import struct
 from dataclasses import dataclass, replace
 
 from .codec import DEFAULT_MAX_BYTES, _as_bytes_view, _check_magic, decode, encode_buffers, encoded_size
-from .errors import MalformedError, OversizedError, PayloadError, TruncatedError, VersionError
+from .errors import (
+    MalformedError,
+    OversizedError,
+    PayloadError,
+    TruncatedError,
+    UnsupportedVersionError,
+    VersionError,
+    versions_text,
+)
 from .payload import MAX_SENDER_LEN, ROUND_MAX, ROUND_MIN, Payload, _text_problem
 
 __all__ = [
     "MESSAGE_MAGIC",
     "MESSAGE_VERSION",
+    "MESSAGE_VERSIONS",
     "SERVER",
     "Message",
     "decode_message",
     "encode_message",
     "encode_message_buffers",
+    "message_version",
 ]
 
 MESSAGE_MAGIC = b"EFM1"
-MESSAGE_VERSION = 2
+MESSAGE_VERSION = 3
+"""The protocol version this release writes unless its peer speaks only an older one."""
+MESSAGE_VERSIONS = (2, 3)
+"""Every protocol version this release reads and writes, oldest first: its own and the one before."""
 SERVER = "server"
 """The sender of every server message and the receiver of every client message."""
 _FIXED = struct.Struct("<4sBBiI")
@@ -114,19 +139,32 @@ def _metadata_problem(message: Message) -> str | None:
     return None
 
 
-def encode_message_buffers(message: Message) -> list:
+def encode_message_buffers(message: Message, version: int = MESSAGE_VERSION) -> list:
     """The encoded message as a list of buffers (the content's arrays are not copied): join them,
-    or cut them into chunk frames (:func:`edgefd.protocol.split`)."""
+    or cut them into chunk frames (:func:`edgefd.protocol.split`). ``version``: the protocol
+    version to write, one of :data:`MESSAGE_VERSIONS` (the peer's, where it speaks an older one)."""
+    if version not in MESSAGE_VERSIONS:
+        raise ValueError(f"protocol version {version}: this edgefd writes {versions_text(MESSAGE_VERSIONS)}")
     flags = (_HAS_CONTENT if message.content is not None else 0) | (_IS_ANSWER if message.is_answer else 0)
-    head = bytearray(_FIXED.pack(MESSAGE_MAGIC, MESSAGE_VERSION, flags, message.round, message.step))
+    head = bytearray(_FIXED.pack(MESSAGE_MAGIC, version, flags, message.round, message.step))
     for text in (message.verb, message.sender, message.receiver, message.run):
         raw = text.encode()
         head += bytes((len(raw),)) + raw
     return [bytes(head)] + ([] if message.content is None else encode_buffers(message.content))
 
 
-def encode_message(message: Message) -> bytes:
-    return b"".join(encode_message_buffers(message))
+def encode_message(message: Message, version: int = MESSAGE_VERSION) -> bytes:
+    return b"".join(encode_message_buffers(message, version))
+
+
+def message_version(data: bytes | bytearray | memoryview) -> int:
+    """The protocol version of an encoded message, read from the bytes every version begins with
+    (the magic and the version byte), before anything else is parsed."""
+    mv = _as_bytes_view(data)
+    _check_magic(mv, MESSAGE_MAGIC, "message", {b"EFD1": "a bare payload, not a message", b"EFC1": "a chunk frame"})
+    if len(mv) < len(MESSAGE_MAGIC) + 1:
+        raise TruncatedError(f"message header: the buffer ends at byte {len(mv)}, before the version", field="version")
+    return mv[len(MESSAGE_MAGIC)]
 
 
 def decode_message(
@@ -134,22 +172,20 @@ def decode_message(
     *,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     allow_nonfinite: bool | None = None,
+    versions: tuple[int, ...] = MESSAGE_VERSIONS,
 ) -> Message:
-    """Parse and check one encoded message (its content with :func:`edgefd.protocol.decode`).
-    Raises a :class:`ProtocolError` subclass for anything wrong."""
+    """Parse and check one encoded message (its content with :func:`edgefd.protocol.decode`) of
+    one of ``versions``. Raises a :class:`ProtocolError` subclass for anything wrong
+    (:class:`UnsupportedVersionError` for another version)."""
     mv = _as_bytes_view(data)
     if max_bytes is not None and len(mv) > max_bytes:
         raise OversizedError(f"message: {len(mv)} bytes exceeds max_bytes={max_bytes}", field="size")
-    _check_magic(mv, MESSAGE_MAGIC, "message", {b"EFD1": "a bare payload, not a message", b"EFC1": "a chunk frame"})
+    version = message_version(mv)
+    if version not in versions:
+        raise UnsupportedVersionError(version, versions)
     if len(mv) < _FIXED.size:
         raise TruncatedError(f"message header: expected {_FIXED.size} bytes, got {len(mv)}", field="header")
     _, version, flags, round, step = _FIXED.unpack_from(mv, 0)
-    if version != MESSAGE_VERSION:
-        raise VersionError(
-            f"message version {version}: this edgefd speaks version {MESSAGE_VERSION}; "
-            "the sender runs another edgefd release (upgrade it, or this side, to the same one)",
-            field="version",
-        )
     if flags & ~(_HAS_CONTENT | _IS_ANSWER):
         raise VersionError(f"message flags: unknown bits 0x{flags:02x}", field="flags")
     pos = _FIXED.size

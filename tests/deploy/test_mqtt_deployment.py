@@ -41,7 +41,7 @@ def server_is_up(broker, run_name) -> MqttEndpoint:
 GARBAGE_REASONS = {
     "MagicError",
     "TruncatedError",
-    "VersionError",
+    "UnsupportedVersionError",
     "OversizedError",
     "NonFiniteError",
     "sender-mismatch",

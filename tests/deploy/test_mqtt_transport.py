@@ -185,6 +185,53 @@ def test_a_repeated_status_frame_is_taken_every_time(broker):
         server.stop()
 
 
+def test_each_peer_is_written_in_its_version_and_other_versions_are_refused_in_one_line(broker, caplog):
+    """The server writes a device it has not heard from in the oldest version it speaks, which a
+    device of the previous release (protocol 2) reads; in another version that device refuses the
+    message, and the server refuses a version older or newer than its own, each in a line naming
+    both sides' versions and the side to upgrade."""
+    caplog.set_level("WARNING", logger="edgefd.deploy.mqtt_transport")
+    topics = Topics(RUN)
+    server, device = endpoint(broker, "server"), endpoint(broker, "client-0")
+    device.versions = (2,)  # the previous release's
+    server.subscribe(topics.up("+", "train"))
+    device.subscribe(topics.down("client-0", "+"))
+    server.start(wait=5)
+    device.start(wait=5)
+    request = Message("train", "server", "client-0", 1, Payload("weights", {"w": np.ones(4, np.float32)}), run=RUN)
+    try:
+        time.sleep(0.2)
+        server.publish(topics.down("client-0", "train"), request)
+        assert receive(device).version == 2
+        server.write_to("client-0", 3)
+        server.publish(topics.down("client-0", "train"), request)
+        for version, sender in ((1, "client-0"), (4, "client-1")):  # one line per topic and reason
+            data = bytearray(encode_message(up("train", Payload("logits", {"z": np.zeros(3, np.float32)}), sender, 1)))
+            data[4] = version
+            device._client.publish(topics.up(sender, "train"), split(bytes(data), 4096)[0], qos=1)
+        deadline = time.monotonic() + 10
+        while (
+            time.monotonic() < deadline
+            and sum(point.stats.rejected["UnsupportedVersionError"] for point in (server, device)) < 3
+        ):
+            time.sleep(0.05)
+    finally:
+        device.stop()
+        server.stop()
+    lines = [record.getMessage() for record in caplog.records]
+    newer, older = (
+        "the sender runs a newer edgefd: upgrade edgefd on this side",
+        "the sender runs an older edgefd: upgrade edgefd on the sender",
+    )
+    said = {
+        f"down/client-0/train: UnsupportedVersionError: protocol version 3: this edgefd speaks version 2; {newer}",
+        f"up/client-0/train: UnsupportedVersionError: protocol version 1: this edgefd speaks versions 2-3; {older}",
+        f"up/client-1/train: UnsupportedVersionError: protocol version 4: this edgefd speaks versions 2-3; {newer}",
+    }
+    assert all(sum(text in line for line in lines) == 1 for text in said), lines
+    assert server.take_refused() == {(cid, "train", "UnsupportedVersionError"): 1 for cid in ("client-0", "client-1")}
+
+
 def test_memory_attacks_are_bounded_before_decoding(broker):
     """A stranger's 50,000 one-byte chunks of one message (with each frame's overhead, three times
     the budget), a message above the topic's limit, and messages on topics the receiver does not

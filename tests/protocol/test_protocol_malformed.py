@@ -20,6 +20,7 @@ from edgefd.protocol import (
     Payload,
     ProtocolError,
     TruncatedError,
+    UnsupportedVersionError,
     VersionError,
     decode,
     decode_message,
@@ -91,10 +92,10 @@ def v1_message(content: bytes, rnd: int = 3) -> bytes:
 def test_version_1_payloads_and_messages_are_refused_naming_both_versions():
     e = raises(VersionError, v1_payload(), "version", "supports 2, got 1")
     assert e.field == "version"
-    with pytest.raises(VersionError, match="message version 1: this edgefd speaks version 2") as ei:
+    with pytest.raises(UnsupportedVersionError, match="protocol version 1: this edgefd speaks versions 2-3") as ei:
         decode_message(v1_message(v1_payload()))
-    assert type(ei.value) is VersionError and ei.value.field == "version"
-    # a version-2 message around a version-1 payload: the content's own version is checked too
+    assert ei.value.field == "version" and (ei.value.version, ei.value.supported) == (1, (2, 3))
+    # a current message around a version-1 payload: the content's own version is checked too
     message = Message("train", "server", "c1", 3, GOOD, run="run")
     data = encode_message(message)[: message.metadata_bytes] + v1_payload()
     with pytest.raises(VersionError, match="supports 2, got 1"):

@@ -141,8 +141,9 @@ def test_bad_bytes_are_refused_naming_what_is_wrong():
         decode_message(split(data, 64)[0])
     with pytest.raises(TruncatedError):
         decode_message(data[:20])
-    for version in (0, 1, 3, 255):
-        with pytest.raises(VersionError, match=f"message version {version}: this edgefd speaks version 2"):
+    for version, side in ((0, "on the sender"), (1, "on the sender"), (4, "on this side"), (255, "on this side")):
+        expected = f"protocol version {version}: this edgefd speaks versions 2-3; .* upgrade edgefd {side}"
+        with pytest.raises(VersionError, match=expected):
             decode_message(data[:4] + bytes((version,)) + data[5:])
     with pytest.raises(VersionError, match="flags"):
         decode_message(data[:5] + b"\x80" + data[6:])
