@@ -661,7 +661,10 @@ class MqttChannel:
                 "wrong-topic", topic, f"a {message.verb!r} message of run {message.run!r} on {expected_verb!r}"
             )
             return
-        if msg.version != self.endpoint.version_for(cid):
+        # A device's last will is written before it knows the server, in the oldest version it speaks:
+        # what it writes live says which version it chose.
+        will = msg.direction == "status" and deploy_messages.state_of(message) == deploy_messages.OFFLINE
+        if msg.version != self.endpoint.version_for(cid) and not will:
             log.info("%s writes protocol version %d: the server answers it in that version", cid, msg.version)
             self.endpoint.write_to(cid, msg.version)
         if msg.direction == "status":

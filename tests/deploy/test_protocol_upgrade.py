@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 from mqtt_helpers import ENV, client, edgefd, finish, flags, lines_of, needs_mosquitto, wait_for
 
+from edgefd.deploy import control
 from edgefd.deploy.broker import start_broker
-
-pytestmark = needs_mosquitto
+from edgefd.deploy.mqtt_channel import DeploymentSettings, MqttChannel
+from edgefd.deploy.mqtt_transport import BrokerSettings, Incoming, Topics
+from edgefd.runtime.config import SimulationConfig
 
 CONFIG = dict(algo="fd", dataset="digits", clients=3, rounds=4, seed=2, threads=1, samples_per_client=80)
 LONGER = dict(CONFIG, rounds=24, samples_per_client=300, epochs=3)
@@ -48,6 +50,7 @@ def log_of(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
+@needs_mosquitto
 def test_a_device_of_the_previous_version_trains_then_upgrades_while_the_run_goes_on(tmp_path, broker):
     out, logs = tmp_path / "out", {name: tmp_path / f"{name}.log" for name in ("server", "old", "new", "c1", "c2")}
 
@@ -80,6 +83,7 @@ def test_a_device_of_the_previous_version_trains_then_upgrades_while_the_run_goe
     assert "the server speaks protocol versions 2-3: this device writes version 3" in log_of(logs["new"])
 
 
+@needs_mosquitto
 def test_a_device_of_this_release_joins_a_server_of_the_previous_version(tmp_path, broker):
     out = tmp_path / "out"
     server = speaking("2", *server_args(broker, "old", out), "--quiet", log=tmp_path / "server.log")
@@ -89,3 +93,26 @@ def test_a_device_of_this_release_joins_a_server_of_the_previous_version(tmp_pat
     assert all(line["late"] == [] for line in lines_of(out) if line["round"] >= 1)
     everything = "".join(log_of(tmp_path / f"c{i}.log") for i in range(3)) + log_of(tmp_path / "server.log")
     assert "UnsupportedVersionError" not in everything and "writes protocol version" not in everything
+
+
+def test_the_server_answers_a_device_in_the_version_it_writes_live_not_in_its_last_will():
+    """A device's last will is written in the oldest version it speaks, before it knows the
+    server: it says the device is offline, not that it chose that version."""
+    channel = MqttChannel(
+        SimulationConfig(clients=1, rounds=1),
+        DeploymentSettings(run="u", broker=BrokerSettings("mqtt://127.0.0.1:1883")),
+        ["client-0"],
+        Topics("u"),
+    )
+    endpoint = channel.endpoint
+
+    def status(state: str, version: int) -> Incoming:
+        return Incoming("status", "client-0", "", control.status_message("client-0", state, "u"), 60, version=version)
+
+    assert endpoint.version_for("client-0") == 2  # not heard yet: the oldest, which both releases read
+    channel._handle(status(control.ONLINE, 3))
+    assert endpoint.version_for("client-0") == 3
+    channel._handle(status(control.OFFLINE, 2))  # its last will
+    assert endpoint.version_for("client-0") == 3 and not channel.stats["client-0"].online
+    channel._handle(status(control.ONLINE, 2))  # restarted as the previous release
+    assert endpoint.version_for("client-0") == 2
