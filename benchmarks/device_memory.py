@@ -21,9 +21,9 @@ the paper's per-client data size and batch size: Fashion-MNIST is real (Debian's
 dataset-fashion-mnist); CIFAR-10 / CIFAR-100 are read from --data-root when there, else written
 as synthetic files of the official format and size (random pixels: the same arrays, the same
 loader, the same memory). Variants beside the papers' settings show what fits a device: `--cases
-fedcache-onnx,fedict-int8,fedzkt-cifar-b32` (the hash encoder exported beforehand; FedICT's
-features as int8; FedZKT's MobileNetV2 in batches of 32). Prints a table; --json FILE writes the
-rows.
+fedcache-onnx,fedict-int8,fedict-b64-int8,fedict-2500-int8,fedzkt-cifar-b32` (the hash encoder
+exported beforehand; FedICT's features as int8, at its paper's setting, in batches of 64, and with
+half its data; FedZKT's MobileNetV2 in batches of 32). Prints a table; --json FILE writes the rows.
 """
 
 from __future__ import annotations
@@ -108,6 +108,26 @@ CASES = (
         ("feature_precision=int8",),
     ),
     Case(
+        "fedict-b64-int8",
+        "fedict",
+        "fedict_c3",
+        "cifar10",
+        5000,
+        64,
+        "the paper's data with mini-batches of 64 and int8 features: a setting beside the paper's, for a 1 GB device",
+        ("feature_precision=int8",),
+    ),
+    Case(
+        "fedict-2500-int8",
+        "fedict",
+        "fedict_c3",
+        "cifar10",
+        2500,
+        256,
+        "half the paper's data per client, the paper's batch and int8 features: a setting beside the paper's",
+        ("feature_precision=int8",),
+    ),
+    Case(
         "fedd2s",
         "fedd2s",
         "fedd2s_m2",
@@ -162,7 +182,7 @@ CASES = (
         "as above, with mini-batches of 32 instead of the paper's 256",
     ),
 )
-VARIANTS = ("fedcache-onnx", "fedict-int8", "fedzkt-cifar-b32")
+VARIANTS = ("fedcache-onnx", "fedict-int8", "fedict-b64-int8", "fedict-2500-int8", "fedzkt-cifar-b32")
 """Cases that are a setting beside a paper's, not the paper's own: run only when named in --cases."""
 QUICK = (Case("quick", "fd", "cnn2", "digits", 40, 16, "smoke test"),)
 
