@@ -80,7 +80,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,6 +93,7 @@ from edgefd import kernels, progress
 from edgefd.algorithms.base import ClientContext, ClientRole, ServerContext, ServerRole, register_method
 from edgefd.algorithms.params import check_choices
 from edgefd.algorithms.schema import MessageSchema, model_state
+from edgefd.algorithms.toolkit import median_of_others
 from edgefd.models import build_model
 from edgefd.protocol import Payload
 from edgefd.settings import setting
@@ -123,6 +123,12 @@ class FedZKTParams:
         "KL ablation only: 'reverse' = KL(student || ensemble) as Eq. 3 "
         "writes it, 'forward' = KL(ensemble || student) (docs/methods/fedzkt.md#kl-direction)",
         choices=KL_DIRECTIONS,
+    )
+    clip: float = setting(
+        3.0,
+        "scale each device model's logits on a generated batch down to at most this many times the median "
+        "over the other devices of their typical logit norm, so that a device cannot vote with outputs scaled "
+        "up (0: off, Eq. 1's outputs as they are; docs/methods/fedzkt.md#bounded-outputs)",
     )
     prox: float = setting(
         1.0,
@@ -188,7 +194,7 @@ class FedZKTParams:
                 raise ValueError(f"param {name}: must be >= 1, got {value}")
         if self.generator_nz < 0:
             raise ValueError(f"param generator_nz: must be >= 0 (0 = default), got {self.generator_nz}")
-        for name in ("prox", "server_momentum"):
+        for name in ("prox", "server_momentum", "clip"):
             if not (getattr(self, name) >= 0 and np.isfinite(getattr(self, name))):
                 raise ValueError(f"param {name}: must be a finite number >= 0, got {getattr(self, name)}")
         for name in ("generator_lr", "server_lr", "lr_decay"):
@@ -244,6 +250,28 @@ def fedzkt_family(input_shape: tuple[int, ...]) -> str:
 # The losses (Eq. 3-5 of the paper)
 
 
+def teacher_log_probabilities(teacher_logits: torch.Tensor) -> torch.Tensor:
+    """``[B, C]`` log-probabilities of the teachers' ensemble: their mean probabilities (Eq. 1),
+    with no log(0) where a softmax underflows."""
+    return torch.logsumexp(torch.log_softmax(teacher_logits, dim=2), dim=0) - float(np.log(teacher_logits.shape[0]))
+
+
+def bounded_outputs(teacher_logits: torch.Tensor, clip: float) -> torch.Tensor:
+    """``[K, B, C]`` teachers' logits, each row scaled down to at most ``clip`` times the median
+    over the *other* teachers of their typical row norm (the median norm of their rows on this
+    batch): a bound no teacher can raise itself. Rows keep their direction, so a teacher's vote
+    keeps its ranking of the classes and loses only the confidence past the others'. The bounds
+    are constants of the step; the rows' own norms stay in the graph."""
+    norms = teacher_logits.norm(dim=2)
+    typical = norms.detach().median(dim=1).values.cpu().numpy()
+    others = median_of_others(typical, np.ones(len(typical), dtype=bool))
+    if np.isnan(others).any():  # one teacher: nobody to bound it by
+        return teacher_logits
+    bound = torch.as_tensor(clip * others, dtype=norms.dtype, device=norms.device)[:, None]
+    scale = (bound / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
+    return teacher_logits * scale[..., None]
+
+
 def disagreement(
     student_logits: torch.Tensor, teacher_logits: torch.Tensor, loss: str = "sl", kl_direction: str = "reverse"
 ) -> torch.Tensor:
@@ -259,9 +287,7 @@ def disagreement(
         return (student_logits - teacher_logits.mean(0)).abs().sum(1).mean()
     if loss == "kl":
         log_u = torch.log_softmax(student_logits, dim=1)
-        log_t = torch.logsumexp(torch.log_softmax(teacher_logits, dim=2), dim=0) - float(
-            np.log(teacher_logits.shape[0])
-        )
+        log_t = teacher_log_probabilities(teacher_logits)
         if kl_direction == "reverse":
             return (log_u.exp() * (log_u - log_t)).sum(1).mean()
         if kl_direction == "forward":
@@ -330,16 +356,18 @@ class FedZKTClient(ClientRole):
 
 
 class TeacherEnsemble(nn.Module):
-    """Device models voting by their mean softmax (uniform weights, Eq. 1): the teacher F distils.
-    Returns the log of that mean, so that its argmax and cross-entropy are the ensemble's."""
+    """Device models voting by their mean softmax (uniform weights, Eq. 1), each one's outputs
+    bounded as the server bounds them (``clip``): the teacher F distils. Returns the log of that
+    mean, so that its argmax and cross-entropy are the ensemble's."""
 
-    def __init__(self, members: list[nn.Module]) -> None:
+    def __init__(self, members: list[nn.Module], clip: float = 0.0) -> None:
         super().__init__()
         self.members = nn.ModuleList(members)
+        self.clip = clip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        log_probs = torch.stack([member(x).log_softmax(1) for member in self.members])
-        return torch.logsumexp(log_probs, dim=0) - math.log(len(self.members))  # no log(0) where a softmax underflows
+        logits = torch.stack([member(x) for member in self.members])
+        return teacher_log_probabilities(bounded_outputs(logits, self.clip) if self.clip > 0 else logits)
 
 
 class FedZKTServer(ServerRole):
@@ -413,7 +441,7 @@ class FedZKTServer(ServerRole):
                 members = [self.context.build_model(self.context.client_models[cid]) for cid in self.last_uploads]
             for member, arrays in zip(members, self.last_uploads.values()):
                 load_state_arrays(member, arrays)
-            models["teacher_ensemble"] = TeacherEnsemble(members).to(self.device)
+            models["teacher_ensemble"] = TeacherEnsemble(members, self.params.clip).to(self.device)
         return models
 
     def rebuild_for_checkpoint(self, attribute: str, key: str) -> nn.Module:
@@ -455,7 +483,8 @@ class FedZKTServer(ServerRole):
         return torch.randn(self.params.server_batch_size, self.nz, generator=self.noise).to(self.device)
 
     def _teacher_logits(self, teachers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([teacher(x) for teacher in teachers])
+        logits = torch.stack([teacher(x) for teacher in teachers])
+        return bounded_outputs(logits, self.params.clip) if self.params.clip > 0 else logits
 
     def _loss(self, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()

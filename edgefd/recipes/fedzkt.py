@@ -38,8 +38,10 @@ SERVER = {
     "iterations": 20,
     "server_batch_size": 32,
     "server_lr": 0.05,
+    "clip": 0.0,
 }
-"""FedZKT's server side in these recipes (its params)."""
+"""FedZKT's server side in these recipes (its params): Eq. 1's ensemble of the devices' outputs as
+they are (edgefd's default bounds them, docs/methods/fedzkt.md#bounded-outputs)."""
 _SOURCE = (
     "docs/methods/fedzkt.md#scaled-recipes: fmnist, 10 devices x 300 samples, {partition}, devices S2-S5 "
     "round-robin (S1 left out for CPU time), global S5, GeneratorA ngf 16, n_D 20 x 32 generated "

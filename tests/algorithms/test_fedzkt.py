@@ -14,7 +14,15 @@ import pytest
 import torch
 
 from edgefd import kernels
-from edgefd.algorithms.fedzkt import KIND, FedZKTParams, FedZKTServer, TeacherEnsemble, disagreement, prox_term
+from edgefd.algorithms.fedzkt import (
+    KIND,
+    FedZKTParams,
+    FedZKTServer,
+    TeacherEnsemble,
+    bounded_outputs,
+    disagreement,
+    prox_term,
+)
 from edgefd.algorithms.params import make_params
 from edgefd.algorithms.schema import UplinkRejected
 from edgefd.data import load_dataset
@@ -423,6 +431,26 @@ def test_the_teacher_ensemble_is_the_log_of_the_mean_softmax_and_stays_finite():
     for member in members:
         member.weight.data = torch.diag(torch.tensor([1000.0, -1000.0, 0.0]))  # softmax underflows to 0
     assert torch.isfinite(ensemble(torch.ones(1, 3))).all()
+
+
+def test_bounded_outputs_scale_only_a_teacher_past_the_others_and_keep_its_ranking():
+    """clip=3: each teacher's rows at most 3 times the median of the others' typical row norm. A
+    teacher whose model was scaled 50 times votes a near one-hot softmax; bounded, its logits are
+    the others' size again and rank the classes as before. Honest teachers are left alone."""
+    generator = torch.Generator().manual_seed(0)
+    honest = torch.randn(2, 16, 10, generator=generator)
+    teachers = torch.cat([honest, 50 * torch.randn(1, 16, 10, generator=generator)]).requires_grad_(True)
+    bounded = bounded_outputs(teachers, 3.0)
+    assert torch.equal(bounded[:2], teachers[:2])
+    typical = honest.norm(dim=2).median(dim=1).values
+    assert (bounded[2].norm(dim=1) <= 3 * typical.mean() * 1.0001).all()  # the median of two: their mean
+    assert torch.equal(bounded[2].argsort(dim=1), teachers[2].argsort(dim=1))
+    student = torch.zeros(16, 10)
+    assert disagreement(student, bounded) < disagreement(student, teachers)
+    bounded.sum().backward()
+    assert torch.isfinite(teachers.grad).all()
+    alone = torch.randn(1, 4, 10, generator=generator)
+    assert torch.equal(bounded_outputs(alone, 3.0), alone)  # one teacher: nobody to bound it by
 
 
 def test_recipes_give_every_arm_its_own_run_folder():
