@@ -261,7 +261,9 @@ def bounded_outputs(teacher_logits: torch.Tensor, clip: float) -> torch.Tensor:
     over the *other* teachers of their typical row norm (the median norm of their rows on this
     batch): a bound no teacher can raise itself. Rows keep their direction, so a teacher's vote
     keeps its ranking of the classes and loses only the confidence past the others'. The bounds
-    are constants of the step; the rows' own norms stay in the graph."""
+    are constants of the step; the rows' own norms stay in the graph. ``clip <= 0``: no bound."""
+    if clip <= 0:
+        return teacher_logits
     norms = teacher_logits.norm(dim=2)
     typical = norms.detach().median(dim=1).values.cpu().numpy()
     others = median_of_others(typical, np.ones(len(typical), dtype=bool))
@@ -367,7 +369,7 @@ class TeacherEnsemble(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = torch.stack([member(x) for member in self.members])
-        return teacher_log_probabilities(bounded_outputs(logits, self.clip) if self.clip > 0 else logits)
+        return teacher_log_probabilities(bounded_outputs(logits, self.clip))
 
 
 class FedZKTServer(ServerRole):
@@ -484,7 +486,7 @@ class FedZKTServer(ServerRole):
 
     def _teacher_logits(self, teachers: list[nn.Module], x: torch.Tensor) -> torch.Tensor:
         logits = torch.stack([teacher(x) for teacher in teachers])
-        return bounded_outputs(logits, self.params.clip) if self.params.clip > 0 else logits
+        return bounded_outputs(logits, self.params.clip)
 
     def _loss(self, u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, float]:
         start = time.perf_counter()

@@ -36,6 +36,7 @@ from urllib.parse import unquote, urlsplit
 import paho.mqtt.client as mqtt
 
 from edgefd.protocol import (
+    MESSAGE_VERSION,
     MESSAGE_VERSIONS,
     BudgetExhaustedError,
     Message,
@@ -278,7 +279,7 @@ class Incoming:
     nbytes: int
     """Length of the encoded message."""
     received_at: float = field(default_factory=time.monotonic)
-    version: int = max(MESSAGE_VERSIONS)
+    version: int = MESSAGE_VERSION
     """The protocol version it came in (`edgefd.protocol.message`)."""
 
     @property
@@ -326,7 +327,7 @@ class WireStats:
         }
 
 
-def encode_frames(message: Message, chunk_size: int, version: int = max(MESSAGE_VERSIONS)) -> list[bytes]:
+def encode_frames(message: Message, chunk_size: int, version: int = MESSAGE_VERSION) -> list[bytes]:
     """The frames that carry `message` in protocol ``version`` (what :meth:`MqttEndpoint.publish`
     sends), cut from the encoded buffers: the encoded message is never held whole beside its frames."""
     return split(encode_message_buffers(message, version), chunk_size)
