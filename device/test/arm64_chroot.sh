@@ -2,7 +2,7 @@
 # Runs a command inside an emulated arm64 Debian device: the cached root filesystem from
 # build_rootfs.sh with a throw-away overlay on top, under qemu-user emulation.
 #
-#   arm64_chroot.sh --rootfs BASE --work DIR [--host-ca] [--bind HOST:GUEST[:ro]]... [--env K=V]... -- CMD...
+#   arm64_chroot.sh --rootfs BASE --work DIR [--host-ca] [--no-network] [--bind HOST:GUEST[:ro]]... [--env K=V]... -- CMD...
 #
 #   --rootfs BASE       the cached root filesystem (read-only: it is the overlay's lower layer)
 #   --work DIR          where this device's changes live (DIR/upper); reuse DIR across calls to keep
@@ -12,10 +12,12 @@
 #   --bind HOST:GUEST[:ro]
 #                       bind-mount a host folder into the device (created if missing), read-only with :ro
 #   --env K=V           extra environment variable for CMD
+#   --no-network        no network at all: CMD runs in a network namespace of its own, with only a
+#                       loopback interface that is down (an install that must not download anything)
 #
 # Everything is mounted in a private mount namespace (unshare), so every mount disappears when the
-# command ends, however it ends. The device shares the host's network: a broker listening on the
-# host's 127.0.0.1 is reachable from inside.
+# command ends, however it ends. Without --no-network the device shares the host's network: a
+# broker listening on the host's 127.0.0.1 is reachable from inside.
 #
 # Two things emulation needs (measured): onnxruntime reads /proc/cpuinfo at import and segfaults
 # on the host's x86 text, so a Cortex-A72's (Raspberry Pi 4) is bind-mounted over it; and
@@ -30,7 +32,12 @@ if [[ -z "${_EDGEFD_ARM64_NS:-}" ]]; then
     exit 1
   fi
   bash "$here/enable_binfmt.sh" >&2
-  exec unshare --mount --propagation private env _EDGEFD_ARM64_NS=1 bash "$0" "$@"
+  namespaces=(--mount --propagation private)
+  for arg in "$@"; do
+    [[ "$arg" == -- ]] && break
+    [[ "$arg" == --no-network ]] && namespaces+=(--net)
+  done
+  exec unshare "${namespaces[@]}" env _EDGEFD_ARM64_NS=1 bash "$0" "$@"
 fi
 
 base="" work="" host_ca=0
@@ -40,6 +47,7 @@ while (($#)); do
     --rootfs) base="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --host-ca) host_ca=1; shift ;;
+    --no-network) shift ;;  # taken care of above: the command runs in a network namespace of its own
     --bind) binds+=("$2"); shift 2 ;;
     --env) envs+=("$2"); shift 2 ;;
     --) shift; break ;;
@@ -47,7 +55,7 @@ while (($#)); do
   esac
 done
 if [[ -z "$base" || -z "$work" || $# -eq 0 ]]; then
-  echo "usage: arm64_chroot.sh --rootfs BASE --work DIR [--host-ca] [--bind HOST:GUEST[:ro]]... [--env K=V]... -- CMD..." >&2
+  echo "usage: arm64_chroot.sh --rootfs BASE --work DIR [--host-ca] [--no-network] [--bind HOST:GUEST[:ro]]... [--env K=V]... -- CMD..." >&2
   exit 2
 fi
 if [[ ! -x "$base/usr/bin/python3" ]]; then

@@ -1,15 +1,17 @@
-"""device/install.sh on an emulated Raspberry Pi OS 64-bit (Debian bookworm arm64) device.
+"""The offline device bundle on an emulated Raspberry Pi OS 64-bit (Debian bookworm arm64) device.
 
 A cached Debian bookworm arm64 root filesystem (device/test/build_rootfs.sh) runs under
-qemu-user-static with a throw-away overlay (device/test/arm64_chroot.sh). Inside it,
-device/install.sh installs the client runtime from this checkout; then the device's
-`edgefd client` joins a run that `edgefd server` serves through a Mosquitto broker on this host
-(beside a second client on the host: an arm64 and an x86-64 client in one federation), the
-device's edgefd kernels are checked against torch, and ONNX models exported on this host must give
-the host's outputs under the device's (aarch64) onnxruntime.
+qemu-user-static with a throw-away overlay (device/test/arm64_chroot.sh). device/bundle.sh makes
+the bundle as a workstation would (edgefd compiled once on an emulated build device, every wheel a
+device needs downloaded by that device's pip); then a fresh device, with its network off and no
+compiler, installs the client runtime with `device/install.sh --bundle`. Its `edgefd client` joins
+a run that `edgefd server` serves through a Mosquitto broker on this host (beside a second client
+on the host: an arm64 and an x86-64 client in one federation), the device's edgefd kernels are
+checked against torch, and ONNX models exported on this host must give the host's outputs under
+the device's (aarch64) onnxruntime.
 
-Slow (minutes: the first run builds the root filesystem, every run installs torch and compiles
-the kernels under emulation), so opt-in: EDGEFD_ARM64_TEST=1. `.ci/run` sets it.
+Slow (minutes: the first run builds the root filesystem, every run compiles the kernels and
+installs torch under emulation), so opt-in: EDGEFD_ARM64_TEST=1. `.ci/run` sets it.
 Needs root and `apt-get install qemu-user-static binfmt-support mmdebstrap` (scripts/install.sh
 installs them). Caches live in EDGEFD_ARM64_CACHE (default ~/.cache/edgefd/arm64).
 """
@@ -63,7 +65,7 @@ class Device:
     """A host folder the device sees at GUEST_SHARED, for handing files back and forth."""
     install_log: str = ""
 
-    def command(self, *argv: str) -> list[str]:
+    def command(self, *argv: str, network: bool = True) -> list[str]:
         cache = _cache_dir()
         binds = [
             f"{self.source}:{GUEST_SOURCE}:ro",
@@ -84,6 +86,8 @@ class Device:
             str(self.work),
             "--host-ca",
         ]
+        if not network:
+            cmd.append("--no-network")
         for bind in binds:
             cmd += ["--bind", bind]
         # pip byte-compiles every file it installs (torch, scipy, sympy: tens of thousands) and under
@@ -91,11 +95,15 @@ class Device:
         cmd += ["--env", "PIP_NO_COMPILE=1"]
         return cmd + ["--", *argv]
 
-    def run(self, *argv: str, timeout: float = 600) -> str:
+    def run(self, *argv: str, timeout: float = 600, network: bool = True) -> str:
         """Run ``argv`` on the device; return its output, or fail the test showing its tail."""
         started = time.monotonic()
         done = subprocess.run(
-            self.command(*argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+            self.command(*argv, network=network),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
         )
         seconds = time.monotonic() - started
         print(f"[arm64] {' '.join(argv)[:120]}: {seconds:.0f} s")
@@ -158,23 +166,65 @@ def _snapshot_checkout(dest: Path) -> None:
         )
 
 
+BUNDLE = "edgefd-device.tar"
+# What the device checks before installing: no compiler, and no route anywhere.
+OFFLINE_CHECK = (
+    "command -v g++ cc cmake || echo no-compiler; "
+    "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 53), 3)' 2>/dev/null || echo no-network"
+)
+
+
 @pytest.fixture(scope="module")
-def device(rootfs: Path, tmp_path_factory: pytest.TempPathFactory):
-    """A fresh device with edgefd installed by device/install.sh from this checkout."""
+def bundle(rootfs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The offline bundle, made from a snapshot of this checkout by device/bundle.sh."""
+    base = tmp_path_factory.mktemp("arm64-bundle")
+    (base / "source").mkdir()
+    _snapshot_checkout(base / "source")
+    started = time.monotonic()
+    made = subprocess.run(
+        ["bash", str(REPO / "device" / "bundle.sh"), "--out", str(base / BUNDLE), "--source", str(base / "source")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+    )
+    assert made.returncode == 0, f"device/bundle.sh failed:\n{made.stdout[-6000:]}"
+    size_mb = (base / BUNDLE).stat().st_size / 2**20
+    print(f"[arm64] bundle: {size_mb:.0f} MB, made in {time.monotonic() - started:.0f} s")
+    yield base / BUNDLE
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def device(bundle: Path, rootfs: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A fresh device with edgefd installed by `device/install.sh --bundle`, its network off."""
     base = tmp_path_factory.mktemp("arm64-device")
     dev = Device(rootfs=rootfs, work=base / "device", source=base / "source", shared=base / "shared")
     dev.shared.mkdir()
     _snapshot_checkout(dev.source)
+    shutil.copy(bundle, dev.shared / BUNDLE)
+    offline = dev.run("bash", "-c", OFFLINE_CHECK, network=False)
+    assert offline.split() == ["no-compiler", "no-network"], offline
+    started = time.monotonic()
     dev.install_log = dev.run(
-        "bash", f"{GUEST_SOURCE}/device/install.sh", "--source", GUEST_SOURCE, timeout=INSTALL_TIMEOUT
+        "bash",
+        f"{GUEST_SOURCE}/device/install.sh",
+        "--bundle",
+        f"{GUEST_SHARED}/{BUNDLE}",
+        timeout=INSTALL_TIMEOUT,
+        network=False,
     )
+    print(f"[arm64] installed from the bundle, offline, in {time.monotonic() - started:.0f} s")
     yield dev
     # The overlay holds a whole torch install (~1 GB): do not leave it to pytest's tmp rotation.
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_install_script_installs_the_client_runtime(device: Device):
+def test_the_bundle_installs_the_client_runtime_offline(device: Device):
     assert "edgefd 0.1.0 with C++ kernels" in device.install_log
+    assert "apt-get" not in device.install_log, device.install_log
+    assert "files checked" in device.install_log and "from the bundle" in device.install_log
+    assert "dpkg -i libgomp1_" in device.install_log  # the kernels' OpenMP runtime, which a compiler brings
     out = device.run(
         "bash",
         "-c",
@@ -189,11 +239,18 @@ def test_install_script_installs_the_client_runtime(device: Device):
     assert {"config-ok", "unit-ok", "user-ok"} <= set(lines)
 
 
-def test_install_script_is_safe_to_run_again(device: Device):
-    out = device.run("bash", f"{GUEST_SOURCE}/device/install.sh", "--source", GUEST_SOURCE, timeout=INSTALL_TIMEOUT)
-    # Nothing left to install or rebuild, and the result still loads.
-    assert "apt-get install" not in out and "pip install" not in out, out
-    assert "torch already installed" in out and "edgefd already installed from this source" in out
+def test_the_unpacked_bundle_installs_again_as_a_no_op(device: Device):
+    """The bundle's own install.sh, from the unpacked .tar, offline: nothing left to install."""
+    out = device.run(
+        "bash",
+        "-c",
+        f"mkdir /tmp/unpacked && tar -xf {GUEST_SHARED}/{BUNDLE} -C /tmp/unpacked && "
+        "bash /tmp/unpacked/edgefd-device-*/install.sh",
+        timeout=INSTALL_TIMEOUT,
+        network=False,
+    )
+    assert "apt-get install" not in out and "pip install" not in out and "dpkg -i" not in out, out
+    assert "torch already installed" in out and "edgefd already installed from this bundle" in out
     assert "edgefd 0.1.0 with C++ kernels" in out
 
 
