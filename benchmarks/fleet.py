@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -60,6 +61,8 @@ queue a message from every device at once (at its start, every device's retained
 TICKS = os.sysconf("SC_CLK_TCK")
 DEVICES = Path(__file__).resolve().with_name("fleet_devices.py")
 """The device processes' program (a script beside this one)."""
+PAGE_POLL_SECONDS = 2.0
+"""How often an open dashboard page fetches the run's state (edgefd/dashboard/assets/dashboard.js)."""
 MIN_MEASURED_SECONDS = 1.0
 """Rounds shorter than this in all are not given a CPU figure (/proc counts in 10 ms ticks)."""
 
@@ -82,6 +85,9 @@ class FleetPlan:
     device processes spread over the nodes) or bridge:N (N site Mosquittos bridged to a central one:
     the server on the central, the devices on the sites)."""
     params: dict[str, Any] = field(default_factory=dict)
+    dashboard: bool = False
+    """Serve the run's page (`--dashboard`) and keep it open: a viewer fetches what the page
+    fetches, as often (`PageViewer`)."""
 
     def config(self, out: Path) -> SimulationConfig:
         params = {**METHODS[self.method], **self.params}
@@ -131,6 +137,44 @@ class FleetResult:
     wall_seconds: float
     broker_urls: dict[str, Any] = field(default_factory=dict)
     """Where the server and each device process connected."""
+    dashboard: bool = False
+    page_views: int = 0
+    """Times the open page fetched the run's state during the run."""
+    page_seconds_p50: float | None = None
+    """The median time the server took to answer the page's state.json."""
+
+
+class PageViewer:
+    """An open dashboard page: fetches state.json every PAGE_POLL_SECONDS, and charts.json when
+    the curve gained a point, as the page's script does; keeps how long each state took."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seconds: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        points = -1
+        while not self._stop.wait(PAGE_POLL_SECONDS):
+            started = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url + "state.json", timeout=30) as reply:
+                    state = json.loads(reply.read())
+                self.seconds.append(time.monotonic() - started)
+                if len(state["curve"]) != points:
+                    points = len(state["curve"])
+                    with urllib.request.urlopen(self.url + "charts.json", timeout=30) as reply:
+                        reply.read()
+            except OSError:  # not serving yet (the server is starting), or gone
+                continue
 
 
 class ProcessMonitor:
@@ -307,6 +351,7 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
     devices: list[subprocess.Popen] = []
     server: subprocess.Popen | None = None
     monitor: ProcessMonitor | None = None
+    viewer: PageViewer | None = None
     problem: str | None = None
     reports: list[dict[str, Any]] = []
     try:
@@ -326,8 +371,14 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
             "--round-timeout", str(plan.round_timeout), "--hello-timeout", str(plan.round_timeout),
             "--eval-timeout", str(plan.round_timeout), "--max-wait", str(plan.round_timeout), "--quiet",
         ]  # fmt: skip
+        if plan.dashboard:
+            port = _free_port()
+            command += ["--dashboard", f"127.0.0.1:{port}"]
+            viewer = PageViewer(f"http://127.0.0.1:{port}/")
         with open(folder / "server.log", "wb") as log:
             server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        if viewer is not None:
+            viewer.start()
         pids = {"server": server.pid, **brokers.pids}
         pids.update({f"devices-{i}": p.pid for i, p in enumerate(devices)})
         monitor = ProcessMonitor(pids, folder / "server" / "metrics.jsonl")
@@ -350,13 +401,27 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
     finally:
         if monitor is not None and monitor._thread.is_alive():
             monitor.stop()
+        if viewer is not None and viewer._thread.is_alive():
+            viewer.stop()
         for process in [*devices, *([server] if server else [])]:
             if process.poll() is None:
                 process.kill()
             process.wait()
         if brokers is not None:
             brokers.stop()
-    return _result(plan, folder / "server", monitor, reports, problem, time.monotonic() - started, urls)
+    result = _result(plan, folder / "server", monitor, reports, problem, time.monotonic() - started, urls)
+    if viewer is not None:
+        result.dashboard, result.page_views = True, len(viewer.seconds)
+        result.page_seconds_p50 = _percentile(viewer.seconds, 0.5)
+    return result
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _last_line(process: subprocess.Popen, log: Path) -> str:
@@ -474,8 +539,9 @@ def format_table(results: list[FleetResult]) -> str:
     )
     rows = [header, "|" + "---|" * 14]
     for r in results:
+        method = f"{r.method}, page open ({r.page_views} views)" if r.dashboard else r.method
         rows.append(
-            f"| {r.method} | {r.clients} | {r.samples_per_client} | {'yes' if r.ok else 'NO: ' + str(r.problem)} "
+            f"| {method} | {r.clients} | {r.samples_per_client} | {'yes' if r.ok else 'NO: ' + str(r.problem)} "
             f"| {show(r.startup_seconds, 1)} "
             f"| {show(r.round_seconds_p50)} / {show(r.round_seconds_p95)} "
             f"| {show(r.uplink_latency_p50, 3)} / {show(r.uplink_latency_p95, 3)} "
@@ -544,6 +610,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="seconds one size may take in all before it counts as broken (default: %(default)g)",
     )
+    parser.add_argument(
+        "--dashboard",
+        choices=("off", "on", "both"),
+        default="off",
+        help="serve each run's page (`edgefd server --dashboard`) with a viewer polling it as an open page does: "
+        "on; both: each size twice, the page closed then open, and the ratio of their round seconds "
+        "(default: %(default)s)",
+    )
     parser.add_argument("--out", type=Path, help="keep the runs' folders here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
 
@@ -561,24 +635,37 @@ def run(args: argparse.Namespace) -> int:
 
     train_size = len(load_dataset(args.dataset).train_y)
     results: list[FleetResult] = []
+    pages = {"off": [False], "on": [True], "both": [False, True]}[args.dashboard]
     for method in args.methods:
         for clients in sorted(set(args.clients)):
-            plan = FleetPlan(
-                method,
-                clients,
-                rounds=args.rounds,
-                dataset=args.dataset,
-                samples_per_client=min(args.samples_per_client, train_size // clients),
-                devices_per_process=args.devices_per_process,
-                round_timeout=args.round_timeout,
-                deadline=args.deadline,
-                topology=args.topology,
-            )
-            result = run_plan(plan, root / f"{method}-{clients}")
-            results.append(result)
-            print(format_table([result]).splitlines()[-1], flush=True)
-            if not result.ok:
-                print(f"  {method} stops growing at {clients} devices: {result.problem}", flush=True)
+            arms = []
+            for page in pages:
+                plan = FleetPlan(
+                    method,
+                    clients,
+                    rounds=args.rounds,
+                    dataset=args.dataset,
+                    samples_per_client=min(args.samples_per_client, train_size // clients),
+                    devices_per_process=args.devices_per_process,
+                    round_timeout=args.round_timeout,
+                    deadline=args.deadline,
+                    topology=args.topology,
+                    dashboard=page,
+                )
+                result = run_plan(plan, root / f"{method}-{clients}{'-page' if page else ''}")
+                results.append(result)
+                arms.append(result)
+                print(format_table([result]).splitlines()[-1], flush=True)
+            if len(arms) == 2 and arms[0].round_seconds_p50 and arms[1].round_seconds_p50:
+                ratio = arms[1].round_seconds_p50 / arms[0].round_seconds_p50
+                print(
+                    f"  {method}, {clients} devices: round seconds p50 with the page open / closed = {ratio:.3f} "
+                    f"(state.json answered in {arms[1].page_seconds_p50} s p50)",
+                    flush=True,
+                )
+            broken = next((r for r in arms if not r.ok), None)
+            if broken is not None:
+                print(f"  {method} stops growing at {clients} devices: {broken.problem}", flush=True)
                 break
     print(
         f"\nFleet load test on {os.cpu_count()} cores, brokers: {args.topology} on loopback, {args.dataset}, "

@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from edgefd import progress as progress_bars
+from edgefd.dashboard.flags import add_dashboard_arguments, dashboard_of
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 
@@ -36,15 +37,74 @@ def run(
     progress: bool = True,
     on_round: Callable[[dict[str, Any]], None] | None = None,
     said: set[str] | None = None,
+    watch: SimulationView | None = None,
 ) -> dict[str, Any]:
     """Builds and runs the simulation, writes its results, and returns the summary. ``said``: the
-    notes already printed by the runs it belongs to (`edgefd compare`'s), not printed again."""
+    notes already printed by the runs it belongs to (`edgefd compare`'s), not printed again;
+    ``watch``: the run's page, given every line as it is written (`--dashboard`)."""
     started = time.perf_counter()
     progress_bars.set_enabled(progress)  # for this run; `finally` below puts the default back
     try:
-        return _run(config, progress, on_round, started, set() if said is None else said)
+        return _run(config, progress, on_round, started, set() if said is None else said, watch)
     finally:
         progress_bars.set_enabled(True)
+
+
+class SimulationView:
+    """A simulation as its page shows it (`edgefd.dashboard.state`): its lines so far. In-process
+    clients have no network, so no status, last sighting or bytes of their own."""
+
+    def __init__(self, config: SimulationConfig) -> None:
+        from edgefd.runtime.build import client_ids_of
+
+        self.config = config
+        self.client_ids = client_ids_of(config.clients)
+        self.lines: list[dict[str, Any]] = []
+        self.finished = False
+
+    def add(self, line: dict[str, Any]) -> None:
+        self.lines.append(line)
+
+    def state(self) -> dict[str, Any]:
+        from collections import Counter
+
+        from edgefd.dashboard.state import curve_of, device_row, scores_of
+
+        lines = list(self.lines)
+        selected = Counter(cid for line in lines for cid in line.get("selected", []))
+        late = Counter(cid for line in lines for cid in line.get("late", []))
+        scores = scores_of(lines)
+        devices = [
+            device_row(
+                cid,
+                selected=selected[cid],
+                on_time=selected[cid] - late[cid],
+                late=late[cid],
+                score=scores.get(cid),
+            )
+            for cid in self.client_ids
+        ]
+        done = lines[-1]["round"] if lines else None
+        phase = "finished" if self.finished else ("starting" if done is None else f"round {done + 1}")
+        return {
+            "run": {
+                "name": self.config.out_dir().name,
+                "mode": "simulate",
+                "method": self.config.algo,
+                "dataset": self.config.dataset,
+                "rounds": self.config.rounds,
+                "clients": self.config.clients,
+                "round": done,
+                "phase": phase,
+                "answered": None,
+                "expected": None,
+                "seconds_left": None,
+                "finished": self.finished,
+            },
+            "devices": devices,
+            "strangers": [],
+            "curve": curve_of(lines),
+        }
 
 
 def _run(
@@ -53,6 +113,7 @@ def _run(
     on_round: Callable[[dict[str, Any]], None] | None,
     started: float,
     said: set[str],
+    watch: SimulationView | None,
 ) -> dict[str, Any]:
     from edgefd.export.checkpoint import save_run_models
     from edgefd.metrics.results import RunWriter, run_summary
@@ -73,6 +134,8 @@ def _run(
 
     def record(round_record: RoundRecord) -> None:
         line = writer.add(sim.end_round(round_record))
+        if watch is not None:
+            watch.add(line)
         if round_record.round == HELLO_ROUND:
             return
         if on_round is not None:
@@ -98,6 +161,8 @@ def _run(
     from edgefd.metrics.plots import plot_curves  # matplotlib: ~1 s to import, only needed here
 
     plot_curves({f"{config.algo} (seed {config.seed})": writer.lines}, out / "curves.png")
+    if watch is not None:
+        watch.finished = True
     return summary
 
 
@@ -154,6 +219,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EXAMPLES
     add_config_arguments(parser)
+    add_dashboard_arguments(parser)
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -165,7 +231,9 @@ def run_cli(args: argparse.Namespace) -> int:
         if (config.out_dir() / "metrics.jsonl").exists():  # said before the run: its files go as it starts
             said = f"replacing the earlier run in {config.out_dir()} (another --out keeps it)"
             print(f"edgefd simulate: {said}", file=sys.stderr)
-        summary = run(config, progress=not args.quiet)
+        view = SimulationView(config)
+        with dashboard_of(args, view.state):
+            summary = run(config, progress=not args.quiet, watch=view)
     except DatasetNotFoundError as error:
         print(f"edgefd simulate: {error}", file=sys.stderr)
         return 2

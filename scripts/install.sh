@@ -25,10 +25,11 @@ fi
 # Mosquitto broker and its clients (edgefd deploy-local, the MQTT integration tests).
 apt_packages=(g++ cmake ninja-build python3-venv dataset-fashion-mnist mosquitto mosquitto-clients)
 # With --test: an emulated arm64 device for tests/device/test_arm64.py (qemu-user with its binfmt
-# handler, mmdebstrap to build a Debian bookworm arm64 root filesystem), and RabbitMQ for
-# tests/deploy/test_clustered_brokers.py (a two-node cluster with its MQTT plugin, started by the test).
+# handler, mmdebstrap to build a Debian bookworm arm64 root filesystem), RabbitMQ for
+# tests/deploy/test_clustered_brokers.py (a two-node cluster with its MQTT plugin, started by the
+# test), and Chromium with its WebDriver for tests/dashboard/test_in_browser.py (the live page).
 if [[ "${1:-}" == "--test" ]]; then
-  apt_packages+=(qemu-user-static binfmt-support mmdebstrap rabbitmq-server)
+  apt_packages+=(qemu-user-static binfmt-support mmdebstrap rabbitmq-server chromium chromium-driver)
 fi
 missing=()
 for pkg in "${apt_packages[@]}"; do

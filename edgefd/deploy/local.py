@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 
 from edgefd import progress
+from edgefd.dashboard.flags import add_dashboard_arguments, dashboard_flags, dashboard_url
 from edgefd.deploy.broker import KINDS, start_broker
 from edgefd.deploy.flags import add_broker_arguments, broker_flags, broker_settings
 from edgefd.deploy.mqtt_transport import BrokerSettings, broker_problem
@@ -67,6 +68,7 @@ def add_broker_and_deployment_arguments(parser: argparse.ArgumentParser) -> None
         "(embedded, pure Python) or auto: mosquitto if installed, else amqtt (default: %(default)s)",
     )
     add_deployment_arguments(parser)
+    add_dashboard_arguments(parser)
 
 
 def follow_rounds(server: subprocess.Popen, metrics: Path, config: SimulationConfig, enabled: bool) -> int:
@@ -136,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         config.validate()
         config.check_in_process("edgefd deploy-local")
+        page = dashboard_url(args)
         if args.broker:  # a broker it cannot reach: said now, not after the server's wait
             reached = broker_settings({**vars(args), "broker": args.broker})
             problem = broker_problem(reached)
@@ -162,8 +165,12 @@ def run(args: argparse.Namespace) -> int:
     processes: dict[str, subprocess.Popen] = {}
     started = time.perf_counter()
     try:
-        server = _command("server", "--config", str(out / "run.toml"), "--quiet", *shared, *timing)
+        server = _command(
+            "server", "--config", str(out / "run.toml"), "--quiet", *shared, *timing, *dashboard_flags(args)
+        )  # fmt: skip
         processes["server"] = _spawn(server, out / "logs" / "server.log", env)
+        if page is not None:
+            print(f"dashboard: {page or 'its address is in ' + str(out / 'logs' / 'server.log')}", file=sys.stderr)
         for cid in client_ids_of(config.clients):
             client = _command(
                 "client", "--client-id", cid, "--state-dir", str(out / "clients"),

@@ -321,6 +321,11 @@ class MqttChannel:
         """When the server's thread last took a message (see `_ask_again`)."""
         self._held: dict[str, str] = {}
         """The clients whose steps phase was cut at its hard deadline, and how, since the last delivery."""
+        self.last_seen: dict[str, float] = {}
+        """Per client, when its last message arrived (time.monotonic), whatever became of it."""
+        self.refusals: dict[str, Counter] = {cid: Counter() for cid in self.client_ids}
+        """Per client, its messages refused so far, by reason: by the transport (counted at each
+        delivery) and by the checks here."""
 
     def _largest_message(self, direction: str, cid: str, verb: str) -> int | None:
         """What the server takes on a topic, decided from the topic alone, before any byte of the
@@ -478,6 +483,7 @@ class MqttChannel:
             if reason == "OversizedError" and self.limits.bound(cid, verb) == 0:
                 reason = VERB_NOT_EXPECTED
             per_client.setdefault(cid, Counter())[reason] += n
+            self.refusals[cid][reason] += n
             verbs.setdefault((cid, reason), set()).add(verb)
         for cid, reasons in sorted(per_client.items()):
             said = "; ".join(
@@ -650,15 +656,19 @@ class MqttChannel:
         if cid not in self.stats:
             self.endpoint.reject("unknown-client", topic, f"{cid!r} is not a client of this run")
             return
+        self.last_seen[cid] = msg.received_at
         if message.sender != cid or message.receiver != SERVER:
-            self.endpoint.reject(
-                "sender-mismatch", topic, f"message from {message.sender!r} to {message.receiver!r} on {cid!r}'s topic"
+            self._reject(
+                cid,
+                "sender-mismatch",
+                topic,
+                f"message from {message.sender!r} to {message.receiver!r} on {cid!r}'s topic",
             )
             return
         expected_verb = deploy_messages.STATUS if msg.direction == "status" else msg.verb
         if message.verb != expected_verb or message.run != self.settings.run:
-            self.endpoint.reject(
-                "wrong-topic", topic, f"a {message.verb!r} message of run {message.run!r} on {expected_verb!r}"
+            self._reject(
+                cid, "wrong-topic", topic, f"a {message.verb!r} message of run {message.run!r} on {expected_verb!r}"
             )
             return
         # A device's last will is written before it knows the server, in the oldest version it speaks:
@@ -678,13 +688,13 @@ class MqttChannel:
         if phase is not None and msg.verb == phase.verb and message.round == phase.round:
             spec = VERBS[msg.verb]
             if cid not in phase.asked:
-                self.endpoint.reject("unrequested", topic, f"{cid} was not asked for {phase.verb} {phase.round}")
+                self._reject(cid, "unrequested", topic, f"{cid} was not asked for {phase.verb} {phase.round}")
             elif cid in phase.got:
                 log.debug("repeat of %s %d from %s ignored", phase.verb, phase.round, cid)
             elif not message.is_answer:
-                self.endpoint.reject("not-an-answer", topic, f"a {msg.verb} message that answers nothing")
+                self._reject(cid, "not-an-answer", topic, f"a {msg.verb} message that answers nothing")
             elif spec.check_answer is not None and (problem := _problem(spec.check_answer, message)):
-                self.endpoint.reject(spec.refused_as, topic, problem)
+                self._reject(cid, spec.refused_as, topic, problem)
             else:
                 phase.got[cid] = msg
                 phase.pending.pop(cid, None)  # its work is over: no request of it waits
@@ -699,7 +709,13 @@ class MqttChannel:
         elif message.round <= current:
             log.debug("stale %s %d from %s ignored", msg.verb, message.round, cid)
         else:
-            self.endpoint.reject("future-round", topic, f"{msg.verb} for round {message.round}")
+            self._reject(cid, "future-round", topic, f"{msg.verb} for round {message.round}")
+
+    def _reject(self, cid: str, reason: str, topic: str, detail: str) -> None:
+        """Refuse a message of client ``cid`` that the transport took: counted and logged by the
+        endpoint, and against the client."""
+        self.endpoint.reject(reason, topic, detail)
+        self.refusals[cid][reason] += 1
 
     def _on_step(self, msg: Incoming, topic: str) -> None:
         """A client's step request: taken once, in order, for the loop to answer; a repeat of one
@@ -708,32 +724,32 @@ class MqttChannel:
         if phase is None or not phase.asks or request.round != phase.round or cid not in phase.asked:
             current = phase.round if phase is not None else self.config.rounds + 1
             if request.round > current:
-                self.endpoint.reject("future-round", topic, f"step for round {request.round}")
+                self._reject(cid, "future-round", topic, f"step for round {request.round}")
             else:
-                self.endpoint.reject("unrequested", topic, f"a step of round {request.round} from {cid}")
+                self._reject(cid, "unrequested", topic, f"a step of round {request.round} from {cid}")
             return
         step = request.step
         if step < 1 or request.is_answer:
-            self.endpoint.reject("bad-step", topic, f"a step request needs a step number >= 1, got {step}")
+            self._reject(cid, "bad-step", topic, f"a step request needs a step number >= 1, got {step}")
             return
         if cid in phase.pending:
             if step != phase.pending[cid].message.step:
-                self.endpoint.reject(
-                    "step-out-of-order", topic, f"step {step} while step {phase.pending[cid].message.step} waits"
+                self._reject(
+                    cid, "step-out-of-order", topic, f"step {step} while step {phase.pending[cid].message.step} waits"
                 )
             return  # else a repeat of the request the loop is answering
         last = phase.last_step.get(cid, 0)
         if step == last and cid in phase.last_answer:
             resends = phase.step_resends.get(cid, 0)
             if resends >= MAX_STEP_RESENDS:
-                self.endpoint.reject("step-repeated", topic, f"step {step} asked {MAX_STEP_RESENDS + 1} times")
+                self._reject(cid, "step-repeated", topic, f"step {step} asked {MAX_STEP_RESENDS + 1} times")
                 return
             phase.step_resends[cid] = resends + 1
             self.endpoint.publish(self.topics.down(cid, STEP), phase.last_answer[cid])  # its answer was lost
             return
         if step != last + 1:
             if step != 1:
-                self.endpoint.reject("step-out-of-order", topic, f"step {step} after step {last}")
+                self._reject(cid, "step-out-of-order", topic, f"step {step} after step {last}")
                 return
             log.warning("%s restarted its round-%d steps after step %d", cid, phase.round, last)
         phase.pending[cid] = msg
@@ -743,7 +759,7 @@ class MqttChannel:
         if state is None:
             content = message.content
             shown = None if content is None else (content.kind, str(content.scalars)[:200])
-            self.endpoint.reject("bad-status", topic, f"not a status: {shown}")
+            self._reject(cid, "bad-status", topic, f"not a status: {shown}")
             return
         stats = self.stats[cid]
         unsure = cid in self._unsure

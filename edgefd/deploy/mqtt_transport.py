@@ -86,6 +86,10 @@ BUDGET_REASON = "reassembly-budget"
 """The reason a frame refused for want of room in its sender's share (or the whole reassembly
 budget) is counted under: told apart from a message too large for its topic (``OversizedError``)."""
 
+MAX_UNEXPECTED_SENDERS = 1000
+"""Distinct ids `MqttEndpoint.unexpected_senders` names; past them a made-up id is only counted in
+the ``unexpected-topic`` refusals (a flood of new ids does not grow the endpoint)."""
+
 
 TopicLimit = Callable[[str, str, str], "int | None"]
 """(direction, client id, verb) -> the largest message accepted on that topic, or None: refused
@@ -327,6 +331,17 @@ class WireStats:
         }
 
 
+@dataclass(frozen=True)
+class PeerCounts:
+    """What an endpoint has counted per peer so far (`MqttEndpoint.peers`)."""
+
+    bytes_from: dict[str, int]
+    bytes_to: dict[str, int]
+    refused_pending: Counter
+    """Per (client id, verb, reason), refusals not yet taken by `MqttEndpoint.take_refused`."""
+    unexpected_senders: dict[str, int]
+
+
 def encode_frames(message: Message, chunk_size: int, version: int = MESSAGE_VERSION) -> list[bytes]:
     """The frames that carry `message` in protocol ``version`` (what :meth:`MqttEndpoint.publish`
     sends), cut from the encoded buffers: the encoded message is never held whole beside its frames."""
@@ -415,6 +430,13 @@ class MqttEndpoint:
         a topic this receiver takes messages on: who was refused what (see `take_refused`)."""
         self.inbox = Inbox(inbox_max_bytes or 4 * max_message_bytes)
         self.stats = WireStats()
+        self.bytes_from: Counter = Counter()
+        """Per sender (client id of a topic), bytes of the frames accepted from it."""
+        self.bytes_to: Counter = Counter()
+        """Per receiver, bytes of the frames published to it."""
+        self.unexpected_senders: Counter = Counter()
+        """Per id, frames refused on a topic of an id this receiver takes nothing from (a device
+        that is not a client of the run): at most MAX_UNEXPECTED_SENDERS ids."""
         self.connected = threading.Event()
         self.subscriptions: list[str] = []
         self.on_connect_hooks: list = []
@@ -549,6 +571,7 @@ class MqttEndpoint:
             self.stats.sent_bytes[key] += nbytes
             self.stats.sent_frames[key] += len(frames)
             self.stats.sent_messages[key] += 1
+            self.bytes_to[message.receiver] += nbytes
         log.debug("sent %s: %d bytes in %d frame(s)", topic, nbytes, len(frames))
         return nbytes
 
@@ -688,6 +711,13 @@ class MqttEndpoint:
                 gone += evicted
         return gone
 
+    def peers(self) -> PeerCounts:
+        """Copies of what this endpoint counts per peer, for a reader on another thread (a dashboard)."""
+        with self._lock:
+            return PeerCounts(
+                dict(self.bytes_from), dict(self.bytes_to), Counter(self.refused), dict(self.unexpected_senders)
+            )
+
     def take_refused(self) -> Counter:
         """The per-device refusals counted since the last call (see `refused`), and start afresh."""
         with self._lock:
@@ -716,6 +746,9 @@ class MqttEndpoint:
         largest = self.max_message_bytes if self.limit is None else self.limit(direction, client_id, verb)
         if largest is None:
             self.reject("unexpected-topic", topic, "not a topic this receiver takes messages on", len(data))
+            with self._lock:
+                if client_id in self.unexpected_senders or len(self.unexpected_senders) < MAX_UNEXPECTED_SENDERS:
+                    self.unexpected_senders[client_id] += 1
             return
         reassembler = self._reassemblers.get(topic)
         if reassembler is not None and reassembler.max_message_bytes != largest:
@@ -750,6 +783,7 @@ class MqttEndpoint:
                 return
             self.stats.received_bytes[key] += len(data)
             self.stats.received_frames[key] += 1
+            self.bytes_from[client_id] += len(data)
             if decoded is not None:
                 self.stats.received_messages[key] += 1
         if decoded is not None:

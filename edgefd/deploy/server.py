@@ -24,6 +24,7 @@ import argparse
 import logging
 import sys
 
+from edgefd.dashboard.flags import add_dashboard_arguments, dashboard_of
 from edgefd.deploy.flags import add_broker_arguments, broker_settings, setup_logging
 from edgefd.deploy.mqtt_channel import DeploymentSettings, TooFewClients
 from edgefd.metrics.results import REFUSED_EXIT, REFUSED_NOTE, final_accuracy_said, refusals_said
@@ -93,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_deployment_arguments(parser)
 
     add_config_arguments(parser, hidden=RAY_FLAGS, own_groups=broker_and_deployment)
+    add_dashboard_arguments(parser)
     parser.add_argument(
         "--run",
         required=True,
@@ -111,6 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # torch comes with these: imported here, not for --help
     from edgefd.data import DatasetNotFoundError
+    from edgefd.deploy.fleet_view import fleet_state
     from edgefd.deploy.server_runtime import ServerRuntime
 
     setup_logging(args.log_level)
@@ -118,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         config.check_in_process("edgefd server")
         runtime = ServerRuntime(config, deployment_settings(args), resume=args.resume)
-        summary = runtime.run()
+        with dashboard_of(args, lambda: fleet_state(runtime)):
+            summary = runtime.run()
     except (ValueError, DatasetNotFoundError, ConnectionError) as error:
         print(f"edgefd server: {error}", file=sys.stderr)
         return 2

@@ -66,6 +66,8 @@ class ServerRuntime:
         self.checkpoint_path = self.out / CHECKPOINT_FILE
         self.writer: RunWriter | None = None
         self.resumed_from: int | None = None
+        self.finished = False
+        """Whether the run has ended (its summary written): what a dashboard says of it."""
 
     @property
     def role(self):
@@ -87,6 +89,7 @@ class ServerRuntime:
                 self.writer = RunWriter(self.out)
             self.federation.run(self._record, resume_at=resume_at)  # ends with every client's stop
             summary = self._summary(time.perf_counter() - started)
+            self.finished = True
             self.channel.clear_configs()
         finally:
             self.channel.close()

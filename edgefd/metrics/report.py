@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from edgefd.dashboard import finished_state, static_page
 from edgefd.metrics.results import load_run
 
 
@@ -25,6 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the suffix picks the format, e.g. compare.png or compare.pdf (default: report.png beside the first "
         "run folder: runs/report.png for runs/fedavg)",
     )
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="also write the run's page (what --dashboard shows live) as one self-contained HTML file, for "
+        "one run folder; e.g. --html run.html",
+    )
 
 
 SELF_REPORTED_NOTE = (
@@ -39,6 +47,9 @@ def _pct(value) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.html is not None and len(args.runs) != 1:
+        print(f"edgefd report: --html writes the page of one run; {len(args.runs)} were given", file=sys.stderr)
+        return 2
     runs = {}
     rows = []
     for folder in args.runs:
@@ -76,6 +87,11 @@ def run(args: argparse.Namespace) -> int:
     plot = Path(args.plot) if args.plot else default_plot(args.runs[0])
     plot_curves(runs, plot)
     print(f"plot: {plot}")
+    if args.html is not None:
+        (_, summary), lines = rows[0], next(iter(runs.values()))
+        page = static_page(finished_state(summary, lines, Path(args.runs[0]).resolve().name))
+        Path(args.html).write_text(page, encoding="utf-8")
+        print(f"page: {args.html}")
     return 0
 
 
