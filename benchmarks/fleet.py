@@ -85,9 +85,11 @@ class FleetPlan:
     device processes spread over the nodes) or bridge:N (N site Mosquittos bridged to a central one:
     the server on the central, the devices on the sites)."""
     params: dict[str, Any] = field(default_factory=dict)
-    dashboard: bool = False
-    """Serve the run's page (`--dashboard`) and keep it open: a viewer fetches what the page
-    fetches, as often (`PageViewer`)."""
+    dashboard: str = "off"
+    """off; on: serve the run's page (`--dashboard`) and keep it open, a viewer fetching what the
+    page fetches, as often (`PageViewer`); alternate: serve it and open it in one round of each
+    pair of rounds, drawn at random (`page_open_rounds`), so that open and closed rounds of one run
+    compare in pairs."""
 
     def config(self, out: Path) -> SimulationConfig:
         params = {**METHODS[self.method], **self.params}
@@ -137,19 +139,63 @@ class FleetResult:
     wall_seconds: float
     broker_urls: dict[str, Any] = field(default_factory=dict)
     """Where the server and each device process connected."""
-    dashboard: bool = False
+    dashboard: str = "off"
     page_views: int = 0
     """Times the open page fetched the run's state during the run."""
     page_seconds_p50: float | None = None
     """The median time the server took to answer the page's state.json."""
+    page_effect: dict[str, Any] | None = None
+    """With ``dashboard="alternate"``: the rounds run with the page open and closed, and the open
+    round's seconds over its pair's closed one's (`paired_page_effect`)."""
+
+
+def page_open_rounds(rounds: int, seed: int = 0) -> set[int]:
+    """For ``--dashboard alternate``: one round of each pair (1, 2), (3, 4), ... drawn at random,
+    so that neither the page nor its absence falls on every odd round."""
+    rng = np.random.default_rng(seed)
+    return {first + int(rng.integers(2)) for first in range(1, rounds, 2)}
+
+
+def paired_page_effect(seconds: dict[int, float], open_rounds: set[int]) -> dict[str, Any]:
+    """The open page's effect on round time from one run: each pair's open round's seconds over its
+    closed round's, their geometric mean and its 95% bootstrap interval (scipy.stats.bootstrap).
+    Pairs share the run's start, its brokers and the machine's load of the moment, which move a
+    whole run's rounds together: the between-run noise is out of the comparison."""
+    from scipy.stats import bootstrap
+
+    logs = []
+    for first in range(1, max(seconds, default=0), 2):
+        pair = (first, first + 1)
+        if all(r in seconds for r in pair):
+            opened = first if first in open_rounds else first + 1
+            closed = first + 1 if opened == first else first
+            logs.append(np.log(seconds[opened] / seconds[closed]))
+    effect: dict[str, Any] = {
+        "pairs": len(logs),
+        "open_rounds": sorted(r for r in open_rounds if r in seconds),
+        "open_seconds_p50": _percentile([s for r, s in seconds.items() if r in open_rounds], 0.5),
+        "closed_seconds_p50": _percentile([s for r, s in seconds.items() if r not in open_rounds], 0.5),
+        "ratio": None,
+        "ratio_95": None,
+    }
+    if len(logs) >= 2:
+        effect["ratio"] = round(float(np.exp(np.mean(logs))), 4)
+    if len(logs) >= 5:
+        interval = bootstrap((np.array(logs),), np.mean, confidence_level=0.95, rng=np.random.default_rng(0))
+        low, high = interval.confidence_interval
+        effect["ratio_95"] = [round(float(np.exp(low)), 4), round(float(np.exp(high)), 4)]
+    return effect
 
 
 class PageViewer:
     """An open dashboard page: fetches state.json every PAGE_POLL_SECONDS, and charts.json when
-    the curve gained a point, as the page's script does; keeps how long each state took."""
+    the curve gained a point, as the page's script does; keeps how long each state took. Given
+    ``open_rounds`` and the run's metrics.jsonl, the page is open only while one of those rounds
+    runs (the round after the last line written)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, metrics: Path | None = None, open_rounds: set[int] | None = None) -> None:
         self.url = url
+        self.metrics, self.open_rounds = metrics, open_rounds
         self.seconds: list[float] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -161,10 +207,18 @@ class PageViewer:
         self._stop.set()
         self._thread.join()
 
+    def _is_open(self) -> bool:
+        if self.open_rounds is None or self.metrics is None:
+            return True
+        return _count_lines(self.metrics) in self.open_rounds  # n lines written: round n runs
+
     def _watch(self) -> None:
-        points = -1
-        while not self._stop.wait(PAGE_POLL_SECONDS):
+        points, polled = -1, -PAGE_POLL_SECONDS
+        while not self._stop.wait(0.05):
             started = time.monotonic()
+            if started - polled < PAGE_POLL_SECONDS or not self._is_open():
+                continue
+            polled = started
             try:
                 with urllib.request.urlopen(self.url + "state.json", timeout=30) as reply:
                     state = json.loads(reply.read())
@@ -371,10 +425,11 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
             "--round-timeout", str(plan.round_timeout), "--hello-timeout", str(plan.round_timeout),
             "--eval-timeout", str(plan.round_timeout), "--max-wait", str(plan.round_timeout), "--quiet",
         ]  # fmt: skip
-        if plan.dashboard:
+        if plan.dashboard != "off":
             port = _free_port()
             command += ["--dashboard", f"127.0.0.1:{port}"]
-            viewer = PageViewer(f"http://127.0.0.1:{port}/")
+            open_rounds = page_open_rounds(plan.rounds) if plan.dashboard == "alternate" else None
+            viewer = PageViewer(f"http://127.0.0.1:{port}/", folder / "server" / "metrics.jsonl", open_rounds)
         with open(folder / "server.log", "wb") as log:
             server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         if viewer is not None:
@@ -411,9 +466,31 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
             brokers.stop()
     result = _result(plan, folder / "server", monitor, reports, problem, time.monotonic() - started, urls)
     if viewer is not None:
-        result.dashboard, result.page_views = True, len(viewer.seconds)
+        result.dashboard, result.page_views = plan.dashboard, len(viewer.seconds)
         result.page_seconds_p50 = _percentile(viewer.seconds, 0.5)
+        if viewer.open_rounds is not None:
+            seconds = {line["round"]: line["seconds"] for line in _lines(folder / "server") if line["round"] >= 1}
+            result.page_effect = paired_page_effect(seconds, viewer.open_rounds)
     return result
+
+
+def _lines(out: Path) -> list[dict[str, Any]]:
+    metrics = out / "metrics.jsonl"
+    return [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+
+
+def describe_page_effect(result: FleetResult) -> str:
+    """The alternate run's verdict, in one line."""
+    effect = result.page_effect or {}
+    if effect.get("ratio") is None:
+        return f"page effect: too few paired rounds ({effect.get('pairs', 0)})"
+    interval = effect["ratio_95"]
+    within = f", 95% interval {interval[0]:.3f} to {interval[1]:.3f}" if interval else ""
+    return (
+        f"round seconds with the page open / closed = {effect['ratio']:.3f} over {effect['pairs']} pairs of rounds"
+        f"{within} (p50 {effect['open_seconds_p50']} s open, {effect['closed_seconds_p50']} s closed; "
+        f"state.json answered in {result.page_seconds_p50} s p50)"
+    )
 
 
 def _free_port() -> int:
@@ -445,7 +522,7 @@ def _result(
     wall: float,
     urls: dict[str, Any],
 ) -> FleetResult:
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] if out.exists() else []
+    lines = _lines(out)
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
     deployment = summary.get("deployment", {})
     rounds = [line for line in lines if line["round"] >= 1]
@@ -539,7 +616,9 @@ def format_table(results: list[FleetResult]) -> str:
     )
     rows = [header, "|" + "---|" * 14]
     for r in results:
-        method = f"{r.method}, page open ({r.page_views} views)" if r.dashboard else r.method
+        opened = {"off": None, "on": "page open", "alternate": "page open in half the rounds"}[r.dashboard]
+        page = f", {opened} ({r.page_views} views)" if opened else ""
+        method = r.method + page
         rows.append(
             f"| {method} | {r.clients} | {r.samples_per_client} | {'yes' if r.ok else 'NO: ' + str(r.problem)} "
             f"| {show(r.startup_seconds, 1)} "
@@ -612,11 +691,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dashboard",
-        choices=("off", "on", "both"),
+        choices=("off", "on", "both", "alternate"),
         default="off",
         help="serve each run's page (`edgefd server --dashboard`) with a viewer polling it as an open page does: "
-        "on; both: each size twice, the page closed then open, and the ratio of their round seconds "
-        "(default: %(default)s)",
+        "on; both: each size twice, the page closed then open, and the ratio of their round seconds; alternate: "
+        "one run, the page open in one round of each pair drawn at random, and the open rounds' seconds over "
+        "their pairs' closed ones with a 95%% interval (needs --rounds of 10 or more) (default: %(default)s)",
     )
     parser.add_argument("--out", type=Path, help="keep the runs' folders here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
@@ -635,7 +715,10 @@ def run(args: argparse.Namespace) -> int:
 
     train_size = len(load_dataset(args.dataset).train_y)
     results: list[FleetResult] = []
-    pages = {"off": [False], "on": [True], "both": [False, True]}[args.dashboard]
+    if args.dashboard == "alternate" and args.rounds < 10:
+        print("benchmarks/fleet.py: --dashboard alternate needs --rounds 10 or more (5 pairs)", file=sys.stderr)
+        return 2
+    pages = {"both": ["off", "on"]}.get(args.dashboard, [args.dashboard])
     for method in args.methods:
         for clients in sorted(set(args.clients)):
             arms = []
@@ -652,10 +735,12 @@ def run(args: argparse.Namespace) -> int:
                     topology=args.topology,
                     dashboard=page,
                 )
-                result = run_plan(plan, root / f"{method}-{clients}{'-page' if page else ''}")
+                result = run_plan(plan, root / f"{method}-{clients}{'' if page == 'off' else '-page'}")
                 results.append(result)
                 arms.append(result)
                 print(format_table([result]).splitlines()[-1], flush=True)
+                if result.page_effect is not None:
+                    print(f"  {method}, {clients} devices: {describe_page_effect(result)}", flush=True)
             if len(arms) == 2 and arms[0].round_seconds_p50 and arms[1].round_seconds_p50:
                 ratio = arms[1].round_seconds_p50 / arms[0].round_seconds_p50
                 print(

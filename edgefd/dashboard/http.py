@@ -92,7 +92,8 @@ class DashboardServer:
         self.snapshot = snapshot
         self.token = token
         self._lock = threading.Lock()
-        self._state: tuple[float, bytes] | None = None
+        self._state: tuple[float, bytes, list[dict[str, Any]]] | None = None
+        """When the state was taken, its JSON, and its curve (what the charts are drawn from)."""
         self._charts: tuple[int, bytes] | None = None
         try:
             self._http = (_IPv6Server if ":" in host else ThreadingHTTPServer)((host, port), _Handler)
@@ -132,14 +133,18 @@ class DashboardServer:
         return hmac.compare_digest(given.encode(), self.token.encode())
 
     def state_json(self) -> bytes:
+        return self._current()[1]
+
+    def _current(self) -> tuple[float, bytes, list[dict[str, Any]]]:
         with self._lock:
             now = time.monotonic()
             if self._state is None or now - self._state[0] >= SNAPSHOT_SECONDS:
-                self._state = (now, json.dumps(self.snapshot(), allow_nan=False).encode())
-            return self._state[1]
+                state = self.snapshot()
+                self._state = (now, json.dumps(state, allow_nan=False).encode(), state["curve"])
+            return self._state
 
     def charts_json(self) -> bytes:
-        curve = json.loads(self.state_json())["curve"]
+        curve = self._current()[2]
         with self._lock:
             if self._charts is None or self._charts[0] != len(curve):
                 drawn = {"round": chart_svg(curve, "round"), "bytes": chart_svg(curve, "bytes")}

@@ -41,7 +41,7 @@ def fleet_state(runtime: ServerRuntime) -> dict[str, Any]:
                 latency_s=round(sum(latency) / len(latency), 3) if latency else None,
                 bytes_up=peers.bytes_from.get(cid, 0),
                 bytes_down=peers.bytes_to.get(cid, 0),
-                refused=dict(Counter(channel.refusals.get(cid, {})) + pending.get(cid, Counter())),
+                refused=_refused(channel.refusals.get(cid), pending.get(cid)),
                 score=scores.get(cid),
             )
         )
@@ -76,3 +76,11 @@ def fleet_state(runtime: ServerRuntime) -> dict[str, Any]:
         "strangers": strangers_of(peers.unexpected_senders),
         "curve": curve_of(lines),
     }
+
+
+def _refused(counted: dict[str, int] | None, pending: Counter | None) -> dict[str, int]:
+    """A device's refusals by reason: those the channel counted and those still pending in the
+    transport (most devices have none: no Counter is built for them)."""
+    if not pending:
+        return dict(counted) if counted else {}
+    return dict(Counter(counted or {}) + pending)

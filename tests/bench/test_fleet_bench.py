@@ -91,3 +91,47 @@ def test_the_load_test_spreads_its_devices_over_bridged_site_brokers(tmp_path):
 def test_an_unknown_topology_is_refused_with_the_choices(capsys):
     assert fleet.main(["--topology", "rabbit"]) == 2
     assert "mosquitto, rabbitmq:N, bridge:N" in capsys.readouterr().err
+
+
+def test_the_page_opens_in_one_round_of_each_pair_and_the_effect_is_the_pairs_ratio(tmp_path):
+    opened = fleet.page_open_rounds(20)
+    assert len(opened) == 10 and all(len(opened & {first, first + 1}) == 1 for first in range(1, 20, 2))
+    assert opened == fleet.page_open_rounds(20)  # the same draw every run
+    assert {1, 3, 5, 7, 9} != fleet.page_open_rounds(10)  # drawn, not every odd round
+
+    rng = np.random.default_rng(1)
+    seconds = {r: float(rng.uniform(1.0, 2.0)) for r in range(1, 21)}  # rounds that drift...
+    for r in opened:
+        seconds[r] = seconds[r + 1 if r % 2 else r - 1] * 1.10  # ...and an open page that costs 10%
+    effect = fleet.paired_page_effect(seconds, opened)
+    assert effect["pairs"] == 10 and effect["open_rounds"] == sorted(opened)
+    assert effect["ratio"] == pytest.approx(1.10, abs=1e-3)
+    low, high = effect["ratio_95"]
+    assert low <= 1.10 + 1e-3 and high >= 1.10 - 1e-3 and low > 1.05  # the interval holds it, and excludes 1
+    assert fleet.paired_page_effect({1: 1.0, 2: 1.0}, {1})["ratio_95"] is None  # too few pairs for an interval
+
+    metrics = tmp_path / "metrics.jsonl"
+    viewer = fleet.PageViewer("http://127.0.0.1:1/", metrics, open_rounds={2})
+    metrics.write_text("{}\n")  # round 0 written: round 1 runs, the page is closed
+    assert not viewer._is_open()
+    metrics.write_text("{}\n{}\n")  # round 2 runs
+    assert viewer._is_open()
+
+
+@needs_mosquitto
+def test_the_alternating_page_run_reports_its_paired_rounds(tmp_path, capsys):
+    out = tmp_path / "fleet.json"
+    argv = [
+        "--methods", "fd", "--clients", "10", "--rounds", "10", "--dashboard", "alternate",
+        "--samples-per-client", "20", "--devices-per-process", "10", "--dataset", "digits",
+        "--out", str(tmp_path / "runs"), "--json", str(out),
+    ]  # fmt: skip
+    assert fleet.main(argv) == 0
+    (result,) = json.loads(out.read_text())
+    assert result["ok"], result["problem"]
+    assert result["dashboard"] == "alternate"
+    effect = result["page_effect"]
+    assert effect["pairs"] == 5 and effect["open_rounds"] == sorted(fleet.page_open_rounds(10))
+    assert effect["ratio"] > 0 and 0 < effect["ratio_95"][0] <= effect["ratio_95"][1]
+    assert "round seconds with the page open / closed" in capsys.readouterr().out
+    assert fleet.main(["--dashboard", "alternate", "--rounds", "4"]) == 2
