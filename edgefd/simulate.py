@@ -61,19 +61,18 @@ class SimulationView:
         self.client_ids = client_ids_of(config.clients)
         self.lines: list[dict[str, Any]] = []
         self.finished = False
+        self._history: Any = None
+        """The page's `RunLines`, made on its first poll (the dashboard is imported only then)."""
 
     def add(self, line: dict[str, Any]) -> None:
         self.lines.append(line)
 
     def state(self) -> dict[str, Any]:
-        from collections import Counter
-
-        from edgefd.dashboard.state import curve_of, device_row, scores_of
+        from edgefd.dashboard.state import RunLines, device_row
 
         lines = list(self.lines)
-        selected = Counter(cid for line in lines for cid in line.get("selected", []))
-        late = Counter(cid for line in lines for cid in line.get("late", []))
-        scores = scores_of(lines)
+        self._history = history = (self._history or RunLines()).update(lines)
+        selected, late, scores = history.selected, history.late, history.scores
         devices = [
             device_row(
                 cid,
@@ -103,7 +102,7 @@ class SimulationView:
             },
             "devices": devices,
             "strangers": [],
-            "curve": curve_of(lines),
+            "curve": list(history.curve),
         }
 
 

@@ -21,6 +21,7 @@ module holds the parts every command shares.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -31,34 +32,69 @@ MAX_ID_CHARS = 200
 """A stranger's id is cut to this many characters: the id is the sender's to choose."""
 
 
-def curve_of(lines: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The curve's points from a run's metrics lines (metrics.jsonl, or the lines so far)."""
-    points: list[dict[str, Any]] = []
-    moved = 0
-    for line in lines:
-        moved += int(line.get("bytes_up", 0)) + int(line.get("bytes_down", 0))
+class RunLines:
+    """What the page takes from a run's metrics lines (metrics.jsonl, or the lines so far), kept
+    as the lines come: :meth:`update` reads only the lines it has not read, so a live page's poll
+    costs the rounds since the last poll, not the whole run again (at 1,000 devices each round's
+    line holds 1,000 scores)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.count = 0
+        """Lines read."""
+        self.curve: list[dict[str, Any]] = []
+        """A point per round with an evaluation: the clients' mean accuracy, their median, lowest
+        and highest, and the bytes the run had moved by then, up and down."""
+        self.scores: dict[str, float] = {}
+        """Each client's accuracy at its latest evaluation."""
+        self.selected: Counter = Counter()
+        """Rounds each client was selected for."""
+        self.late: Counter = Counter()
+        """Rounds each client's uplink came late."""
+        self._moved = 0
+
+    def update(self, lines: Sequence[Mapping[str, Any]]) -> RunLines:
+        """Read the lines after the ones already read; ``lines`` shorter than that are another
+        history (a server resumed from its checkpoint), read from the start."""
+        if len(lines) < self.count:
+            self._reset()
+        for line in lines[self.count :]:
+            self._read(line)
+        self.count = len(lines)
+        return self
+
+    def _read(self, line: Mapping[str, Any]) -> None:
+        self._moved += int(line.get("bytes_up", 0)) + int(line.get("bytes_down", 0))
+        self.selected.update(line.get("selected") or ())
+        self.late.update(line.get("late") or ())
+        claimed = line.get("client_accuracy") or {}
+        self.scores.update({cid: float(v) for cid, v in claimed.items()})
         if line.get("accuracy") is None:
-            continue
-        scores = [float(v) for v in (line.get("client_accuracy") or {}).values()]
-        points.append(
+            return
+        accuracy = float(line["accuracy"])
+        scores = [float(v) for v in claimed.values()]
+        self.curve.append(
             {
                 "round": int(line["round"]),
-                "accuracy": float(line["accuracy"]),
-                "median": statistics.median(scores) if scores else float(line["accuracy"]),
-                "low": min(scores) if scores else float(line["accuracy"]),
-                "high": max(scores) if scores else float(line["accuracy"]),
-                "bytes": moved,
+                "accuracy": accuracy,
+                "median": statistics.median(scores) if scores else accuracy,
+                "low": min(scores) if scores else accuracy,
+                "high": max(scores) if scores else accuracy,
+                "bytes": self._moved,
             }
         )
-    return points
+
+
+def curve_of(lines: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The curve's points from a run's metrics lines (`RunLines.curve`)."""
+    return RunLines().update(list(lines)).curve
 
 
 def scores_of(lines: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Each client's accuracy at its latest evaluation."""
-    scores: dict[str, float] = {}
-    for line in lines:
-        scores.update({cid: float(v) for cid, v in (line.get("client_accuracy") or {}).items()})
-    return scores
+    """Each client's accuracy at its latest evaluation (`RunLines.scores`)."""
+    return RunLines().update(list(lines)).scores
 
 
 def strangers_of(counts: Mapping[str, int]) -> list[dict[str, Any]]:

@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
-from edgefd.dashboard.state import curve_of, device_row, scores_of, strangers_of
+from edgefd.dashboard.state import RunLines, device_row, strangers_of
 from edgefd.deploy.server_runtime import ServerRuntime
 
 
-def fleet_state(runtime: ServerRuntime) -> dict[str, Any]:
-    """The page's state of ``runtime``'s run, now."""
+def fleet_state(runtime: ServerRuntime, history: RunLines | None = None) -> dict[str, Any]:
+    """The page's state of ``runtime``'s run, now. ``history``: what the last poll read of the
+    run's lines (a live page passes the same one every time: `fleet_page`)."""
     channel, config = runtime.channel, runtime.config
     lines = list(runtime.writer.lines) if runtime.writer is not None else []
+    history = (history or RunLines()).update(lines)
     peers = channel.endpoint.peers()
     pending: dict[str, Counter] = {}
     for (cid, _verb, reason), n in peers.refused_pending.items():
         pending.setdefault(cid, Counter())[reason] += n
     now = time.monotonic()
     last_seen = dict(channel.last_seen)
-    scores = scores_of(lines)
+    scores = history.scores
     devices = []
     for cid, stats in list(channel.stats.items()):
         latency = list(stats.latency_seconds)
@@ -74,8 +77,15 @@ def fleet_state(runtime: ServerRuntime) -> dict[str, Any]:
         },
         "devices": devices,
         "strangers": strangers_of(peers.unexpected_senders),
-        "curve": curve_of(lines),
+        "curve": list(history.curve),
     }
+
+
+def fleet_page(runtime: ServerRuntime) -> Callable[[], dict[str, Any]]:
+    """The live page's snapshot of ``runtime``'s run (`edgefd.dashboard.DashboardServer` calls it
+    one poll at a time): each poll reads only the rounds written since the last."""
+    history = RunLines()
+    return lambda: fleet_state(runtime, history)
 
 
 def _refused(counted: dict[str, int] | None, pending: Counter | None) -> dict[str, int]:

@@ -113,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # torch comes with these: imported here, not for --help
     from edgefd.data import DatasetNotFoundError
-    from edgefd.deploy.fleet_view import fleet_state
+    from edgefd.deploy.fleet_view import fleet_page
     from edgefd.deploy.server_runtime import ServerRuntime
 
     setup_logging(args.log_level)
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         config.check_in_process("edgefd server")
         runtime = ServerRuntime(config, deployment_settings(args), resume=args.resume)
-        with dashboard_of(args, lambda: fleet_state(runtime)):
+        with dashboard_of(args, fleet_page(runtime)):
             summary = runtime.run()
     except (ValueError, DatasetNotFoundError, ConnectionError) as error:
         print(f"edgefd server: {error}", file=sys.stderr)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from edgefd.dashboard.state import MAX_ID_CHARS, MAX_STRANGERS, curve_of, device_row, finished_state, strangers_of
+from edgefd.dashboard.state import (
+    MAX_ID_CHARS,
+    MAX_STRANGERS,
+    RunLines,
+    curve_of,
+    device_row,
+    finished_state,
+    strangers_of,
+)
 
 
 def _line(round: int, accuracy: float | None, scores: dict[str, float], up: int = 100, down: int = 50) -> dict:
@@ -75,3 +83,31 @@ def test_a_finished_simulation_lists_its_clients_from_its_models():
     state = finished_state(summary, [_line(1, 0.5, {"c0": 0.5})], "sim")
     assert state["run"]["mode"] == "simulate"
     assert [row["id"] for row in state["devices"]] == ["c0", "c1", "c2"]
+
+
+def test_the_lines_are_read_once_each_and_again_from_the_start_for_another_history():
+    """A live page's poll reads only the lines written since the last; lines fewer than those read
+    are another history (a server resumed from its checkpoint) and are read from the start."""
+    lines = [_line(1, 0.4, {"client-0": 0.3, "client-1": 0.5}), _line(2, 0.6, {"client-0": 0.7})]
+    history = RunLines().update(lines[:1])
+    assert [p["round"] for p in history.curve] == [1] and history.scores == {"client-0": 0.3, "client-1": 0.5}
+    read = []
+    counting = [_Counted(line, read) for line in lines]
+    history.update(counting)
+    assert read == [2]  # line 1 was not read again
+    assert history.curve == curve_of(lines) and history.scores == {"client-0": 0.7, "client-1": 0.5}
+    history.update(lines[:1])
+    assert history.curve == curve_of(lines[:1]) and history.count == 1
+
+
+class _Counted(dict):
+    """A metrics line that notes its round in ``read`` when its scores are read."""
+
+    def __init__(self, line, read):
+        super().__init__(line)
+        self.read = read
+
+    def get(self, key, default=None):
+        if key == "client_accuracy":
+            self.read.append(self["round"])
+        return super().get(key, default)
