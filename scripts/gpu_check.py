@@ -17,8 +17,12 @@ what runs after. Each step is timed and recorded; a step that fails does not sto
 5. ``fedcache_demo``: the fedcache-demo recipe's FedCache arm (the FedCache authors' own setting),
    2 rounds: seconds a round, start-up, peak GPU and host memory.
 6. ``fedzkt_paper``: FedZKT with ``preset=paper`` (ResNet-18 global model, n_D 200 x 256), one round.
+7. ``deployed_clients``: `edgefd deploy-local` (a broker, a server and three clients as processes)
+   with ``device = "auto"`` for FD and FedICT, 2 rounds on digits: each client must say it chose the
+   device (a Jetson's path: `edgefd client` on the GPU), and bytes and accuracy must be the
+   simulation's on that device (identical bytes, accuracy within a point).
 
-With ``--cpu`` the device is the CPU, steps 4-6 run on a few clients with a hundred samples each
+With ``--cpu`` the device is the CPU, steps 4-7 run on a few clients with a hundred samples each
 (FedZKT on digits) and FedZKT's server on 2 iterations: it checks that the script runs, not what a GPU does. The exit
 status is 1 when a correctness check fails (a kernel test, bytes that differ, accuracies more than a
 point apart, a step that crashed); the speed goals are reported, not enforced.
@@ -324,6 +328,53 @@ def fedzkt_paper(check: Check, step: Step) -> None:
     timed_run(check, step, config, "fedzkt-paper")
 
 
+DEPLOYED_METHODS = ("fd", "fedict")
+"""Methods step 7 deploys: the plainest exchange, and the one whose client carries the most (FedICT)."""
+
+
+def deployed_clients(check: Check, step: Step) -> None:
+    rows = []
+    for method in DEPLOYED_METHODS:
+        config = replace(method_config(check, method), clients=3)  # a process each: three devices show the path
+        status, reference = simulate(check, config, f"{method}-reference", check.device)
+        folder = check.work / "runs" / f"{method}-deployed"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "run.toml").write_text(config_to_toml(replace(config, out=str(folder), device="auto")))
+        command = edgefd_command("deploy-local", "--config", str(folder / "run.toml"), "--quiet")
+        deployed = run_child(check, command, check.work / "logs" / f"{method}-deployed.log")
+        row: dict[str, Any] = dict(method=method)
+        if status or deployed:
+            failed = f"{method}-{'reference' if status else 'deployed'}.log"
+            row.update(ok=False, error=f"exit {status} / {deployed}: {tail(check.work / 'logs' / failed, 5)}")
+            rows.append(row)
+            continue
+        said = [_chosen_device(log) for log in sorted((folder / "logs").glob("client-*.log"))]
+        (_, lines), (_, simulated) = read_run(folder), read_run(reference)
+        accuracy, expected = 100 * lines[-1]["accuracy"], 100 * simulated[-1]["accuracy"]
+        row.update(
+            clients_chose=said,
+            bytes_identical=[(x["bytes_up"], x["bytes_down"]) for x in lines]
+            == [(x["bytes_up"], x["bytes_down"]) for x in simulated],
+            deployed_accuracy=round(accuracy, 2),
+            simulated_accuracy=round(expected, 2),
+        )
+        close = accuracy == expected if check.cut_down else abs(accuracy - expected) <= ACCURACY_POINTS
+        row["ok"] = bool(said) and set(said) == {check.device} and row["bytes_identical"] and close
+        rows.append(row)
+    step.details.update(runs=rows, rounds=2, dataset="digits", seed=0)
+    step.ok = all(row["ok"] for row in rows)
+    if not step.ok:
+        step.error = "differ or failed: " + ", ".join(row["method"] for row in rows if not row["ok"])
+
+
+def _chosen_device(log: Path) -> str | None:
+    """The device an `edgefd client` said ``--device auto`` chose (its "device: cuda (...)" line)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if ": device: " in line and "--device auto" in line:
+            return line.split(": device: ", 1)[1].split()[0]
+    return None
+
+
 STEPS: dict[str, Callable[[Check, Step], None]] = {
     "environment": environment,
     "kernel_tests": kernel_tests,
@@ -331,6 +382,7 @@ STEPS: dict[str, Callable[[Check, Step], None]] = {
     "methods": methods,
     "fedcache_demo": fedcache_demo,
     "fedzkt_paper": fedzkt_paper,
+    "deployed_clients": deployed_clients,
 }
 
 
@@ -392,6 +444,23 @@ def summary_markdown(check: Check, steps: list[Step], seconds: float) -> str:
             lines.append(
                 f"| {r['method']} | {'yes' if r['ok'] else '**no**'} | {r['bytes_identical']} | {r['device_accuracy']} "
                 f"| {r['cpu_accuracy']} | {r['device_seconds']} | {r['cpu_seconds']} | {r['peak_gpu_mb'] or '-'} |"
+            )
+    deployed = by_name.get("deployed_clients")
+    if deployed and deployed.details.get("runs"):
+        lines += [
+            "",
+            f"`edgefd deploy-local` with device = auto, 2 rounds on digits, against `simulate` on {check.device}:",
+            "",
+            "| method | ok | clients chose | bytes identical | accuracy (deployed) | accuracy (simulated) |",
+            "|---|---|---|---|---:|---:|",
+        ]
+        for r in deployed.details["runs"]:
+            if "error" in r:
+                lines.append(f"| {r['method']} | **no** | {r['error'].splitlines()[0][:80]} | | | |")
+                continue
+            lines.append(
+                f"| {r['method']} | {'yes' if r['ok'] else '**no**'} | {', '.join(map(str, r['clients_chose']))} "
+                f"| {r['bytes_identical']} | {r['deployed_accuracy']} | {r['simulated_accuracy']} |"
             )
     for name, title in (("fedcache_demo", "fedcache-demo, FedCache arm"), ("fedzkt_paper", "FedZKT preset=paper")):
         d = by_name[name].details if name in by_name else {}
