@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -147,6 +148,9 @@ class FleetResult:
     page_effect: dict[str, Any] | None = None
     """With ``dashboard="alternate"``: the rounds run with the page open and closed, and the open
     round's seconds over its pair's closed one's (`paired_page_effect`)."""
+    page_cpu_seconds: float | None = None
+    """The CPU time the server spent answering the page, from its log (what the page's requests
+    took on their threads' own clocks)."""
 
 
 def page_open_rounds(rounds: int, seed: int = 0) -> set[int]:
@@ -471,10 +475,26 @@ def run_plan(plan: FleetPlan, folder: Path, say=print) -> FleetResult:
     if viewer is not None:
         result.dashboard, result.page_views = plan.dashboard, len(viewer.seconds)
         result.page_seconds_p50 = _percentile(viewer.seconds, 0.5)
+        result.page_cpu_seconds = page_cpu_seconds(folder / "server.log")
         if viewer.open_rounds is not None:
             seconds = {line["round"]: line["seconds"] for line in _lines(folder / "server") if line["round"] >= 1}
             result.page_effect = paired_page_effect(seconds, viewer.open_rounds)
+            open_seconds = sum(s for r, s in seconds.items() if r in viewer.open_rounds)
+            if result.page_cpu_seconds is not None and open_seconds:
+                result.page_effect["page_cores_while_open"] = round(result.page_cpu_seconds / open_seconds, 4)
     return result
+
+
+PAGE_COST_LINE = re.compile(r"dashboard: (\d+) requests served in ([0-9.]+) s of CPU")
+
+
+def page_cpu_seconds(log: Path) -> float | None:
+    """The CPU the server's page took, as the server logs it when it stops serving."""
+    try:
+        found = PAGE_COST_LINE.search(log.read_text(errors="replace"))
+    except OSError:
+        return None
+    return float(found.group(2)) if found else None
 
 
 def _lines(out: Path) -> list[dict[str, Any]]:
@@ -489,10 +509,12 @@ def describe_page_effect(result: FleetResult) -> str:
         return f"page effect: too few paired rounds ({effect.get('pairs', 0)})"
     interval = effect["ratio_95"]
     within = f", 95% interval {interval[0]:.3f} to {interval[1]:.3f}" if interval else ""
+    cores = effect.get("page_cores_while_open")
+    cost = f"; the page took {cores:.2%} of one core while open" if cores is not None else ""
     return (
         f"round seconds with the page open / closed = {effect['ratio']:.3f} over {effect['pairs']} pairs of rounds"
         f"{within} (p50 {effect['open_seconds_p50']} s open, {effect['closed_seconds_p50']} s closed; "
-        f"state.json answered in {result.page_seconds_p50} s p50)"
+        f"state.json answered in {result.page_seconds_p50} s p50{cost})"
     )
 
 

@@ -95,6 +95,10 @@ class DashboardServer:
         self._state: tuple[float, bytes, list[dict[str, Any]]] | None = None
         """When the state was taken, its JSON, and its curve (what the charts are drawn from)."""
         self._charts: tuple[int, bytes] | None = None
+        self.requests = 0
+        self.cpu_seconds = 0.0
+        """CPU time the page's connections took in all (their threads' own clocks): what the page
+        cost the process it runs in (a server's rounds share its interpreter)."""
         try:
             self._http = (_IPv6Server if ":" in host else ThreadingHTTPServer)((host, port), _Handler)
         except OSError as error:
@@ -118,6 +122,13 @@ class DashboardServer:
         if self._thread.is_alive():  # shutdown() waits for a serve_forever() that never started
             self._http.shutdown()
         self._http.server_close()
+        if self.requests:
+            log.info("dashboard: %d requests served in %.3f s of CPU", self.requests, self.cpu_seconds)
+
+    def count(self, requests: int, cpu_seconds: float) -> None:
+        with self._lock:
+            self.requests += requests
+            self.cpu_seconds += cpu_seconds
 
     def __enter__(self) -> DashboardServer:
         return self.start()
@@ -159,6 +170,15 @@ class _IPv6Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server_version = "edgefd-dashboard"
     sys_version = ""
+
+    def handle_one_request(self) -> None:
+        """One request, its CPU time (its thread's own clock) counted in the dashboard's."""
+        started = time.thread_time()
+        try:
+            super().handle_one_request()
+        finally:
+            dashboard: DashboardServer = self.server.dashboard  # type: ignore[attr-defined]
+            dashboard.count(1 if getattr(self, "raw_requestline", b"") else 0, time.thread_time() - started)
 
     def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
         dashboard: DashboardServer = self.server.dashboard  # type: ignore[attr-defined]

@@ -134,5 +134,6 @@ def test_the_alternating_page_run_reports_its_paired_rounds(tmp_path, capsys):
     effect = result["page_effect"]
     assert effect["pairs"] == 5 and effect["open_rounds"] == sorted(fleet.page_open_rounds(10))
     assert effect["ratio"] > 0 and 0 < effect["ratio_95"][0] <= effect["ratio_95"][1]
+    assert 0 < result["page_cpu_seconds"] and 0 < effect["page_cores_while_open"] < 1
     assert "round seconds with the page open / closed" in capsys.readouterr().out
     assert fleet.main(["--dashboard", "alternate", "--rounds", "4"]) == 2

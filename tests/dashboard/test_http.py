@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from edgefd.dashboard.http import DashboardServer, parse_address, read_token
+from edgefd.dashboard.http import SNAPSHOT_SECONDS, DashboardServer, parse_address, read_token
 
 TOKEN = "a-token-of-some-length"
 
@@ -126,3 +128,24 @@ def test_a_snapshot_that_fails_is_a_503_and_the_server_goes_on():
     with DashboardServer("127.0.0.1:0", snapshot) as server:
         assert _get(server.url + "state.json")[0] == 503
         assert _get(server.url + "state.json")[0] == 200
+
+
+def test_what_the_page_cost_is_counted_and_said_when_it_closes(caplog):
+    """Each request's CPU time (its thread's own clock) adds to the page's cost, which the server
+    logs when it stops serving: the figure a run's log gives of what its open page took from it."""
+
+    def slow_state() -> dict:
+        deadline = time.thread_time() + 0.02  # 20 ms of CPU for each state made
+        while time.thread_time() < deadline:
+            pass
+        return _state()
+
+    caplog.set_level(logging.INFO, logger="edgefd.dashboard.http")
+    with DashboardServer("127.0.0.1:0", slow_state) as server:
+        _get(server.url)
+        _get(server.url + "state.json")
+        time.sleep(SNAPSHOT_SECONDS)
+        _get(server.url + "state.json")
+    assert server.requests == 3
+    assert 0.04 <= server.cpu_seconds < 5
+    assert f"dashboard: 3 requests served in {server.cpu_seconds:.3f} s of CPU" in caplog.text
