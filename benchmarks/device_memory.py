@@ -7,7 +7,7 @@ model, and of `edgefd predict` with that model's exported ONNX file.
     python3 benchmarks/device_memory.py --quick                    # digits, one tiny client: checks it runs
 
 Each case is a real deployment: a Mosquitto broker (edgefd.deploy.broker.start_broker), one
-`edgefd server` and `--clients` `edgefd client` processes, one round (training and evaluation),
+`edgefd server` and `--clients` `edgefd client` processes, one round (training and evaluation; `--rounds`),
 every client with the case's model. A client logs its own peak (`peak_rss_mb`, Linux's VmHWM:
 the peak of its own memory, whatever launched it) once its role is built and again when it
 stops; the benchmark also polls each client's /proc/PID/status while it runs, and reports the
@@ -21,9 +21,10 @@ the paper's per-client data size and batch size: Fashion-MNIST is real (Debian's
 dataset-fashion-mnist); CIFAR-10 / CIFAR-100 are read from --data-root when there, else written
 as synthetic files of the official format and size (random pixels: the same arrays, the same
 loader, the same memory). Variants beside the papers' settings show what fits a device: `--cases
-fedcache-onnx,fedict-int8,fedict-b64-int8,fedict-2500-int8,fedzkt-cifar-b32` (the hash encoder
-exported beforehand; FedICT's features as int8, at its paper's setting, in batches of 64, and with
-half its data; FedZKT's MobileNetV2 in batches of 32). Prints a table; --json FILE writes the rows.
+fedcache-onnx,fedict-recompute,fedict-int8,fedict-b64-int8,fedict-2500-int8,fedzkt-cifar-b32` (the
+hash encoder exported beforehand; FedICT on a device that recomputes activations; FedICT's features
+as int8, at its paper's setting, in batches of 64, and with half its data; FedZKT's MobileNetV2 in
+batches of 32). Prints a table; --json FILE writes the rows.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ class Case:
     batch_size: int
     why: str
     params: tuple[str, ...] = ()
+    device_flags: tuple[str, ...] = ()
+    """The device's own `edgefd client` flags (not the run's)."""
 
 
 CASES = (
@@ -96,6 +99,16 @@ CASES = (
         256,
         "A^C_3, the largest client; CIFAR-10 over 10 clients (uploads 16x32x32 fp32 features of every sample); "
         "batch 256",
+    ),
+    Case(
+        "fedict-recompute",
+        "fedict",
+        "fedict_c3",
+        "cifar10",
+        5000,
+        256,
+        "the paper's setting on a device that recomputes activations (edgefd client --recompute-activations)",
+        device_flags=("--recompute-activations",),
     ),
     Case(
         "fedict-int8",
@@ -182,7 +195,14 @@ CASES = (
         "as above, with mini-batches of 32 instead of the paper's 256",
     ),
 )
-VARIANTS = ("fedcache-onnx", "fedict-int8", "fedict-b64-int8", "fedict-2500-int8", "fedzkt-cifar-b32")
+VARIANTS = (
+    "fedcache-onnx",
+    "fedict-recompute",
+    "fedict-int8",
+    "fedict-b64-int8",
+    "fedict-2500-int8",
+    "fedzkt-cifar-b32",
+)
 """Cases that are a setting beside a paper's, not the paper's own: run only when named in --cases."""
 QUICK = (Case("quick", "fd", "cnn2", "digits", 40, 16, "smoke test"),)
 
@@ -293,7 +313,7 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
         dataset=case.dataset,
         data_root=data_root,
         clients=args.clients,
-        rounds=1,
+        rounds=args.rounds,
         epochs=1,  # one local epoch for every method: a client's peak does not grow with more
         partition="iid",
         samples_per_client=case.samples,
@@ -331,7 +351,7 @@ def deploy(case: Case, args: argparse.Namespace, data_root: str | None, folder: 
             with open(folder / "logs" / f"{cid}.log", "wb") as log:
                 processes[cid] = subprocess.Popen(
                     edgefd(args.python, "client", "--client-id", cid, "--device", "cpu",
-                           "--state-dir", str(folder / "state"), *shared),
+                           "--state-dir", str(folder / "state"), *case.device_flags, *shared),
                     stdout=log, stderr=subprocess.STDOUT, env=env,
                 )  # fmt: skip
         deadline = started + args.timeout
@@ -499,6 +519,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=2, help="client processes per deployment (default: 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads per process (default: 2)")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds per deployment (default: 1); 2 also measures a round that begins with the last one's answers "
+        "held and the server's knowledge to learn from",
+    )
+    parser.add_argument(
         "--python",
         default=sys.executable,
         help="the interpreter that runs the server, the clients and predict, e.g. a venv with the CPU-only torch "
@@ -544,7 +571,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows.append(row)
         if args.json:  # after every case: a long run that is stopped keeps what it measured
-            document = {"python": args.python, "floor_mb": floor, "clients": args.clients, "threads": args.threads}
+            document = {
+                "python": args.python,
+                "floor_mb": floor,
+                "clients": args.clients,
+                "threads": args.threads,
+                "rounds": args.rounds,
+            }
             document["dynamo_mb"], document["dynamo_s"], document["dynamo_imported"] = dynamo
             Path(args.json).write_text(json.dumps({**document, "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
     print()

@@ -3,14 +3,18 @@ order."""
 
 from __future__ import annotations
 
+import copy
+from contextlib import nullcontext
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from edgefd.algorithms.base import list_methods
-from edgefd.runtime.build import build
+from edgefd.models import RESIDUAL_BLOCKS, build_model
+from edgefd.runtime.build import build, build_client, prepare
 from edgefd.runtime.config import SimulationConfig
 from edgefd.simulate import run
 from edgefd.training import (
@@ -20,6 +24,7 @@ from edgefd.training import (
     batches,
     draw_batch_order,
     for_method,
+    recomputing,
     train_epochs,
 )
 
@@ -156,3 +161,68 @@ def test_a_method_trains_its_papers_epochs_unless_the_run_sets_them():
     assert {client.context.train.epochs for client in sim.clients.values()} == {5}  # FedZKT's T_l (Sec. IV-A3)
     sim = build(_tiny("fedzkt", epochs=2))
     assert {client.context.train.epochs for client in sim.clients.values()} == {2}
+
+
+def _saved_bytes(model: nn.Module, x: torch.Tensor) -> int:
+    """Bytes of the distinct tensors a forward pass keeps for the backward pass."""
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    return sum(kept.values())
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("name, blocks", [("fedict_c3", 2), ("fedict_c4", 2), ("resnet8", 3)])
+def test_recomputing_blocks_keeps_less_and_trains_to_the_same_bits(name, blocks, channels_last):
+    """Training with the residual blocks but the last recomputed in the backward pass gives the
+    same weights, gradients and BatchNorm statistics, bit for bit (in either memory layout: the
+    run's default is channels-last), while the forward pass keeps less for the backward; outside
+    the context the model is as it was."""
+    torch.manual_seed(0)
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    kept = build_model(name, in_channels=3, num_classes=10, input_shape=(3, 32, 32)).to(memory_format=layout)
+    recomputed = copy.deepcopy(kept)
+    assert sum(isinstance(m, RESIDUAL_BLOCKS) for m in kept.modules()) == blocks
+    generator = torch.Generator().manual_seed(1)
+    x, y = torch.randn(16, 3, 32, 32, generator=generator), torch.randint(0, 10, (16,), generator=generator)
+    x = x.contiguous(memory_format=layout)
+    optimisers = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9, nesterov=True) for m in (kept, recomputed)]
+    for _ in range(3):
+        for model, optimiser, context in zip(
+            (kept, recomputed), optimisers, (nullcontext(), recomputing(recomputed, RESIDUAL_BLOCKS))
+        ):
+            with context:
+                optimiser.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                optimiser.step()
+        assert all(torch.equal(a.grad, b.grad) for a, b in zip(kept.parameters(), recomputed.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(kept.state_dict().values(), recomputed.state_dict().values()))
+    with recomputing(recomputed, RESIDUAL_BLOCKS):
+        assert _saved_bytes(recomputed, x) < _saved_bytes(kept, x)
+        with torch.no_grad():
+            assert torch.equal(recomputed(x), kept(x))
+    assert not any("forward" in vars(m) for m in recomputed.modules())
+    assert _saved_bytes(recomputed, x) == _saved_bytes(kept, x)
+
+
+def test_a_device_that_recomputes_activations_sends_the_same_uplink_bit_for_bit():
+    """`edgefd client --recompute-activations` changes where memory goes, not what a client
+    learns: FedICT's fedict_c3 client (two residual blocks), two rounds, the same uplinks to the
+    bit with it on and off; simulations never recompute."""
+    config = _tiny("fedict", models="fedict_c3", batch_size=8)
+    pieces = prepare(config)
+    uplinks = {}
+    for recompute in (False, True):
+        client = build_client(config, pieces, 0, recompute_activations=recompute)
+        assert client.context.train.recompute_activations is recompute
+        assert sum(isinstance(m, RESIDUAL_BLOCKS) for m in client.model.modules()) == 2
+        uplinks[recompute] = [client.train_round(r, None) for r in (1, 2)]
+    for off, on in zip(uplinks[False], uplinks[True]):
+        assert off.same_as(on)
+        assert all(np.array_equal(off.arrays[k], on.arrays[k]) for k in off.arrays)
+    assert not any(c.context.train.recompute_activations for c in build(config).clients.values())

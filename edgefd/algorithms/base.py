@@ -39,6 +39,7 @@ import dataclasses
 import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -47,6 +48,7 @@ import torch
 from torch import nn
 
 from edgefd.algorithms.schema import MessageSchema, UplinkRejected, check_payload
+from edgefd.models import RESIDUAL_BLOCKS
 from edgefd.protocol import Payload
 from edgefd.training import (
     LocalTraining,
@@ -58,6 +60,7 @@ from edgefd.training import (
     for_method,
     load_state_arrays,
     make_optimizer,
+    recomputing,
     train_epochs,
 )
 
@@ -168,16 +171,19 @@ class ClientRole(ABC):
     def train_local(self, loss_fn: LossFn) -> float:
         """The round's local epochs on this client's training data: ``loss_fn(logits, rows)`` of
         each mini-batch, stepped by ``self.optimizer`` (a :meth:`round_optimizer` the method
-        built) in the run's batch order. Returns the last epoch's mean loss."""
-        return train_epochs(
-            self.model,
-            self.data.train_x,
-            loss_fn,
-            self.optimizer.for_round(),
-            self.context.train,
-            self.context.torch_generator,
-            fixed_order=self.batch_order,
-        )
+        built) in the run's batch order, the residual blocks' activations recomputed where the
+        device asks (`TrainConfig.recompute_activations`). Returns the last epoch's mean loss."""
+        train = self.context.train
+        with recomputing(self.model, RESIDUAL_BLOCKS) if train.recompute_activations else nullcontext():
+            return train_epochs(
+                self.model,
+                self.data.train_x,
+                loss_fn,
+                self.optimizer.for_round(),
+                train,
+                self.context.torch_generator,
+                fixed_order=self.batch_order,
+            )
 
     def hello(self) -> Payload | None:
         """One-time upload before round 1 (None: nothing to say)."""

@@ -22,7 +22,16 @@ from edgefd.deploy.flags import BROKER_FLAGS, BrokerFlags, add_broker_arguments,
 from edgefd.deploy.mqtt_transport import BrokerSettings
 from edgefd.settings import add_config_argument, add_setting_arguments, given_over_file, help_of
 
-CLIENT_FLAGS = ("run", "client_id", "state_dir", "models_dir", "data_dir", "device", "max_message_bytes")
+CLIENT_FLAGS = (
+    "run",
+    "client_id",
+    "state_dir",
+    "models_dir",
+    "data_dir",
+    "device",
+    "recompute_activations",
+    "max_message_bytes",
+)
 """The `ClientSettings` flags, in the help's order (the broker flags follow, in their group)."""
 
 REQUIRED = ("broker", "run", "client_id")
@@ -68,6 +77,9 @@ def resolve(args: argparse.Namespace) -> tuple[ClientSettings, BrokerFlags]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgefd.runtime.process import return_large_blocks_when_freed
+
+    return_large_blocks_when_freed()  # before torch and the data: a device's peak memory (see its doc)
     # torch comes with these: imported here, not for --help
     from edgefd.data import DatasetNotFoundError
     from edgefd.deploy.client_runtime import ClientRuntime

@@ -41,6 +41,7 @@ from edgefd.deploy.client_settings import ClientSettings
 from edgefd.deploy.device_data import load_device_data
 from edgefd.deploy.mqtt_transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEVICE_SEND_WINDOW,
     Incoming,
     MqttEndpoint,
     Topics,
@@ -90,6 +91,7 @@ class ClientRuntime:
             chunk_size=settings.broker.chunk_size,
             max_message_bytes=settings.max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,  # until the config comes
             will=(self.topics.status(self.cid), will),
+            send_window=DEVICE_SEND_WINDOW,
         )
         self.endpoint.subscribe(f"{self.topics.root}/down/{self.cid}/+")
         self.endpoint.on_connect_hooks.append(self._announce)
@@ -230,6 +232,10 @@ class ClientRuntime:
         answer = self.stored_answers.get(key)
         if answer is None:
             log.info("%s: %s %d requested", self.cid, request.verb, request.round)
+            if VERBS[request.verb].trains:
+                # the server has gone on to a new round and will not ask for the last one's uplink
+                # again: let go of it before training, not after (FedICT's held 328 MB through it)
+                self.stored_answers = {k: v for k, v in self.stored_answers.items() if not VERBS[k[0]].trains}
             answer = self.app.handle(request, self._ask)
             if VERBS[request.verb].trains:
                 self.stored_answers = {k: v for k, v in self.stored_answers.items() if VERBS[k[0]].once}
@@ -331,12 +337,13 @@ class ClientRuntime:
         pieces = prepare(config, dataset, on_demand=True)  # 8-bit images stay bytes; this client keeps its share so
         index = pieces.client_ids.index(self.cid)
         self.config = config
-        self.role = build_client(config, pieces, index, data)
+        recompute = self.settings.recompute_activations  # the device's own choice, as its device is
+        self.role = build_client(config, pieces, index, data, recompute_activations=recompute)
         try:
             self._restore()
         except checkpoint.CheckpointError as error:  # unreadable, or not this run's: never half-restored
             log.warning("%s: %s; starting afresh", self.cid, error)
-            self.role = build_client(config, pieces, index, data)
+            self.role = build_client(config, pieces, index, data, recompute_activations=recompute)
             self.last_round, self.stored_answers = 0, {}
         poisoning = config.poisoning(self.cid, list(pieces.client_ids), self.role.model.state_dict())
         if poisoning is not None:

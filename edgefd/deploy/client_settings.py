@@ -38,6 +38,12 @@ class ClientSettings:
         "where this device trains: auto (its CUDA GPU when torch sees one, e.g. a Jetson with NVIDIA's torch; else "
         "the CPU), cpu, cuda or cuda:N",
     )
+    recompute_activations: bool = setting(
+        False,
+        "recompute the models' residual blocks' activations in training's backward pass instead of keeping them: "
+        'less memory for more compute, the same results (docs/DEPLOYMENT.md, "Device memory": what it saves '
+        "for each method)",
+    )
     models_dir: str | None = setting(
         None,
         "folder where the client writes its final model (CLIENT_ID.pt) when the server ends the run, for "

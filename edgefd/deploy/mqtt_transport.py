@@ -43,8 +43,10 @@ from edgefd.protocol import (
     ProtocolError,
     Reassembler,
     ReassemblyBudget,
+    chunk_count,
     decode_message,
     encode_message_buffers,
+    iter_split,
     message_version,
     split,
 )
@@ -71,6 +73,14 @@ def up_verbs() -> set[str]:
 
 QOS = 1
 DEFAULT_CHUNK_SIZE = 256 * 1024
+MAX_INFLIGHT = 64
+"""Frames paho sends before it waits for the broker's acknowledgements (QoS 1)."""
+DEVICE_SEND_WINDOW = 2 * MAX_INFLIGHT
+"""A device's send window (`MqttEndpoint`'s ``send_window``): frames published and not yet
+acknowledged before `MqttEndpoint.publish` waits. paho holds each frame until the broker
+acknowledges it, so with a window a message's frames are made as they go out, not all at once
+(FedICT's 328 MB upload held its 328 MB of frames beside its features; with the window 32 MB).
+Twice paho's in-flight limit: the socket never waits on the window."""
 DEFAULT_MAX_MESSAGE_BYTES = OPEN_MESSAGE_BYTES
 """What an endpoint takes on every topic unless told otherwise (its `limit`, `resize`)."""
 REJECTION_LOG_SECONDS = 10.0
@@ -392,6 +402,7 @@ class MqttEndpoint:
         inbox_max_bytes: int | None = None,
         stale_retained: Collection[str] = (),
         clock: Callable[[], float] = time.monotonic,
+        send_window: int | None = None,
     ) -> None:
         """``limit``: what each topic may carry (default: ``max_message_bytes`` on every topic of
         the run). Memory held for received bytes is bounded twice: partial messages of every topic
@@ -409,7 +420,12 @@ class MqttEndpoint:
         subscription exists arrives without it, retained or not): it is counted in
         :attr:`WireStats.stale_retained`, never buffered, and its topic's retained message is
         cleared (an empty retained payload: a broker whose ACL refuses it drops it, and the stale
-        message is then only ignored)."""
+        message is then only ignored).
+
+        ``send_window``: frames published and not yet acknowledged before :meth:`publish` waits for
+        acknowledgements (None: it never waits, a server's choice: its thread must go on reading
+        uplinks and watching deadlines). A device sets :data:`DEVICE_SEND_WINDOW`, so that a large
+        upload's frames are made as they go out."""
         self.settings = settings
         self.topics = topics
         self.versions: tuple[int, ...] = MESSAGE_VERSIONS
@@ -442,6 +458,11 @@ class MqttEndpoint:
         self.on_connect_hooks: list = []
         self._reassemblers: dict[str, Reassembler] = {}
         self._lock = threading.Lock()
+        self._acked = threading.Condition(self._lock)
+        """Notified on each acknowledgement (`publish` waits on it for room in its window)."""
+        self._network_thread: int | None = None
+        """paho's loop thread, which reads the acknowledgements: it never waits for them."""
+        self.send_window = send_window
         self._unacked: set[int] = set()
         """Message ids published and not yet acknowledged by the broker (QoS 1)."""
         self._acked_early: set[int] = set()
@@ -465,7 +486,7 @@ class MqttEndpoint:
             self._client.will_set(will[0], will[1], qos=QOS, retain=True)
         # paho annotates the delays as int, but they are only compared and doubled: floats work.
         self._client.reconnect_delay_set(*RECONNECT_DELAYS)  # type: ignore[arg-type]  # paho: int
-        self._client.max_inflight_messages_set(64)
+        self._client.max_inflight_messages_set(MAX_INFLIGHT)
         self._client.on_connect = self._on_connect
         self._client.on_connect_fail = self._on_connect_fail
         self.failure: tuple[float, str] | None = None
@@ -511,6 +532,7 @@ class MqttEndpoint:
             hint = ": check --username and the password" if login else ""
             self._failed(f"the broker refused the connection ({reason_code}{hint})")
             return
+        self._network_thread = threading.get_ident()
         self.failure, self._failed_attempts = None, 0
         self.stats.connects += 1
         _no_delay(client.socket())
@@ -560,20 +582,33 @@ class MqttEndpoint:
         """Encode, chunk and publish at QoS 1, in the version its receiver speaks; returns the bytes
         of the frames (what the wire carries). While disconnected, paho keeps the frames and sends
         them on reconnection."""
-        frames = encode_frames(message, self.chunk_size, self.version_for(message.receiver))
-        if retain and len(frames) > 1:
-            raise ValueError(f"a retained message must be one frame; {topic} needs {len(frames)}")
-        for frame in frames:
+        buffers = encode_message_buffers(message, self.version_for(message.receiver))
+        frames = chunk_count(sum(memoryview(buffer).nbytes for buffer in buffers), self.chunk_size)
+        if retain and frames > 1:
+            raise ValueError(f"a retained message must be one frame; {topic} needs {frames}")
+        nbytes, count = 0, 0
+        for frame in iter_split(buffers, self.chunk_size):  # made as the window lets them go
+            self._wait_for_window()
             self._track(self._client.publish(topic, frame, qos=QOS, retain=retain).mid)
+            nbytes, count = nbytes + len(frame), count + 1
         key = self._key(topic)
-        nbytes = sum(len(f) for f in frames)
         with self._lock:
             self.stats.sent_bytes[key] += nbytes
-            self.stats.sent_frames[key] += len(frames)
+            self.stats.sent_frames[key] += count
             self.stats.sent_messages[key] += 1
             self.bytes_to[message.receiver] += nbytes
-        log.debug("sent %s: %d bytes in %d frame(s)", topic, nbytes, len(frames))
+        log.debug("sent %s: %d bytes in %d frame(s)", topic, nbytes, count)
         return nbytes
+
+    def _wait_for_window(self) -> None:
+        """With a ``send_window``, wait until fewer frames than it await the broker's acknowledgement.
+        Only while connected (paho keeps what is published while disconnected, as before), and never
+        on paho's own thread (an on-connect hook's message), which is the one that reads them."""
+        if self.send_window is None or threading.get_ident() == self._network_thread:
+            return
+        with self._acked:
+            while len(self._unacked) >= self.send_window and self.connected.is_set():
+                self._acked.wait(0.1)
 
     def clear_retained(self, topic: str) -> None:
         self._track(self._client.publish(topic, b"", qos=QOS, retain=True).mid)
@@ -602,6 +637,7 @@ class MqttEndpoint:
                 self._unacked.discard(mid)
             else:
                 self._acked_early.add(mid)
+            self._acked.notify_all()
 
     def _key(self, topic: str) -> str:
         try:

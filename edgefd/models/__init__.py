@@ -10,7 +10,7 @@ See ``describe_models()`` for the catalogue and the per-paper modules (``fedcach
 paper's number needed an interpretation (each method's page in docs/methods/ says why).
 """
 
-from ._common import SplitModel
+from ._common import BasicBlock, Bottleneck, SplitModel
 from .fedd2s import LayeredCNN
 from .registry import (
     DEFAULT_HETERO,
@@ -26,10 +26,15 @@ from .registry import (
 )
 from .zoo import ModelEntry
 
+RESIDUAL_BLOCKS = (BasicBlock, Bottleneck)
+"""The residual blocks of the zoo's ResNets and FedICT's clients: where a training step may
+recompute activations instead of keeping them (`edgefd.training.recomputing`)."""
+
 __all__ = [
     "DEFAULT_HETERO",
     "LayeredCNN",
     "ModelEntry",
+    "RESIDUAL_BLOCKS",
     "SplitModel",
     "assign_models",
     "build_model",

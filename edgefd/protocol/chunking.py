@@ -34,7 +34,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -58,6 +58,7 @@ __all__ = [
     "CHUNK_HEADER_SIZE",
     "Chunk",
     "split",
+    "iter_split",
     "parse_chunk",
     "chunk_count",
     "chunked_size",
@@ -130,14 +131,25 @@ def split(
     their concatenation without making it (:func:`~edgefd.protocol.encode_buffers`' output).
     ``message_id``: 16 bytes, an int < 2**128, or None for a random one. Always returns at least
     one frame."""
+    return list(iter_split(data, chunk_size, message_id))
+
+
+def iter_split(
+    data: bytes | bytearray | memoryview | list, chunk_size: int, message_id: bytes | int | None = None
+) -> Iterator[bytes]:
+    """:func:`split`'s frames, each made when it is asked for: a sender that lets go of each frame
+    once it is sent holds a few frames, not the whole message a second time. ``data`` must not
+    change until the last frame is made. Bad arguments raise here, before any frame."""
     views = [_as_bytes_view(part) for part in (data if isinstance(data, list) else [data])]
     per = _per_chunk(chunk_size)
     total = sum(len(view) for view in views)
     count = chunk_count(total, chunk_size)
     if count > _U32_MAX:
         raise ValueError(f"{total} bytes at chunk_size={chunk_size} need {count} frames (> 2**32-1)")
-    mid = _message_id(message_id)
-    frames = []
+    return _frames(views, per, count, total, _message_id(message_id))
+
+
+def _frames(views: list[memoryview], per: int, count: int, total: int, mid: bytes) -> Iterator[bytes]:
     part, offset = 0, 0  # where the next frame's data starts: views[part][offset:]
     for i in range(count):
         pieces, size = [], min(per, total - i * per)
@@ -153,8 +165,7 @@ def split(
         crc = zlib.crc32(prefix)
         for piece in pieces:
             crc = zlib.crc32(piece, crc)
-        frames.append(b"".join([prefix, struct.pack("<I", crc), *pieces]))
-    return frames
+        yield b"".join([prefix, struct.pack("<I", crc), *pieces])
 
 
 def parse_chunk(frame: bytes | bytearray | memoryview, *, max_message_bytes: int | None = None) -> Chunk:

@@ -186,15 +186,23 @@ def client_data(pieces: RunPieces, index: int) -> ClientData:
     )
 
 
-def build_client(config: SimulationConfig, pieces: RunPieces, index: int, data: ClientData | None = None) -> ClientRole:
+def build_client(
+    config: SimulationConfig,
+    pieces: RunPieces,
+    index: int,
+    data: ClientData | None = None,
+    *,
+    recompute_activations: bool = False,
+) -> ClientRole:
     """Client `index`'s role, seeded from (seed, 1, index) alone: the same in any process.
-    `data` replaces its dataset share (a device's own data)."""
+    `data` replaces its dataset share (a device's own data); ``recompute_activations`` is a
+    device's own choice (`TrainConfig.recompute_activations`)."""
     stream = _seed_stream(config.seed, 1, index)
     torch.manual_seed(_torch_seed(stream))
     if data is None:
         data = client_data(pieces, index)
     name = pieces.model_names[index]
-    train = config.train_config()
+    train = dataclasses.replace(config.train_config(), recompute_activations=recompute_activations)
     context = ClientContext(
         pieces.client_ids[index],
         place_model(pieces.make_model(name), train),  # built on the CPU: the same weights on any device

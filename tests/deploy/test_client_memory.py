@@ -111,3 +111,24 @@ def test_the_device_install_takes_the_device_requirements_from_pyproject():
     assert not names & {"matplotlib", "onnxscript", "torch", "torchvision"}  # torch: pinned by install.sh
     script = (repo / "device" / "install.sh").read_text()
     assert "--no-deps" in script and '-r "$here/requirements.txt"' in script
+
+
+def test_a_device_that_recomputes_activations_builds_its_role_so(tmp_path, monkeypatch):
+    """`edgefd client --recompute-activations` reaches the role's training settings; the run's
+    config never carries it (it is the device's own choice, as its device is)."""
+    fashion_like(tmp_path / "fmnist")
+    config = SimulationConfig(
+        dataset="fmnist", data_root=str(tmp_path / "fmnist"), clients=3, rounds=1, samples_per_client=20, threads=1
+    )
+    message = control.config_message(config, "client-1", "mem")
+    assert "recompute_activations" not in control.config_from(message)
+    for recompute in (True, False):
+        settings = ClientSettings(
+            "mem", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu", recompute_activations=recompute
+        )
+        device = ClientRuntime(settings)
+        for name in ("start", "stop", "publish"):
+            monkeypatch.setattr(device.endpoint, name, lambda *a, **k: None)
+        device._handle(Incoming("down", "client-1", "config", message, nbytes=0))
+        assert device.role.context.train.recompute_activations is recompute
+        clear_cache()

@@ -87,6 +87,9 @@ def test_client_settings_from_a_toml_file(tmp_path):
     settings, flags = deploy_client.resolve(parser.parse_args(["--config", str(path), "--client-id", "client-2"]))
     assert (settings.broker.broker, settings.run, settings.client_id) == ("mqtt://10.0.0.2:1883", "demo", "client-2")
     assert (settings.broker.keepalive, flags.log_level, settings.device) == (30, "DEBUG", "auto")
+    assert settings.recompute_activations is False  # the device keeps its activations unless it says
+    settings, _ = deploy_client.resolve(parser.parse_args(["--config", str(path), "--recompute-activations"]))
+    assert settings.recompute_activations is True
     # the rule of every --config: a flag given wins over the file, even at its default
     settings, flags = deploy_client.resolve(
         parser.parse_args(["--config", str(path), "--keepalive", "10", "--log-level", "INFO"])
@@ -380,6 +383,24 @@ def test_a_client_asked_again_sends_its_stored_answer_only_if_it_went_out_before
     asked_again(25.0)
     assert sent == [("edgefd/u/up/client-1/train", uplink)]
     assert device.answered_at[("train", 3)] > 25.0
+
+
+def test_a_client_lets_go_of_its_last_uplink_before_it_trains_the_next_round(monkeypatch):
+    """The server has gone on: the last round's uplink (FedICT's: 328 MB of features) is not kept
+    through the next round's training; the hello is kept for the run."""
+    device = ClientRuntime(ClientSettings("u", "client-1", BrokerSettings("mqtt://127.0.0.1:1"), device="cpu"))
+    monkeypatch.setattr(device.endpoint, "publish", lambda topic, message, retain=False: None)
+    held_while_training = []
+
+    def train_round(round, content):
+        held_while_training.append(sorted(device.stored_answers))
+
+    device.app = ClientApp(SimpleNamespace(train_round=train_round, done_sharing=lambda: None))
+    device.stored_answers = {("hello", 0): down("hello", 0).answer(None), ("train", 3): down("train", 3).answer(None)}
+    device.last_round = 3
+    device._handle(Incoming("down", "client-1", "train", down("train", 4), nbytes=0))
+    assert held_while_training == [[("hello", 0)]]
+    assert sorted(device.stored_answers) == [("hello", 0), ("train", 4)] and device.last_round == 4
 
 
 def test_a_client_takes_in_the_reply_to_its_last_round_once_and_no_other(monkeypatch):

@@ -3,13 +3,22 @@
 import queue
 import shutil
 import subprocess
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from edgefd.deploy.broker import start_broker
-from edgefd.deploy.mqtt_transport import BrokerSettings, Inbox, Incoming, MqttEndpoint, Topics, encode_frames
+from edgefd.deploy.mqtt_transport import (
+    DEVICE_SEND_WINDOW,
+    BrokerSettings,
+    Inbox,
+    Incoming,
+    MqttEndpoint,
+    Topics,
+    encode_frames,
+)
 from edgefd.protocol import FRAME_OVERHEAD, Message, Payload, encode, encode_message, split
 
 RUN = "t"
@@ -26,8 +35,8 @@ def broker(tmp_path_factory):
         yield running
 
 
-def endpoint(broker, name, chunk_size=1024):
-    point = MqttEndpoint(BrokerSettings(broker.url), Topics(RUN), name, chunk_size=chunk_size)
+def endpoint(broker, name, chunk_size=1024, send_window=None):
+    point = MqttEndpoint(BrokerSettings(broker.url), Topics(RUN), name, chunk_size=chunk_size, send_window=send_window)
     return point
 
 
@@ -71,6 +80,76 @@ def test_large_payload_is_chunked_and_counted(broker):
     finally:
         client.stop()
         server.stop()
+
+
+def test_a_large_message_goes_out_within_its_window(broker):
+    """A message of many more frames than the send window arrives whole, and never more frames than
+    the window awaited the broker's acknowledgement: paho holds each one until then, so frames
+    made all at once would hold the whole message a second time (FedICT's 328 MB upload)."""
+    server = endpoint(broker, "server")
+    client = endpoint(broker, "client-0", chunk_size=2048, send_window=DEVICE_SEND_WINDOW)
+    server.subscribe(Topics(RUN).up("+", "train"))
+    server.start(wait=5)
+    client.start(wait=5)
+    awaited = []
+    publish = client._client.publish
+
+    def counting(*args, **kwargs):
+        with client._lock:
+            awaited.append(len(client._unacked))
+        return publish(*args, **kwargs)
+
+    client._client.publish = counting
+    try:
+        time.sleep(0.2)
+        big = Payload("features", {"h": np.random.default_rng(0).standard_normal((200, 1000)).astype(np.float32)})
+        message = up("train", big, "client-0", 1)
+        sent = client.publish(Topics(RUN).up("client-0", "train"), message)
+        frames = encode_frames(message, 2048)
+        assert len(frames) > 2 * DEVICE_SEND_WINDOW and sent == sum(map(len, frames))
+        assert client.stats.sent_frames["up/train"] == len(frames) == len(awaited)
+        assert client.stats.sent_bytes["up/train"] == sent
+        assert max(awaited) < DEVICE_SEND_WINDOW
+        got = receive(server, timeout=20)
+        assert got.message.content.same_as(big)
+    finally:
+        client.stop()
+        server.stop()
+
+
+def test_the_window_waits_only_while_connected_and_never_on_pahos_thread():
+    """A publish waits for acknowledgements only with a window, only while connected (paho keeps
+    what is published while disconnected), and never on paho's own thread, which reads the
+    acknowledgements (an on-connect hook publishing after a reconnection would wait for ever)."""
+    point = MqttEndpoint(BrokerSettings("mqtt://127.0.0.1:1"), Topics(RUN), "client-0", send_window=2)
+    point._unacked.update({1, 2, 3})
+    point._wait_for_window()  # not connected: no wait
+    point.connected.set()
+    point._network_thread = threading.get_ident()
+    point._wait_for_window()  # paho's thread: no wait
+    point._network_thread = None
+    waiter = threading.Thread(target=point._wait_for_window)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()  # three frames await acknowledgement, the window is two
+    point._on_publish(None, None, 1, None, None)
+    waiter.join(0.3)
+    assert waiter.is_alive()  # two still do
+    point._on_publish(None, None, 2, None, None)
+    waiter.join(2)
+    assert not waiter.is_alive()
+    point._unacked.update({4, 5})
+    waiter = threading.Thread(target=point._wait_for_window)
+    waiter.start()
+    waiter.join(0.3)
+    assert waiter.is_alive()
+    point.connected.clear()  # the connection is lost: paho keeps the rest for the reconnection
+    waiter.join(2)
+    assert not waiter.is_alive()
+    unbounded = MqttEndpoint(BrokerSettings("mqtt://127.0.0.1:1"), Topics(RUN), "server")
+    unbounded._unacked.update(range(1000))
+    unbounded.connected.set()
+    unbounded._wait_for_window()  # a server's endpoint never waits
 
 
 def test_duplicates_out_of_order_and_garbage_are_handled(broker):

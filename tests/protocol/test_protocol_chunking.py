@@ -27,6 +27,7 @@ from edgefd.protocol import (
     chunked_size,
     decode,
     encode,
+    iter_split,
     parse_chunk,
     split,
 )
@@ -89,6 +90,19 @@ def test_split_arguments():
     assert parse_chunk(split(b"abc", 100, 5)[0]).message_id == mid(5)
     a, b = split(b"abc", 100)[0], split(b"abc", 100)[0]
     assert parse_chunk(a).message_id != parse_chunk(b).message_id  # random ids
+
+
+def test_iter_split_makes_splits_frames_one_at_a_time():
+    """The same frames as `split`, made as they are asked for (a sender holds a window of them, not
+    the whole message again); bad arguments raise at the call, before any frame."""
+    parts = [blob(700, 1), memoryview(blob(333, 2)), bytearray(blob(5, 3))]
+    frames = iter_split(parts, 148, mid(7))
+    assert not isinstance(frames, list) and next(frames) == split(parts, 148, mid(7))[0]
+    assert [next(frames), *frames] == split(parts, 148, mid(7))[1:]
+    with pytest.raises(ValueError, match="must be > 48"):
+        iter_split(b"abc", 48)
+    with pytest.raises(ValueError, match="message_id"):
+        iter_split(b"abc", 100, b"short")
 
 
 # ----------------------------------------------------------------------------- reassembly

@@ -435,6 +435,31 @@ def test_random_payload_roundtrip(p):
     assert len(encode(q)) == len(data)
 
 
+def test_fp16_overflow_is_checked_a_block_of_rows_at_a_time(monkeypatch):
+    """The overflow check counts every overflowing value and the largest of them over all the
+    blocks, and holds a block's masks at a time."""
+    monkeypatch.setattr(codec, "QUANTISE_BLOCK_ELEMENTS", 30)  # blocks of 3 rows of 10
+    x = np.ones((10, 10), np.float32)
+    x[1, 2], x[7, 9], x[8, 0], x[4, 4] = 7e4, -9e4, np.inf, np.nan
+    with pytest.raises(PayloadError, match=r"array 'h': 2 finite values overflow fp16 \(largest \|x\| = 90000\)"):
+        encode(Payload("metrics", {"h": x}, precision={"h": "fp16"}))
+    x[1, 2] = x[7, 9] = 6e4
+    back = decode(encode(Payload("metrics", {"h": x}, precision={"h": "fp16"}))).arrays["h"]
+    assert np.array_equal(back, x.astype(np.float16).astype(np.float32), equal_nan=True)
+
+    probe = """
+import resource
+import numpy as np
+from edgefd.protocol import Payload, encode_buffers
+x = np.ones((2048, 16384), np.float32)  # 128 MiB
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+buffers = encode_buffers(Payload("features", {"h": x}, precision={"h": "fp16"}))
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert float(done.stdout) < 80  # MB: the 64 MiB of fp16 and a block's masks (the whole array's: 129)
+
+
 def test_int8_quantisation_works_a_block_of_rows_at_a_time():
     """Rows are independent: quantised in blocks, the result is the whole array's, bit for bit, and
     the float64 temporaries stay small (FedICT's 312 MB of features needed 1.9 GB more at once)."""
