@@ -233,12 +233,11 @@ class ClientRuntime:
         if answer is None:
             log.info("%s: %s %d requested", self.cid, request.verb, request.round)
             if VERBS[request.verb].trains:
-                # the server has gone on to a new round and will not ask for the last one's uplink
-                # again: let go of it before training, not after (FedICT's held 328 MB through it)
-                self.stored_answers = {k: v for k, v in self.stored_answers.items() if not VERBS[k[0]].trains}
+                # a new round: the server asks for none of the last one's answers again. Let go of
+                # them before training, not after (FedICT's uplink held 328 MB through it)
+                self.stored_answers = {k: v for k, v in self.stored_answers.items() if VERBS[k[0]].once}
             answer = self.app.handle(request, self._ask)
             if VERBS[request.verb].trains:
-                self.stored_answers = {k: v for k, v in self.stored_answers.items() if VERBS[k[0]].once}
                 self.last_round = request.round
             self.stored_answers[key] = answer
             if VERBS[request.verb].counted:

@@ -583,9 +583,9 @@ class MqttEndpoint:
         of the frames (what the wire carries). While disconnected, paho keeps the frames and sends
         them on reconnection."""
         buffers = encode_message_buffers(message, self.version_for(message.receiver))
-        frames = chunk_count(sum(memoryview(buffer).nbytes for buffer in buffers), self.chunk_size)
-        if retain and frames > 1:
-            raise ValueError(f"a retained message must be one frame; {topic} needs {frames}")
+        needed = chunk_count(sum(memoryview(buffer).nbytes for buffer in buffers), self.chunk_size)
+        if retain and needed > 1:
+            raise ValueError(f"a retained message must be one frame; {topic} needs {needed}")
         nbytes, count = 0, 0
         for frame in iter_split(buffers, self.chunk_size):  # made as the window lets them go
             self._wait_for_window()

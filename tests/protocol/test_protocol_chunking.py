@@ -92,7 +92,7 @@ def test_split_arguments():
     assert parse_chunk(a).message_id != parse_chunk(b).message_id  # random ids
 
 
-def test_iter_split_makes_splits_frames_one_at_a_time():
+def test_iter_split_makes_the_frames_of_split_one_at_a_time():
     """The same frames as `split`, made as they are asked for (a sender holds a window of them, not
     the whole message again); bad arguments raise at the call, before any frame."""
     parts = [blob(700, 1), memoryview(blob(333, 2)), bytearray(blob(5, 3))]
