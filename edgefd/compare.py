@@ -17,16 +17,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from edgefd.claims import label_of
+from edgefd.claims import MIN_SEEDS, Claim, judge
 from edgefd.runtime.config import SimulationConfig
 from edgefd.runtime.flags import add_config_arguments, config_from_args
 
 COMPARED_TRAINING = ("epochs", "optimizer_lifecycle", "batch_order")
 """The local training every arm shares: the first method's, or what the flags give."""
 SAYINGS = {
-    "reproduced": "{first} higher on every seed",
-    "not reproduced": "{first} not higher on any seed",
-    "inconclusive": "the seeds disagree",
+    "reproduced": "{first} higher",
+    "opposite": "{first} lower",
+    "no difference": "no difference the test splits can resolve",
+    "inconclusive": "inconclusive",
 }
 
 
@@ -95,14 +96,23 @@ def table(comparison: Comparison, summaries: dict[str, dict[int, dict[str, Any]]
         seconds = statistics.fmean(s["wall_seconds"] for s in runs)
         rows.append(f"| {algo} | {best} | {final} | {traffic / 1e6:.3f} | {seconds:.1f} |")
     first = comparison.algos[0]
-    rows += ["", f"Paired differences, {first} minus each other arm, per seed (accuracy points):", ""]
+    rows += [
+        "",
+        f"Paired differences, {first} minus each other arm (accuracy points): the mean over the seeds, its 95% "
+        "interval, the noise floor of the clients' test splits and the verdict by the rule of docs/RESULTS.md:",
+        "",
+    ]
+    runs_of: dict[str, dict[int, tuple[dict[str, Any], list[dict[str, Any]]]]] = {
+        algo: {seed: (summaries[algo][seed], []) for seed in seeds} for algo in comparison.algos
+    }
     for other in comparison.algos[1:]:
         for metric in ("best", "final"):
-            key = f"{metric}_accuracy"
-            differences = [summaries[first][seed][key] - summaries[other][seed][key] for seed in seeds]
-            points = " / ".join(f"{100 * d:+.2f}" for d in differences)
-            saying = SAYINGS[label_of(differences, "above")].format(first=first)
-            rows.append(f"- {first} - {other}, {metric} accuracy: {points} ({saying})")
+            verdict = judge(Claim(first, "above", other, metric, "edgefd compare"), runs_of)
+            saying = SAYINGS[verdict.outcome].format(first=first)
+            rows.append(
+                f"- {first} - {other}, {metric} accuracy: {verdict.difference_text()}, floor "
+                f"{100 * verdict.floor:.2f}, per seed {verdict.per_seed_text()} ({saying})"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -139,9 +149,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=int,
         nargs="+",
-        default=[0, 1, 2],
+        default=list(range(MIN_SEEDS)),
         metavar="SEED",
-        help="seeds, paired across arms (default: 0 1 2)",
+        help="seeds, paired across arms; the verdicts need at least 2 and are rarely decided with fewer than "
+        f"{MIN_SEEDS} (default: {' '.join(map(str, range(MIN_SEEDS)))})",
     )
     add_config_arguments(parser, hidden=("algo", "seed", "param"))  # the ALGO arguments and --seeds say these
 

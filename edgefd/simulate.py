@@ -155,6 +155,8 @@ def _run(
         "peak_rss_mb": peak_rss_mb(),
         **({} if (gpu_mb := peak_gpu_mb()) is None else {"peak_gpu_mb": gpu_mb}),
         "local_training": local_training_of(config),
+        "test_samples": {cid: len(split.test_indices) for cid, split in sim.splits.items()},
+        "test_samples_full": len(sim.dataset.test_y),
     }
     writer.write_summary(summary)
     from edgefd.metrics.plots import plot_curves  # matplotlib: ~1 s to import, only needed here

@@ -1,14 +1,24 @@
-"""edgefd.claims: the verdict rule on paired seeds, and the refusals that keep a verdict honest."""
+"""edgefd.claims: the verdict rule on paired seeds (the interval, the noise floor, the four outcomes),
+and the refusals that keep a verdict honest."""
 
 import math
 
 import pytest
+from scipy import stats
 
-from edgefd.claims import Claim, judge, label_of
+from edgefd.claims import Claim, judge, mean_interval, noise_floor, outcome_of
+
+SPLITS = {f"c{k}": 1000 for k in range(10)}
+"""Ten clients of 1,000 test images: a floor of about 0.1 points near 90% accuracy."""
 
 
-def run(best, final=None, accuracies=()):
-    summary = {"best_accuracy": best, "final_accuracy": best if final is None else final}
+def run(best, final=None, accuracies=(), test_samples=None):
+    summary = {
+        "best_accuracy": best,
+        "final_accuracy": best if final is None else final,
+        "test_samples": SPLITS if test_samples is None else test_samples,
+        "test_samples_full": 10_000,
+    }
     lines = [{"round": 0, "accuracy": 0.1}] + [{"round": r, "accuracy": a} for r, a in enumerate(accuracies, 1)]
     return summary, lines
 
@@ -26,20 +36,70 @@ def claim(**changes):
     )
 
 
+def paired(differences, reference=0.80, test_samples=None):
+    """Runs whose paired differences (method minus baseline) are ``differences``, seed by seed."""
+    return {
+        "FedCache": {s: run(reference + d, test_samples=test_samples) for s, d in enumerate(differences)},
+        "Local": {s: run(reference, test_samples=test_samples) for s in range(len(differences))},
+    }
+
+
+def test_the_floor_is_the_binomial_standard_error_and_never_under_one_image():
+    # one test set of 400 images at 90%: sqrt(0.09 / 400) = 1.5 points
+    assert math.isclose(noise_floor(0.9, [400]), 0.015)
+    # 20 clients of 16 to 19 images at 97% (DFL on digits): about 0.9 points, three images' worth
+    sizes = [16, 17, 18, 19] * 5
+    expected = math.sqrt(0.97 * 0.03 * sum(1 / n for n in sizes)) / 20
+    assert math.isclose(noise_floor(0.97, sizes), expected) and 0.008 < expected < 0.010
+    # a perfect score has no binomial error: the floor is one image of the smallest split
+    assert math.isclose(noise_floor(1.0, sizes), 1 / (20 * 16))
+    with pytest.raises(ValueError, match="at least one image"):
+        noise_floor(0.9, [0, 10])
+
+
+def test_the_interval_is_students_t_over_the_seeds():
+    differences = [0.02, 0.01, 0.03, 0.015, 0.025]
+    mean, low, high = mean_interval(differences)
+    half = stats.t.ppf(0.975, 4) * stats.sem(differences)
+    assert math.isclose(mean, 0.02) and math.isclose(low, 0.02 - half) and math.isclose(high, 0.02 + half)
+    assert mean_interval([0.0, 0.0, 0.0]) == (0.0, 0.0, 0.0)  # every seed the same: no spread
+    mean, low, high = mean_interval([0.01])
+    assert mean == 0.01 and math.isnan(low) and math.isnan(high)
+
+
 @pytest.mark.parametrize(
-    ("differences", "direction", "label"),
+    ("mean", "low", "high", "direction", "outcome"),
     [
-        ((0.02, 0.01, 0.03), "above", "reproduced"),
-        ((-0.02, -0.01, -0.03), "above", "not reproduced"),
-        ((0.0, -0.01, 0.0), "above", "not reproduced"),
-        ((0.0285, 0.0285, -0.005), "above", "inconclusive"),
-        ((0.02, 0.0, 0.03), "above", "inconclusive"),
-        ((-0.02, -0.01), "below", "reproduced"),
-        ((0.02, 0.01), "below", "not reproduced"),
+        (0.02, 0.01, 0.03, "above", "reproduced"),
+        (-0.02, -0.03, -0.01, "below", "reproduced"),
+        (-0.02, -0.03, -0.01, "above", "opposite"),
+        (0.02, 0.01, 0.03, "below", "opposite"),
+        (0.001, -0.004, 0.004, "above", "no difference"),  # inside a 0.5-point floor: a tie is a tie
+        (0.0, 0.0, 0.0, "above", "no difference"),
+        (0.02, -0.01, 0.05, "above", "inconclusive"),  # the interval holds 0
+        (0.004, 0.001, 0.007, "above", "inconclusive"),  # significant, but the mean is inside the floor
+        (0.02, math.nan, math.nan, "above", "inconclusive"),  # one seed
     ],
 )
-def test_the_rule(differences, direction, label):
-    assert label_of(differences, direction) == label
+def test_the_four_outcomes(mean, low, high, direction, outcome):
+    assert outcome_of(mean, low, high, 0.005, direction) == outcome
+
+
+def test_three_seeds_of_one_sign_are_not_enough_for_a_small_gain():
+    # the old rule (the sign of every seed) called this reproduced; the interval holds 0
+    verdict = judge(claim(), paired([0.002, 0.012, 0.004]))
+    assert verdict.outcome == "inconclusive" and verdict.low < 0 < verdict.high
+
+
+def test_a_gain_inside_the_floor_is_no_difference_however_consistent():
+    small = {f"c{k}": 18 for k in range(20)}  # DFL on digits: about 0.9 points near 97%
+    verdict = judge(claim(), paired([0.0001, 0.0012, 0.0005, 0.0008, 0.0003], 0.97, small))
+    assert 0.008 < verdict.floor < 0.010
+    assert verdict.outcome == "no difference"
+
+
+def test_a_tie_is_a_tie():
+    assert judge(claim(), paired([0.0, 0.0, 0.0, 0.0, 0.0])).outcome == "no difference"
 
 
 def test_a_verdict_pairs_seeds_and_keeps_their_differences():
@@ -47,17 +107,38 @@ def test_a_verdict_pairs_seeds_and_keeps_their_differences():
     verdict = judge(claim(), runs)
     assert verdict.seeds == (0, 1, 2)
     assert [round(d, 6) for d in verdict.differences] == [0.02, -0.01, 0.01]
-    assert verdict.label == "inconclusive"
-    assert verdict.line() == (
-        "**FedCache above Local** (best accuracy (MAUA); FedCache, Table 3): **inconclusive**, "
-        "per seed 0, 1, 2: +2.00 / -1.00 / +1.00 points"
-    )
+    assert verdict.outcome == "inconclusive"
+    assert verdict.per_seed_text() == "+2.00 / -1.00 / +1.00"
+    assert verdict.difference_text() == f"+0.67 ({100 * verdict.low:+.2f} to {100 * verdict.high:+.2f})"
 
 
-def test_the_metric_is_the_claims():
-    runs = {"FedCache": {0: run(0.9, final=0.5)}, "Local": {0: run(0.8, final=0.6)}}
-    assert judge(claim(metric="best"), runs).label == "reproduced"
-    assert judge(claim(metric="final"), runs).label == "not reproduced"
+def test_the_metric_is_the_claims_and_so_is_its_test_set():
+    def scored(best, final, spread):
+        summary, lines = run(best, final=final)
+        return {**summary, "final_accuracy_full": final + spread}, lines
+
+    both = {
+        "FedCache": {s: scored(0.9, 0.5, 0.0) for s in range(5)},
+        "Local": {s: scored(0.8 + s / 1000, 0.6, 0.0) for s in range(5)},
+    }
+    assert judge(claim(metric="best"), both).outcome == "reproduced"
+    assert judge(claim(metric="final"), both).outcome == "opposite"
+    # the clients' mean over 10 splits of 1,000 images and one set of 10,000 have the same error
+    clients = judge(claim(metric="final"), both).floor
+    assert judge(claim(metric="final-whole-test-set"), both).floor == pytest.approx(clients)
+    for arm in both.values():
+        for summary, _ in arm.values():
+            summary["test_samples_full"] = 400
+    assert judge(claim(metric="final-whole-test-set"), both).floor == pytest.approx(noise_floor(0.55, [400]))
+
+
+def test_a_run_without_its_test_sets_is_not_judged():
+    runs = paired([0.01, 0.02])
+    for arm in runs.values():
+        for summary, _ in arm.values():
+            del summary["test_samples"]
+    with pytest.raises(ValueError, match="records no test_samples"):
+        judge(claim(), runs)
 
 
 def test_the_mean_of_the_last_rounds_skips_round_zero():
@@ -66,7 +147,7 @@ def test_the_mean_of_the_last_rounds_skips_round_zero():
         "Local": {0: run(0.9, accuracies=[0.9, 0.4, 0.4, 0.4, 0.4, 0.4])},
     }
     verdict = judge(claim(metric="last-5-rounds"), runs)
-    assert math.isclose(verdict.differences[0], 0.1) and verdict.label == "reproduced"
+    assert math.isclose(verdict.differences[0], 0.1) and verdict.outcome == "inconclusive"  # one seed
     with pytest.raises(ValueError, match="needs 5 evaluated rounds, got 2"):
         judge(
             claim(metric="last-5-rounds"),

@@ -35,7 +35,9 @@ def test_every_arm_runs_the_first_methods_models_and_training_and_the_table_is_t
             for seed in (0, 1)
         ]
         points = " / ".join(f"{100 * d:+.2f}" for d in differences)
-        assert f"- fedavg - local, {metric} accuracy: {points} (" in printed
+        mean = 100 * sum(differences) / 2
+        assert f"- fedavg - local, {metric} accuracy: {mean:+.2f} (" in printed
+        assert f", per seed {points} (" in printed
     table = (out / "compare.md").read_text()
     assert table in printed
     assert "optimiser fresh" in table and "seeds 0, 1" in table

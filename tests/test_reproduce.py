@@ -129,6 +129,31 @@ def test_a_finished_run_of_the_same_config_is_kept_and_a_changed_one_is_run_agai
     assert len(metrics.read_text().splitlines()) == 3  # rounds 0, 1 and 2
 
 
+def test_a_finished_run_is_kept_only_while_the_code_it_depends_on_is_unchanged(tmp_path, capsys):
+    from edgefd.reproduce.code_record import code_record
+
+    base = SimulationConfig(dataset="digits", clients=2, rounds=1, models="mlp", samples_per_client=30, threads=1)
+    recipe = Recipe("code", "test", base, [Arm("FD", "fd")], ["FD"], seeds=(0,))
+    run_recipe(recipe, tmp_path, (0,))
+    recorded = tmp_path / "code" / "fd-s0" / "code.json"
+    assert json.loads(recorded.read_text()) == code_record(["fd"])
+    capsys.readouterr()
+    run_recipe(recipe, tmp_path, (0,))
+    assert "kept the finished run" in capsys.readouterr().out
+
+    record = json.loads(recorded.read_text())
+    record["edgefd/algorithms/fd.py"] = "made by other code"
+    recorded.write_text(json.dumps(record))
+    run_recipe(recipe, tmp_path, (0,))
+    said = capsys.readouterr().out
+    assert "the code it depends on changed since (1 file(s), e.g. edgefd/algorithms/fd.py): running it again" in said
+    assert json.loads(recorded.read_text()) == code_record(["fd"])  # the new run's
+
+    recorded.unlink()
+    run_recipe(recipe, tmp_path, (0,))
+    assert "no code.json (a run made before runs recorded their code): running it again" in capsys.readouterr().out
+
+
 def test_the_command_line_names_every_option_that_moved_the_table_off_the_recipe(tmp_path):
     base = SimulationConfig(dataset="digits", clients=2, rounds=1, models="mlp", samples_per_client=30, threads=2)
     recipe = Recipe("cmd", "test", base, [Arm("Local", "local")], ["Local"], seeds=(0, 1))
@@ -215,7 +240,7 @@ def test_a_finished_run_made_under_other_local_training_defaults_is_run_again(tm
 
 
 def test_a_recipe_ends_with_each_claims_verdict_computed_from_its_runs(tmp_path):
-    from edgefd.claims import Claim, label_of
+    from edgefd.claims import Claim, judge
 
     claim = Claim("FD", "above", "Local", "final", "a test's claim")
     recipe = Recipe(
@@ -229,13 +254,56 @@ def test_a_recipe_ends_with_each_claims_verdict_computed_from_its_runs(tmp_path)
     )
     table = run_recipe(recipe, tmp_path, recipe.seeds)
 
-    def final(folder):
-        return json.loads((tmp_path / "claimed" / folder / "summary.json").read_text())["final_accuracy"]
+    def run_of(folder):
+        return json.loads((tmp_path / "claimed" / folder / "summary.json").read_text()), []
 
-    differences = [final(f"fd-s{seed}") - final(f"local-s{seed}") for seed in (0, 1)]
-    points = " / ".join(f"{100 * d:+.2f}" for d in differences)
-    expected = f"- **FD above Local** (final accuracy; a test's claim): **{label_of(differences, 'above')}**"
-    assert f"{expected}, per seed 0, 1: {points} points" in table
+    runs = {label: {seed: run_of(f"{label.lower()}-s{seed}") for seed in (0, 1)} for label in ("Local", "FD")}
+    test_split = runs["FD"][0][0]["test_samples"]
+    assert sorted(test_split) == ["client-0", "client-1", "client-2"] and all(n > 0 for n in test_split.values())
+    verdict = judge(claim, runs)
+    row = (
+        f"| FD above Local | a test's claim | final accuracy | {verdict.difference_text()} | "
+        f"{100 * verdict.floor:.2f} | **{verdict.outcome}** | {verdict.per_seed_text()} | no Local arm | - |"
+    )
+    assert row in table
+
+
+def claims_runs(differences_by_arm, reference=0.80):
+    """Synthetic runs: arm -> its paired differences to "FedAvg", seed by seed (10 clients of 1,000 images)."""
+    sizes = {f"c{k}": 1000 for k in range(10)}
+
+    def run(value):
+        return {"best_accuracy": value, "final_accuracy": value, "test_samples": sizes}, []
+
+    seeds = range(len(next(iter(differences_by_arm.values()))))
+    runs = {"FedAvg": {seed: run(reference) for seed in seeds}}
+    for arm, differences in differences_by_arm.items():
+        runs[arm] = {seed: run(reference + d) for seed, d in zip(seeds, differences)}
+    return runs
+
+
+def test_every_claim_shows_local_in_its_place_and_says_when_local_alone_passes():
+    from edgefd.claims import Claim
+    from edgefd.reproduce.table import claims_table
+
+    recipe = Recipe(
+        "controlled",
+        "test",
+        SimulationConfig(),
+        [Arm("Local", "local"), Arm("FD", "fd"), Arm("FedX", "fd", folder="fedx"), Arm("FedAvg", "fedavg")],
+        target_from=["FedAvg"],
+        claims=[Claim("FedX", "above", "FedAvg", "best", "FedX, Table 1")],
+    )
+    gain = [0.05, 0.06, 0.04, 0.05, 0.055]
+    text = "\n".join(claims_table(recipe, claims_runs({"FedX": gain, "Local": gain, "FD": [0.0] * 5})))
+    assert "| FedX above FedAvg | FedX, Table 1 | best accuracy (MAUA) | +5.10 (" in text
+    assert "| **reproduced** |" in text and text.count("reproduced") == 2  # the claim and its control
+    assert "- FedX above FedAvg: Local alone passes the same test." in text
+    assert "below Local" not in text  # said once, by the control
+
+    text = "\n".join(claims_table(recipe, claims_runs({"FedX": gain, "Local": [0.0] * 5, "FD": gain})))
+    assert "Local alone" not in text and "| no difference |" in text  # the control ties with FedAvg
+    assert "- FedX above FedAvg: the baseline FedAvg is below FD here." in text
 
 
 def test_a_claim_must_name_arms_of_its_recipe():
@@ -301,7 +369,8 @@ def test_a_claim_whose_metric_needs_more_rounds_than_ran_is_not_judged(tmp_path)
         claims=[Claim("FD", "above", "Local", "last-5-rounds", "a test's claim")],
     )
     table = run_recipe(recipe, tmp_path, (0,))
-    assert "**FD above Local** (a test's claim): not judged: the mean of the last 5 rounds needs 5" in table
+    judged = "| FD above Local | a test's claim | mean accuracy of the last 5 rounds | not judged: the mean of the last"
+    assert judged in table
     assert "| FD | " in table.split("Per seed (0), accuracy %:")[1]  # the per-seed row, its window "-"
 
 
@@ -361,3 +430,10 @@ def test_the_cross_platform_tolerance_is_two_points_or_twice_the_seed_spread():
     assert cross_platform_tolerance(tight, "A", "best") == CROSS_PLATFORM_POINTS
     wide = {("A", "best", 0): "84.60", ("A", "best", 1): "83.11", ("A", "best", 2): "79.80"}
     assert cross_platform_tolerance(wide, "A", "best") == pytest.approx(2 * statistics.stdev([84.60, 83.11, 79.80]))
+
+
+def test_every_recipe_runs_enough_seeds_for_the_rule():
+    from edgefd.claims import MIN_SEEDS
+
+    few = {name: recipe.seeds for name, recipe in RECIPES.items() if len(set(recipe.seeds)) < MIN_SEEDS}
+    assert few == {}, f"the rule (edgefd/claims.py) needs at least {MIN_SEEDS} seeds a recipe"

@@ -112,3 +112,36 @@ def test_check_docs_names_every_recipe_and_fails_on_a_stale_one(repo, capsys):
     assert f"{len(RECIPES)} of {len(RECIPES)} tables in {page} are stale" in out
     assert cli.main(["reproduce"]) == 2
     assert "give a RECIPE (or --check-docs)" in capsys.readouterr().err
+
+
+def test_check_docs_judges_a_table_with_a_record_by_the_files_its_runs_depend_on(repo, capsys):
+    """A table written with its record (RESULTS.code.json) is stale when a file its runs depend on
+    changed, not when any code did; the others keep the revision rule."""
+    from edgefd.reproduce.code_record import fingerprint, recipe_fingerprint, records_path, write_record
+
+    page = repo / "docs" / "RESULTS.md"
+    text = results_page.block_text("cmd", results_page.code_revision(repo), 1, "| table |", "any")
+    results_page.write_block(page, "fedcache", text)
+    method = repo / "edgefd" / "method.py"
+    write_record(
+        page,
+        "fedcache",
+        {"recipe": recipe_fingerprint(RECIPES["fedcache"]), "files": {"edgefd/method.py": fingerprint(method)}},
+    )
+    assert records_path(page) == repo / "docs" / "RESULTS.code.json"
+    (repo / "edgefd" / "other.py").write_text("UNRELATED = 1\n")
+    git(repo, "add", ".")
+    commit(repo, "a table, its record and other code")
+    cli.main(["reproduce", "--check-docs", str(page)])
+    out = capsys.readouterr().out
+    assert "fedcache             current" in out
+    assert f"{len(RECIPES) - 1} of {len(RECIPES)} tables in {page} are stale" in out
+
+    method.write_text('"""A docstring."""\n\nBETA = 1.5  # a comment\n')
+    cli.main(["reproduce", "--check-docs", str(page)])
+    assert "fedcache             current" in capsys.readouterr().out
+    method.write_text("BETA = 2.0\n")
+    cli.main(["reproduce", "--check-docs", str(page)])
+    assert "fedcache             stale: 1 file(s) its runs depend on changed, e.g. edgefd/method.py" in (
+        capsys.readouterr().out
+    )

@@ -67,7 +67,7 @@ for _name, _partition, _claims in (("dfl-iid", "iid", _CLAIMS[1:]), ("dfl-noniid
         claims=_claims,
     )
 
-# docs/methods/dfl.md#small-scale-reproduction on fmnist, scaled so that 3 seeds take a few CPU-minutes: the
+# docs/methods/dfl.md#small-scale-reproduction on fmnist, scaled so that its seeds take a few CPU-minutes: the
 # paper's 80/20 non-IID split, 20 devices of 100 samples (paper: 100 devices of 600), half of them per round
 # (paper: 0.1 of 100 = 10, the same K), the MLP 784-64-10 (paper: a 66k-param CNN), plain SGD lr 0.05, E 5,
 # B 10, 40 rounds.

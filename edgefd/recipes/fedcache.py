@@ -84,7 +84,6 @@ RECIPES["fedcache-fmnist"] = Recipe(
         for arm in _ARMS
     ],
     target_from=["FedCache", "FedAvg"],
-    seeds=(0, 1, 2),
     claims=claims_of(_CLAIM),
 )
 # Does FedCache's deficit on fmnist close with more rounds? The same recipe for 30 rounds, with
@@ -126,7 +125,6 @@ RECIPES["fedcache-demo"] = Recipe(
         Arm("FedCache", "fedcache", {"encoder": "mobilenet", "aggregator": "mean", "clip": 0.0}),
     ],
     target_from=["FedCache", "FD"],
-    seeds=(0,),
     isolated=True,
     claims=claims_of(("FedCache", "above", "FD", "best", "FedCache, Table VI and Fig. 6 (MAUA)")),
 )

@@ -51,12 +51,11 @@ for _alpha in ("0.5", "3.0"):
         replace(_BASE, partition=f"dirichlet:{_alpha}"),
         _ARMS,
         target_from=["FedGKT", "FedICT (sim)"],
-        seeds=(0, 1, 2),
         claims=_CLAIMS,
     )
 
 # Why FedICT (sim) trails FedGKT at alpha 3.0 on digits: the `paper` weights against the authors'
-# `reference` formulas, over four seeds.
+# `reference` formulas.
 RECIPES["fedict-profiles"] = Recipe(
     "fedict-profiles",
     "docs/methods/fedict.md#small-recipe at Dirichlet 3.0 (as fedict-a3.0), FedICT's two weight profiles "
@@ -74,7 +73,6 @@ RECIPES["fedict-profiles"] = Recipe(
         ),
     ],
     target_from=["FedGKT", "FedICT (sim, paper)"],
-    seeds=(0, 1, 2, 3),
 )
 
 # Which of FedICT's two extra terms costs accuracy at alpha 3.0: FPKD on the client (lambda) or LKA on
@@ -98,7 +96,6 @@ RECIPES["fedict-weights"] = Recipe(
         ),
     ],
     target_from=["FedGKT (lambda = mu = 0)", "FedICT (lambda = mu = 1.5)"],
-    seeds=(0, 1, 2, 3),
 )
 
 # The same comparisons on real images and real sensor data (issue 4), scaled to this 2-core machine.
@@ -123,7 +120,6 @@ RECIPES["fedict-fmnist"] = Recipe(
         for arm in _ARMS
     ],
     target_from=["FedGKT", "FedICT (sim)"],
-    seeds=(0, 1, 2),
     claims=_CLAIMS,
 )
 RECIPES["fedict-watch"] = Recipe(
@@ -135,7 +131,6 @@ RECIPES["fedict-watch"] = Recipe(
     replace(_BASE, dataset="watch", clients=10, partition="natural", models="fedict_fc6", threads=1),
     _ARMS,
     target_from=["FedGKT", "FedICT (sim)"],
-    seeds=(0, 1, 2),
     claims=[replace(claim, source="FedICT, Table VII (average UA on the sensor data, TMD)") for claim in _CLAIMS],
 )
 

@@ -73,7 +73,6 @@ RECIPES["fedzkt"] = Recipe(
     replace(_BASE, partition="iid"),
     _ARMS,
     target_from=["FedMD (public mnist5k)", "FedZKT (SL)"],
-    seeds=(0, 1, 2),
     claims=claims_of(
         ("FedMD (public mnist5k)", "above", "FedZKT (SL)", "final-whole-test-set", "FedZKT, Table I (IID)")
     ),
@@ -84,7 +83,6 @@ RECIPES["fedzkt-dir0.5"] = Recipe(
     replace(_BASE, partition="dirichlet:0.5"),
     _ARMS + _ABLATION,
     target_from=["FedMD (public mnist5k)", "FedZKT (SL)"],
-    seeds=(0, 1, 2),
     claims=claims_of(
         ("FedZKT (SL)", "above", "FedMD (public mnist5k)", "final-whole-test-set", "FedZKT, Fig. 4 (non-IID)"),
         ("FedZKT (SL)", "above", "FedZKT (KL)", "final-whole-test-set", "FedZKT, Table II"),
@@ -107,7 +105,6 @@ RECIPES["fedzkt-prox"] = Recipe(
         for prox in (0.0, 0.01, 0.1, 1.0)
     ],
     target_from=["FedZKT (SL, prox 0.0)", "FedZKT (SL, prox 1.0)"],
-    seeds=(0, 1, 2),
     claims=claims_of(
         ("FedZKT (SL, prox 1.0)", "above", "FedZKT (SL, prox 0.0)", "final-whole-test-set", "FedZKT, Table IV")
     ),

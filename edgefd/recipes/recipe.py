@@ -57,7 +57,7 @@ class Recipe:
     arms: list[Arm]
     target_from: list[str]
     """Labels whose lowest mean best-accuracy, minus one point, is the common target accuracy."""
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     isolated: bool = False
     """Run every (arm, seed) in a process of its own, so that its peak memory is its own (the table
     then has a peak-memory column), and print the mean accuracy of every round."""

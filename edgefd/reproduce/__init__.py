@@ -22,6 +22,7 @@ from typing import Any
 
 from edgefd import results_page
 from edgefd.recipes import RECIPES, Recipe
+from edgefd.reproduce.code_record import records_path, table_record, write_record
 from edgefd.reproduce.runs import run_recipe
 from edgefd.reproduce.table import command_text
 from edgefd.reproduce.verify import check_docs, verify, verify_rule
@@ -66,8 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         const=RESULTS_PAGE,
         metavar="PAGE",
-        help="run nothing: say which recipes' tables in PAGE are stale (the code changed since the revision "
-        f"that made them, or no generated table); exit status 1 if any is (default: {RESULTS_PAGE})",
+        help="run nothing: say which recipes' tables in PAGE are stale (the recipe or a file its runs depend on "
+        "changed since the table was made, docstrings aside, or no generated table); exit status 1 if any is "
+        f"(default: {RESULTS_PAGE})",
     )
     parser.add_argument(
         "--verify",
@@ -236,5 +238,6 @@ def _run(args: argparse.Namespace, recipe: Recipe, cluster: Cluster | None) -> i
         threads = args.threads or recipe.base.threads
         text = results_page.block_text(command, revision, threads, table, results_page.numeric_platform())
         results_page.write_block(docs_page, recipe.name, text)
-        print(f"wrote the table into {docs_page} (revision {revision})")
+        write_record(docs_page, recipe.name, table_record(recipe))
+        print(f"wrote the table into {docs_page} (revision {revision}) and its record into {records_path(docs_page)}")
     return 0

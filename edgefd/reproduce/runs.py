@@ -12,6 +12,7 @@ from typing import Any
 
 from edgefd.metrics.results import SUMMARY_FILE
 from edgefd.recipes import Recipe
+from edgefd.reproduce.code_record import Record, changed_files, code_record
 from edgefd.reproduce.table import results_table
 from edgefd.reproduce_ray import Cluster, run_on_ray
 from edgefd.runtime.config import SimulationConfig, config_to_toml
@@ -45,12 +46,31 @@ def changed_params(summary: dict[str, Any], config: SimulationConfig) -> list[st
     ]
 
 
+CODE_FILE = "code.json"
+"""In a recipe's run folder: the fingerprints of the code the run depends on (`code_record`)."""
+
+
+def code_moved(folder: Path) -> str | None:
+    """Why the code a finished run in ``folder`` depends on is not this code's (None: it is)."""
+    recorded = folder / CODE_FILE
+    if not recorded.is_file():
+        return f"no {CODE_FILE} (a run made before runs recorded their code)"
+    changed = changed_files(json.loads(recorded.read_text()), Path(__file__).resolve().parents[2])
+    if changed:
+        return f"the code it depends on changed since ({len(changed)} file(s), e.g. {changed[0]})"
+    return None
+
+
 def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | None:
-    """The summary of a finished run in ``folder`` made from exactly ``config`` (its run.toml) and
-    the method params and local training (epochs, optimiser lifecycle, batch order) this code would
-    use, else None."""
+    """The summary of a finished run in ``folder`` made from exactly ``config`` (its run.toml), from
+    the code this run depends on as it is now (its code.json), and with the method params and local
+    training (epochs, optimiser lifecycle, batch order) this code would use, else None."""
     toml, summary_file = folder / "run.toml", folder / SUMMARY_FILE
     if not (toml.is_file() and summary_file.is_file() and toml.read_text() == config_to_toml(config)):
+        return None
+    moved = code_moved(folder)
+    if moved is not None:
+        print(f"{folder}: {moved}: running it again", flush=True)
         return None
     summary = json.loads(summary_file.read_text())
     changed = changed_params(summary, config)
@@ -62,9 +82,9 @@ def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | Non
     # a summary written before epochs were recorded has none: its run.toml, which then always named
     # them, already matched
     recorded = summary.get("local_training", {})
-    moved = [name for name, value in local_training_of(config).items() if recorded.get(name, value) != value]
-    if moved:
-        print(f"{folder}: local training changed since this run ({', '.join(moved)}): running it again", flush=True)
+    training = [name for name, value in local_training_of(config).items() if recorded.get(name, value) != value]
+    if training:
+        print(f"{folder}: local training changed since this run ({', '.join(training)}): running it again", flush=True)
         return None
     return summary
 
@@ -102,6 +122,11 @@ def _print_ray_run(label: str, seed: int, summary: dict[str, Any], where: str) -
     print(f"{label} seed {seed}: ran on {where}", flush=True)
 
 
+def _write_code(folder: Path, algo: str, records: dict[str, Record]) -> None:
+    """Writes the run's code.json (a kept run's too: its code is this code, `code_moved`)."""
+    (folder / CODE_FILE).write_text(json.dumps(records[algo], indent=1, sort_keys=True) + "\n")
+
+
 def run_recipe(
     recipe: Recipe,
     out: Path,
@@ -118,6 +143,7 @@ def run_recipe(
     from edgefd.simulate import run as run_simulation  # torch: not for --help
 
     planned = recipe_runs(recipe, out, seeds, rounds, threads)
+    records = {arm.algo: code_record([arm.algo]) for arm in recipe.arms}  # the code as the recipe starts
     summaries: dict[Path, dict[str, Any]] = {}
     left: list[SimulationConfig] = []
     for label, seed, config in planned:
@@ -135,12 +161,16 @@ def run_recipe(
             (folder / "run.toml").write_text(config_to_toml(config))
             summary = run_simulation(config, progress=True)
         summaries[folder] = summary
+        _write_code(folder, config.algo, records)
         _print_best(label, seed, summary)
     if cluster is not None and left:
         names = {config.out_dir(): (label, seed) for label, seed, config in planned}
-        summaries |= run_on_ray(
-            left, cluster, lambda done, summary, where: _print_ray_run(*names[done.out_dir()], summary, where)
-        )
+
+        def done_on_ray(done: SimulationConfig, summary: dict[str, Any], where: str) -> None:
+            _write_code(done.out_dir(), done.algo, records)
+            _print_ray_run(*names[done.out_dir()], summary, where)
+
+        summaries |= run_on_ray(left, cluster, done_on_ray)
     runs = []
     for label, seed, config in planned:
         metrics = (config.out_dir() / "metrics.jsonl").read_text().splitlines()

@@ -5,10 +5,10 @@ seed's values (what `--verify` compares), the settings the arms share, and the c
 from __future__ import annotations
 
 import statistics
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
-from edgefd.claims import METRIC_NAMES, METRICS, Claim, judge
+from edgefd.claims import METRIC_NAMES, METRICS, Claim, Verdict, judge
 from edgefd.recipes import Recipe
 from edgefd.recipes.recipe import NOT_SHARED
 from edgefd.runtime.config import SimulationConfig
@@ -236,14 +236,78 @@ def results_table(
     if recipe.isolated:
         rows += ["", "Mean client accuracy (%) after every round, mean over seeds:", "", *per_round_table(results)]
     if recipe.claims:
-        rows += ["", "The papers' claims, judged on paired seeds (reproduced: the paper's direction on every seed):"]
-        rows += [""] + [f"- {_verdict_line(claim, by_seed)}" for claim in recipe.claims]
+        rows += ["", *claims_table(recipe, by_seed)]
     table = "\n".join(rows) + "\n"
     return table
 
 
-def _verdict_line(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> str:
+CONTROLS = ("Local", "FD")
+"""The simple baselines a claim is held against: Local (no sharing at all) is every claim's control,
+and a claim's baseline below either of them is a weak one."""
+
+
+def claims_table(recipe: Recipe, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> list[str]:
+    """The papers' claims about the recipe's arms, each judged by the rule (`edgefd.claims`), with its
+    control: the same test passed by Local in the claim's place, where the recipe has a Local arm."""
+    rows = [
+        "The papers' claims, judged by the rule at the top of this page (mean paired difference over the "
+        "seeds in points, its 95% interval, the noise floor); the control is Local in the claim's method's place:",
+        "",
+        "| claim | source | metric | difference (95% interval) | floor | verdict | per seed | "
+        "control: Local - baseline (95% interval) | control's verdict |",
+        "|---|---|---|---:|---:|---|---:|---:|---|",
+    ]
+    notes = []
+    for claim in recipe.claims:
+        try:
+            verdict = judge(claim, by_seed)
+        except ValueError as error:  # a run too short for the claim's metric (--rounds for a quick look)
+            rows.append(f"| {claim.text} | {claim.source} | {METRIC_NAMES[claim.metric]} | not judged: {error} |||||")
+            continue
+        control = _control(claim, by_seed)
+        control_cells = (
+            f"{control.difference_text()} | {control.outcome}" if control is not None else "no Local arm | -"
+        )
+        rows.append(
+            f"| {claim.text} | {claim.source} | {METRIC_NAMES[claim.metric]} | {verdict.difference_text()} | "
+            f"{100 * verdict.floor:.2f} | **{verdict.outcome}** | {verdict.per_seed_text()} | {control_cells} |"
+        )
+        local_passes = control is not None and verdict.outcome == "reproduced" and control.outcome == "reproduced"
+        if local_passes:
+            notes.append(f"{claim.text}: Local alone passes the same test.")
+        stronger = _stronger_simple_baselines(claim, by_seed)
+        if local_passes:
+            stronger = [name for name in stronger if name != "Local"]  # said by the control
+        if stronger:
+            notes.append(f"{claim.text}: the baseline {claim.baseline} is below {' and '.join(stronger)} here.")
+    if notes:
+        rows += ["", *[f"- {note}" for note in notes]]
+    return rows
+
+
+def _control(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> Verdict | None:
+    """The claim with Local in its method's place (None where the recipe has no Local arm, or the
+    claim already names Local)."""
+    if "Local" not in by_seed or "Local" in (claim.method, claim.baseline):
+        return None
     try:
-        return judge(claim, by_seed).line()
-    except ValueError as error:  # a run too short for the claim's metric (--rounds for a quick look)
-        return f"**{claim.text}** ({claim.source}): not judged: {error}"
+        return judge(replace(claim, method="Local"), by_seed)
+    except ValueError:
+        return None
+
+
+def _stronger_simple_baselines(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> list[str]:
+    """The simple baselines (Local, FD) of the recipe that the rule finds above the claim's
+    baseline on the claim's metric: a claim won against a baseline weaker than them says little."""
+    if claim.direction != "above":
+        return []
+    stronger = []
+    for simple in CONTROLS:
+        if simple in by_seed and simple not in (claim.method, claim.baseline):
+            try:
+                outcome = judge(replace(claim, method=simple), by_seed).outcome
+            except ValueError:
+                continue
+            if outcome == "reproduced":
+                stronger.append(simple)
+    return stronger

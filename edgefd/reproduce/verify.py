@@ -1,6 +1,6 @@
 """Is docs/RESULTS.md what this code produces? `edgefd reproduce --verify` runs a recipe again and
 names every per-seed value the page does not hold (exactly on the page's numeric platform, within a
-tolerance on another); `--check-docs` names the tables made from other code than HEAD's."""
+tolerance on another); `--check-docs` names the tables whose recipe or code changed since they were made."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 from edgefd import results_page
 from edgefd.recipes import RECIPES, Recipe
+from edgefd.reproduce.code_record import read_records, record_staleness
 from edgefd.reproduce.runs import run_recipe
 from edgefd.reproduce.table import read_per_seed
 from edgefd.reproduce_ray import Cluster
@@ -86,12 +87,19 @@ def verify_rule(recipe: Recipe, page: Path) -> str:
 
 
 def check_docs(page: Path) -> int:
-    """One line per recipe: its table in ``page`` is current or why it is stale; 1 if any is stale."""
+    """One line per recipe: its table in ``page`` is current or why it is stale; 1 if any is stale.
+    A table with a record (``page``'s code.json, written with the table) is stale when its recipe or
+    a file its runs depend on changed; one without, when any code changed since its revision."""
     root = Path(_git_toplevel(page.resolve().parent) or page.resolve().parent)
     blocks = results_page.read_blocks(page)
+    records = read_records(page)
     stale = 0
     for name in sorted(RECIPES):
-        why = results_page.staleness(root, blocks.get(name))
+        block = blocks.get(name)
+        if block is not None and block.revision != "none" and name in records:
+            why = record_staleness(records[name], RECIPES[name], root)
+        else:
+            why = results_page.staleness(root, block)
         stale += why is not None
         revision = blocks[name].revision if name in blocks else "-"
         print(f"{name:<20} {'stale: ' + why if why else 'current'} (revision {revision})")

@@ -1,0 +1,213 @@
+"""What a reproduction's numbers depend on, file by file, so that a results table goes stale only when
+code its runs execute changed.
+
+A run of method M depends on the modules that `edgefd simulate` and the reproduction's table import,
+found statically and followed to the end (an import inside a function counts; importing a package
+counts with every module in it, since packages here import their parts lazily), with one exception:
+the methods' modules (`edgefd.algorithms.<method>`, one per method) count only for their own runs,
+since a run looks its method up by name and never imports the others' code. The recipes
+(`edgefd.recipes`) count as the recipe itself (its settings, arms and claims), and the kernels' C++
+sources and build file count wherever the kernels are imported.
+
+Each file counts by its fingerprint: a Python file's syntax tree without its docstrings (so a
+docstring, a comment or a layout change moves nothing), any other file's bytes.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+PACKAGE = "edgefd"
+ENTRY_MODULES = ("edgefd.simulate", "edgefd.reproduce.runs", "edgefd.reproduce.table", "edgefd.claims")
+"""Where a reproduction's run and its table start: the run itself, how the recipe runs it, and the
+code that turns runs into the table and the claims' verdicts."""
+METHODS_PACKAGE = "edgefd.algorithms"
+NOT_METHODS = ("base", "describe", "params", "schema", "toolkit")
+"""The modules of `METHODS_PACKAGE` that every method shares (the others are one method each)."""
+RECIPES_PACKAGE = "edgefd.recipes"
+KERNELS_PACKAGE = "edgefd.kernels"
+NATIVE_SOURCES = ("csrc", "CMakeLists.txt")
+"""The kernels' C++ sources and build file, beside the package (absent from an installed copy)."""
+
+Record = dict[str, str]
+"""A path relative to the repository's root -> its fingerprint."""
+
+
+def fingerprint(path: Path) -> str:
+    """A file's fingerprint: for Python, the hash of its syntax tree less its docstrings; else of its bytes."""
+    data = path.read_bytes()
+    return _python_fingerprint(data, str(path)) if path.suffix == ".py" else hashlib.sha256(data).hexdigest()[:16]
+
+
+@cache
+def _python_fingerprint(source: bytes, filename: str) -> str:
+    """The hash of ``source``'s syntax tree with every module, class and function docstring removed
+    (kept per text: a check reads the same files again and again)."""
+    tree = ast.parse(source, filename=filename)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+
+
+class ModuleFiles:
+    """The package's modules, by dotted name, read from its folder."""
+
+    def __init__(self, package_dir: Path) -> None:
+        self.root = package_dir.parent
+        self.files: dict[str, Path] = {}
+        for path in sorted(package_dir.rglob("*.py")):
+            parts = path.relative_to(self.root).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            self.files[name] = path
+
+    def is_package(self, name: str) -> bool:
+        return self.files.get(name, Path()).name == "__init__.py"
+
+    def subtree(self, name: str) -> list[str]:
+        return [module for module in self.files if module == name or module.startswith(name + ".")]
+
+    @cache  # noqa: B019 - one ModuleFiles per package folder, kept for the process
+    def imports_of(self, name: str) -> tuple[set[str], set[str]]:
+        """The package's modules that ``name`` imports anywhere in its text: those it names (a
+        package named for a name it holds counts whole) and their parent packages (their
+        ``__init__`` alone)."""
+        path = self.files[name]
+        here = name if self.is_package(name) else name.rpartition(".")[0]
+        named: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                submodules = {f"{base}.{alias.name}" for alias in node.names} & set(self.files)
+                named.update(submodules)
+                if len(submodules) < len(node.names):  # a name the module (or package) itself holds
+                    named.add(base)
+        named &= set(self.files)
+        parents = {".".join(module.split(".")[:i]) for module in named for i in range(1, module.count(".") + 1)}
+        return named, parents - named
+
+
+def _method_of(name: str) -> str | None:
+    """The method module ``name`` belongs to (``edgefd.algorithms.fd``), or None for shared code."""
+    if not name.startswith(METHODS_PACKAGE + "."):
+        return None
+    top = name[len(METHODS_PACKAGE) + 1 :].split(".")[0]
+    return None if top in NOT_METHODS else f"{METHODS_PACKAGE}.{top}"
+
+
+def dependencies(modules: ModuleFiles, start: Iterable[str]) -> set[str]:
+    """Every module reached from ``start`` by imports, less other methods' modules and the recipes."""
+    allowed_methods = {method for name in start if (method := _method_of(name)) is not None}
+    seen: set[str] = set()
+    todo = [(name, True) for name in start]
+    while todo:
+        name, whole = todo.pop()
+        method = _method_of(name)
+        if name not in modules.files or (method is not None and method not in allowed_methods):
+            continue
+        if name.startswith(RECIPES_PACKAGE):
+            continue
+        if name not in seen:
+            seen.add(name)
+            named, parents = modules.imports_of(name)
+            todo += [(module, True) for module in named] + [(module, False) for module in parents]
+        if whole and modules.is_package(name):
+            todo += [(module, False) for module in modules.subtree(name) if module not in seen]
+    return seen
+
+
+def method_module(algo: str) -> str:
+    """The module (or package) of ``METHODS_PACKAGE`` that registers ``algo``."""
+    from edgefd.algorithms.base import get_method  # torch: not for --help
+
+    module = _method_of(get_method(algo).client.__module__)
+    if module is None:
+        raise ValueError(f"method {algo!r} is not registered by a module of {METHODS_PACKAGE}")
+    return module
+
+
+@cache
+def _modules(package_dir: Path) -> ModuleFiles:
+    return ModuleFiles(package_dir)
+
+
+def code_record(algos: Iterable[str], package_dir: Path | None = None) -> Record:
+    """The fingerprint of every file that runs of ``algos`` and their table depend on."""
+    modules = _modules((package_dir or Path(__file__).resolve().parents[1]).resolve())
+    names = dependencies(modules, [*ENTRY_MODULES, *(method_module(algo) for algo in algos)])
+    paths = [modules.files[name] for name in names]
+    if any(name.startswith(KERNELS_PACKAGE) for name in names):
+        for source in NATIVE_SOURCES:
+            native = modules.root / source
+            paths += sorted(p for p in native.rglob("*") if p.is_file()) if native.is_dir() else [native]
+    return {
+        path.relative_to(modules.root).as_posix(): fingerprint(path) for path in sorted(set(paths)) if path.is_file()
+    }
+
+
+def recipe_fingerprint(recipe: Any) -> str:
+    """The recipe's settings, arms and claims (its dataclasses' text)."""
+    return hashlib.sha256(repr(recipe).encode()).hexdigest()[:16]
+
+
+def changed_files(record: Record, root: Path) -> list[str]:
+    """The recorded files whose fingerprint differs under ``root`` now (or that are gone), in order."""
+    changed = []
+    for name, recorded in record.items():
+        path = root / name
+        if not path.is_file() or fingerprint(path) != recorded:
+            changed.append(name)
+    return changed
+
+
+def table_record(recipe: Any, package_dir: Path | None = None) -> dict[str, Any]:
+    """What a recipe's table depends on: the recipe itself and the code of every arm's runs."""
+    return {
+        "recipe": recipe_fingerprint(recipe),
+        "files": code_record(dict.fromkeys(arm.algo for arm in recipe.arms), package_dir),
+    }
+
+
+def records_path(page: Path) -> Path:
+    """Where a results page keeps its tables' records: beside it (docs/RESULTS.code.json)."""
+    return page.with_name(f"{page.stem}.code.json")
+
+
+def read_records(page: Path) -> dict[str, dict[str, Any]]:
+    path = records_path(page)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def write_record(page: Path, name: str, record: dict[str, Any]) -> None:
+    """Keeps ``record`` as the one of ``name``'s table, beside ``page``."""
+    records = read_records(page)
+    records[name] = record
+    records_path(page).write_text(json.dumps(dict(sorted(records.items())), indent=1, sort_keys=True) + "\n")
+
+
+def record_staleness(record: dict[str, Any], recipe: Any, root: Path) -> str | None:
+    """Why a table made under ``record`` is not what this code gives (None: it is)."""
+    if record.get("recipe") != recipe_fingerprint(recipe):
+        return "the recipe changed (its settings, arms or claims)"
+    changed = changed_files(record.get("files", {}), root)
+    if changed:
+        return f"{len(changed)} file(s) its runs depend on changed, e.g. {changed[0]}"
+    return None

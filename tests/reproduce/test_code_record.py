@@ -1,0 +1,104 @@
+"""edgefd.reproduce.code_record: a table goes stale when its recipe or code its runs depend on
+changes, and only then: never for a docstring, and a method's change marks that method's tables."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgefd.recipes import RECIPES
+from edgefd.reproduce.code_record import code_record, fingerprint, record_staleness, table_record
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    """The package, its kernels' sources and build file, copied where a test may edit them."""
+    root = tmp_path_factory.mktemp("checkout")
+    shutil.copytree(CHECKOUT / "edgefd", root / "edgefd", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copytree(CHECKOUT / "csrc", root / "csrc")
+    shutil.copy(CHECKOUT / "CMakeLists.txt", root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def records(copy):
+    return {name: table_record(recipe, copy / "edgefd") for name, recipe in RECIPES.items()}
+
+
+def stale(records, root):
+    return {name for name, record in records.items() if record_staleness(record, RECIPES[name], root)}
+
+
+def edit(path: Path, old: str, new: str) -> str:
+    text = path.read_text()
+    assert old in text, f"{path} has no {old!r}"
+    path.write_text(text.replace(old, new, 1))
+    return text
+
+
+def test_a_fingerprint_ignores_docstrings_comments_and_layout(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text('"""One."""\n\ndef f(x):\n    """Doubles."""\n    return 2 * x\n')
+    before = fingerprint(module)
+    module.write_text('"""Two, longer."""\n\n\ndef f(x):  # a comment\n    """Twice x."""\n    return 2*x\n')
+    assert fingerprint(module) == before
+    module.write_text('"""Two."""\n\ndef f(x):\n    """Twice x."""\n    return 3 * x\n')
+    assert fingerprint(module) != before
+
+
+def test_a_method_counts_for_its_own_runs_alone():
+    fd, fedzkt = code_record(["fd"]), code_record(["fedzkt"])
+    assert "edgefd/algorithms/fd.py" in fd and "edgefd/algorithms/fd.py" not in fedzkt
+    assert "edgefd/algorithms/fedzkt.py" in fedzkt and "edgefd/algorithms/fedzkt.py" not in fd
+    shared = {"edgefd/simulate.py", "edgefd/runtime/loop.py", "edgefd/algorithms/toolkit.py", "edgefd/claims.py"}
+    assert shared <= set(fd) & set(fedzkt)
+    assert "csrc/weighted_kl.cpp" in fd  # the kernels' C++ counts wherever the kernels are imported
+    assert not any(name.startswith("edgefd/recipes/") for name in fd)  # the recipe counts as itself
+
+
+def test_a_docstring_edit_marks_nothing_stale(copy, records):
+    assert stale(records, copy) == set()
+    loop, fedzkt = copy / "edgefd" / "runtime" / "loop.py", copy / "edgefd" / "algorithms" / "fedzkt.py"
+    kept = {path: path.read_text() for path in (loop, fedzkt)}
+    try:
+        edit(loop, '"""', '"""A docstring edited by a test. ')
+        edit(fedzkt, "    def ", '    def _a_test_edit(self) -> None:\n        """Docstring only."""\n\n    def ')
+        assert fingerprint(fedzkt) != fingerprint(CHECKOUT / "edgefd" / "algorithms" / "fedzkt.py")
+        # a new method is code: put it back, and edit a docstring alone
+        fedzkt.write_text(kept[fedzkt])
+        edit(fedzkt, '"""', '"""Another docstring edit. ')
+        assert stale(records, copy) == set()
+    finally:
+        for path, text in kept.items():
+            path.write_text(text)
+
+
+def test_a_change_in_one_methods_code_marks_exactly_that_methods_tables(copy, records):
+    fedzkt = copy / "edgefd" / "algorithms" / "fedzkt.py"
+    kept = fedzkt.read_text()
+    try:
+        fedzkt.write_text(kept + "\nA_TEST_CONSTANT = 1\n")
+        with_fedzkt = {name for name, recipe in RECIPES.items() if any(arm.algo == "fedzkt" for arm in recipe.arms)}
+        assert with_fedzkt and with_fedzkt != set(RECIPES)
+        assert stale(records, copy) == with_fedzkt
+        reason = record_staleness(records[sorted(with_fedzkt)[0]], RECIPES[sorted(with_fedzkt)[0]], copy)
+        assert reason == "1 file(s) its runs depend on changed, e.g. edgefd/algorithms/fedzkt.py"
+    finally:
+        fedzkt.write_text(kept)
+    loop = copy / "edgefd" / "runtime" / "loop.py"
+    kept = loop.read_text()
+    try:
+        loop.write_text(kept + "\nA_TEST_CONSTANT = 1\n")
+        assert stale(records, copy) == set(RECIPES)  # shared code: every table
+    finally:
+        loop.write_text(kept)
+
+
+def test_a_changed_recipe_is_stale(copy, records):
+    from dataclasses import replace
+
+    name = "fedict-watch"
+    moved = replace(RECIPES[name], seeds=(0, 1, 2, 3, 4, 5))
+    assert record_staleness(records[name], moved, copy) == "the recipe changed (its settings, arms or claims)"
