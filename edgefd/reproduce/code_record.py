@@ -1,7 +1,8 @@
 """What a reproduction's numbers depend on, file by file, so that a results table goes stale only when
 code its runs execute changed.
 
-A run of method M depends on the modules that `edgefd simulate` and the reproduction's table import,
+A run of method M depends on the modules that `edgefd simulate` imports (its table, also on those
+of the code that makes the table and judges the claims),
 found statically and followed to the end (an import inside a function counts; importing a package
 counts with every module in it, since packages here import their parts lazily), with one exception:
 the methods' modules (`edgefd.algorithms.<method>`, one per method) count only for their own runs,
@@ -24,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = "edgefd"
-ENTRY_MODULES = ("edgefd.simulate", "edgefd.reproduce.runs", "edgefd.reproduce.table", "edgefd.claims")
-"""Where a reproduction's run and its table start: the run itself, how the recipe runs it, and the
-code that turns runs into the table and the claims' verdicts."""
+RUN_MODULES = ("edgefd.simulate",)
+"""Where a run starts: what a run's numbers depend on (a run folder's code.json)."""
+TABLE_MODULES = ("edgefd.reproduce.table", "edgefd.claims")
+"""Where a table starts from its runs: the code that turns them into the table and the verdicts (a
+change here makes the table stale, never a run)."""
 METHODS_PACKAGE = "edgefd.algorithms"
 NOT_METHODS = ("base", "describe", "params", "schema", "toolkit")
 """The modules of `METHODS_PACKAGE` that every method shares (the others are one method each)."""
@@ -128,7 +131,8 @@ def dependencies(modules: ModuleFiles, start: Iterable[str]) -> set[str]:
         if name not in seen:
             seen.add(name)
             named, parents = modules.imports_of(name)
-            todo += [(module, True) for module in named] + [(module, False) for module in parents]
+            own_parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+            todo += [(module, True) for module in named] + [(module, False) for module in [*parents, *own_parents]]
         if whole and modules.is_package(name):
             todo += [(module, False) for module in modules.subtree(name) if module not in seen]
     return seen
@@ -149,10 +153,12 @@ def _modules(package_dir: Path) -> ModuleFiles:
     return ModuleFiles(package_dir)
 
 
-def code_record(algos: Iterable[str], package_dir: Path | None = None) -> Record:
-    """The fingerprint of every file that runs of ``algos`` and their table depend on."""
+def code_record(algos: Iterable[str], package_dir: Path | None = None, table: bool = False) -> Record:
+    """The fingerprint of every file that runs of ``algos`` depend on (and, with ``table``, the
+    table made of them)."""
     modules = _modules((package_dir or Path(__file__).resolve().parents[1]).resolve())
-    names = dependencies(modules, [*ENTRY_MODULES, *(method_module(algo) for algo in algos)])
+    start = [*RUN_MODULES, *(TABLE_MODULES if table else ()), *(method_module(algo) for algo in algos)]
+    names = dependencies(modules, start)
     paths = [modules.files[name] for name in names]
     if any(name.startswith(KERNELS_PACKAGE) for name in names):
         for source in NATIVE_SOURCES:
@@ -182,7 +188,7 @@ def table_record(recipe: Any, package_dir: Path | None = None) -> dict[str, Any]
     """What a recipe's table depends on: the recipe itself and the code of every arm's runs."""
     return {
         "recipe": recipe_fingerprint(recipe),
-        "files": code_record(dict.fromkeys(arm.algo for arm in recipe.arms), package_dir),
+        "files": code_record(dict.fromkeys(arm.algo for arm in recipe.arms), package_dir, table=True),
     }
 
 

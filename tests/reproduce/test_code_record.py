@@ -52,8 +52,11 @@ def test_a_method_counts_for_its_own_runs_alone():
     fd, fedzkt = code_record(["fd"]), code_record(["fedzkt"])
     assert "edgefd/algorithms/fd.py" in fd and "edgefd/algorithms/fd.py" not in fedzkt
     assert "edgefd/algorithms/fedzkt.py" in fedzkt and "edgefd/algorithms/fedzkt.py" not in fd
-    shared = {"edgefd/simulate.py", "edgefd/runtime/loop.py", "edgefd/algorithms/toolkit.py", "edgefd/claims.py"}
+    shared = {"edgefd/simulate.py", "edgefd/runtime/loop.py", "edgefd/algorithms/toolkit.py"}
     assert shared <= set(fd) & set(fedzkt)
+    # the verdicts' and the table's code counts for the table, never for a run
+    assert "edgefd/claims.py" not in fd and "edgefd/reproduce/table.py" not in fd
+    assert {"edgefd/claims.py", "edgefd/reproduce/table.py"} <= set(code_record(["fd"], table=True))
     assert "csrc/weighted_kl.cpp" in fd  # the kernels' C++ counts wherever the kernels are imported
     assert not any(name.startswith("edgefd/recipes/") for name in fd)  # the recipe counts as itself
 
