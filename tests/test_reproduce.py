@@ -437,3 +437,43 @@ def test_every_recipe_runs_enough_seeds_for_the_rule():
 
     few = {name: recipe.seeds for name, recipe in RECIPES.items() if len(set(recipe.seeds)) < MIN_SEEDS}
     assert few == {}, f"the rule (edgefd/claims.py) needs at least {MIN_SEEDS} seeds a recipe"
+
+
+def test_fedmd_pretrains_on_its_public_labels_in_every_recipe():
+    """FedMD's transfer step is part of FedMD (its paper's Algorithm 1): no recipe's FedMD arm turns
+    it off, so no verdict rests on a FedMD without it."""
+    arms = [(name, arm) for name, recipe in RECIPES.items() for arm in recipe.arms if arm.algo == "fedmd"]
+    assert arms
+    assert [name for name, arm in arms if str(arm.params.get("pretrain_epochs", "none")) == "0"] == []
+
+
+def test_a_sweeps_control_is_local_at_the_claims_point():
+    from edgefd.claims import Claim
+    from edgefd.reproduce.table import control_label
+
+    labels = ["FedCache (alpha 1.0)", "FD (alpha 1.0)", "Local (alpha 1.0)", "Local (alpha 3.0)", "Local"]
+    assert control_label(Claim("FedCache (alpha 1.0)", "above", "FD (alpha 1.0)", "best", "s"), labels) == (
+        "Local (alpha 1.0)"
+    )
+    assert control_label(Claim("FedCache (R 4)", "above", "FD", "best", "s"), labels) == "Local"
+    assert control_label(Claim("FedCache", "above", "Local", "best", "s"), labels) is None  # names Local already
+    assert control_label(Claim("FedCache", "above", "FD", "best", "s"), ["FedCache", "FD"]) is None
+
+
+def test_one_pair_of_runs_judged_in_several_tables_is_said_to_be_one_comparison():
+    from edgefd.reproduce.table import shared_evidence
+
+    said = shared_evidence(RECIPES["fedcache-alpha"])
+    assert len(said) == 1 and said[0].startswith("FedCache (alpha 1.0) above FD (alpha 1.0) judges the same runs as ")
+    assert "fedcache-fmnist's FedCache above FD" in said[0] and "fedcache-r's FedCache (R 16) above FD" in said[0]
+    assert shared_evidence(RECIPES["fedict-watch"]) == []
+
+
+def test_the_choices_a_recipes_verdicts_rest_on_are_printed_under_its_claims():
+    from edgefd.reproduce.table import claims_table
+
+    recipe = RECIPES["fedzkt-prox"]
+    text = "\n".join(claims_table(recipe, {}))
+    assert "Choices these verdicts rest on:" in text
+    assert "300 times Eq. 9's literal weight" in text
+    assert all(recipe.choices for recipe in RECIPES.values() if recipe.name.startswith(("fedict-a", "fedzkt")))

@@ -21,13 +21,12 @@ Round 1 is FedMD's initial private training plus the first communication, so the
 updates is FedMD's: private, then (communicate, aggregate, digest, revisit) per round. The run's
 optimiser is used for both steps (the same optimiser, batch size, rounds and devices as FedZKT;
 docs/methods/fedmd.md#fedmd-settings).
-Public-label pretraining (FedMD's transfer-learning step) runs by default for
-``AUTO_PRETRAIN_EPOCHS`` epochs when the public set has as many classes as the private data, and
-cannot run otherwise. Against FedZKT it is off (docs/methods/fedmd.md#public-label-pretraining: the
-pairings' label spaces differ, and CIFAR-100 has 100 classes); without it, the consensus on public
-data comes from models that never saw public labels, and on the default digits run (10 clients, 10
-rounds) FedMD sat at 35% against Local's 84% (with 2 epochs of it: 90%). The FedZKT recipes set
-``pretrain_epochs=0``.
+Public-label pretraining (FedMD's transfer-learning step, Algorithm 1 of the FedMD paper) runs by
+default for ``AUTO_PRETRAIN_EPOCHS`` epochs when the public set has as many classes as the private
+data, and cannot run otherwise; the FedZKT recipes keep it, as FedMD runs
+(docs/methods/fedmd.md#public-label-pretraining). Without it, the consensus on public data comes from
+models that never saw public labels: on the default digits run (10 clients, 10 rounds) FedMD sat at
+35% against Local's 84% (with 2 epochs of it: 90%).
 Public images of another size than the private ones are resized to the private size
 (``resize_public``, on by default) and standardised again, so that the default public set (mnist5k,
 28x28) also serves the bundled 8x8 digits: an edgefd choice, not the paper's (whose public and
@@ -93,7 +92,7 @@ class FedMDParams:
         None,
         "epochs of public-label training before round 1 (FedMD's transfer step); none = "
         f"{AUTO_PRETRAIN_EPOCHS} when the public set has as many classes as the private data, else 0 (it cannot "
-        "run; 0 against FedZKT: docs/methods/fedmd.md#public-label-pretraining)",
+        "run: docs/methods/fedmd.md#public-label-pretraining)",
     )
     public_data_root: str | None = setting(None, "data folder for an on-disk public dataset (bundled ones ignore it)")
     resize_public: bool = setting(

@@ -30,7 +30,8 @@ Where the paper is silent, edgefd chooses; each choice is explained in docs/meth
   (docs/methods/fedzkt.md#ensemble-under-stragglers);
 - server optimisers and the x0.3 schedule at n_D/2 and 3n_D/4 recreated every round
   (docs/methods/fedzkt.md#learning-rate-schedule);
-- per-minibatch ``lambda ||dw||^2`` with lambda = 1 (docs/methods/fedzkt.md#proximal-term-scale);
+- per-minibatch ``lambda ||dw||^2`` with lambda = 1 (``prox_scale="minibatch"``; ``"literal"`` weighs it
+  against Eq. 9's summed loss, lambda / |D_k| per mean: docs/methods/fedzkt.md#proximal-term-scale);
 - KL student-first for the adversarial ablation (``kl_direction="reverse"``, Eq. 3 literally;
   ``"forward"`` = KL(T||U)) and teacher-first, tau = 1, for transfer back
   (docs/methods/fedzkt.md#kl-direction);
@@ -103,6 +104,9 @@ KIND = "fedzkt"
 PRESETS = ("cpu", "paper")
 LOSSES = ("sl", "kl", "l1")
 KL_DIRECTIONS = ("reverse", "forward")
+PROX_SCALES = ("minibatch", "literal")
+"""Where Eq. 9's lambda applies: to each minibatch's mean cross-entropy (edgefd's default), or to
+Eq. 9's loss summed over the device's data, which is lambda / |D_k| against a mean."""
 SERVER_BN_MODES = ("train", "freeze_stats")
 log = logging.getLogger(__name__)
 
@@ -134,6 +138,13 @@ class FedZKTParams:
         1.0,
         "lambda of the device's lambda*||w - w_received||^2, per minibatch (Eq. 9; "
         "docs/methods/fedzkt.md#proximal-term-scale); 0 = the Table IV 'no regularization' ablation",
+    )
+    prox_scale: str = setting(
+        "minibatch",
+        "what lambda weighs the proximal term against: 'minibatch' = each minibatch's mean cross-entropy; "
+        "'literal' = Eq. 9's cross-entropy summed over the device's data, i.e. lambda / |D_k| against the mean "
+        "(docs/methods/fedzkt.md#proximal-term-scale)",
+        choices=PROX_SCALES,
     )
     preset: str = setting(
         "cpu",
@@ -338,6 +349,8 @@ class FedZKTClient(ClientRole):
             self.reference = [p.detach().clone() for p in self.model.parameters()]
         lam = self.params.prox if self.reference is not None else 0.0
         y = self.data.train_y
+        if self.params.prox_scale == "literal":  # Eq. 9 sums the loss over D_k: against a mean, lambda / |D_k|
+            lam /= len(y)
         reference = self.reference
 
         def loss_fn(logits: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,9 @@ _ARMS = [
     # FD with FedCache's KD loss and the leave-one-out teacher: docs/methods/fd.md#distillation-weight-and-temperature
     Arm("FD", "fd", {"beta": 1.5, "temperature": 3.0, "exclude_self": True}),
     Arm("FedAvg", "fedavg"),
+    # FedICT as FedCache's paper runs it (Sec. 5.1.4: similarity-based LKA, beta = lambda = mu = 1.5, T = 3),
+    # with its own server model; the clients' models are the recipe's
+    Arm("FedICT", "fedict", {"lka": "sim"}),
 ]
 
 # Every arm trains as FedCache's code does (one local epoch a round, a new SGD optimiser every round,
@@ -34,6 +37,14 @@ _TRAINING: dict[str, Any] = {"epochs": 1, "optimizer_lifecycle": "fresh", "batch
 # closest one a run records); a recipe's table ends with each one's computed verdict. Comparisons
 # the papers do not make (FedCache against Local) are not claims.
 _CLAIM = ("FedCache", "above", "FD", "best", "FedCache, Table V and Fig. 6 (MAUA)")
+_AGAINST_FEDICT = ("FedCache", "above", "FedICT", "best", "FedCache, Table V (MAUA)")
+_CHOICES = (
+    "FedCache's related samples come from hashes of the raw pixels (digits: the pixels themselves; Fashion-MNIST: "
+    "a fixed random projection to 64-d), not the paper's ImageNet-trained MobileNetV3, whose weights cannot be "
+    "fetched here (docs/methods/fedcache.md#hash-encoder); the demo recipe runs MobileNetV3 with random weights.",
+    "FD distils with FedCache's loss (beta 1.5, T 3) from the other clients' label-wise logits "
+    "(docs/methods/fd.md#distillation-weight-and-temperature).",
+)
 
 RECIPES: dict[str, Recipe] = {}
 RECIPES["fedcache"] = Recipe(
@@ -54,7 +65,8 @@ RECIPES["fedcache"] = Recipe(
     ),
     arms=_ARMS,
     target_from=["FedCache", "FedAvg"],
-    claims=claims_of(_CLAIM),
+    claims=claims_of(_CLAIM, _AGAINST_FEDICT),
+    choices=_CHOICES,
 )
 
 # The same comparison on real images (issue 4), scaled to this 2-core machine.
@@ -84,7 +96,8 @@ RECIPES["fedcache-fmnist"] = Recipe(
         for arm in _ARMS
     ],
     target_from=["FedCache", "FedAvg"],
-    claims=claims_of(_CLAIM),
+    claims=claims_of(_CLAIM, _AGAINST_FEDICT),
+    choices=_CHOICES,
 )
 # Does FedCache's deficit on fmnist close with more rounds? The same recipe for 30 rounds, with
 # the three arms the question needs (about 20 single-thread minutes).
@@ -96,6 +109,7 @@ RECIPES["fedcache-fmnist-30"] = replace(
     arms=[arm for arm in RECIPES["fedcache-fmnist"].arms if arm.label in ("Local", "FedCache", "FD")],
     target_from=["FedCache", "FD"],
     claims=claims_of(_CLAIM),
+    choices=_CHOICES,
 )
 # The FedCache authors' own demo setting, at full scale: the whole of Fashion-MNIST over 20 clients,
 # ResNet-8/16/20 by client index mod 3, batch 8, the paper's MobileNetV3-Small hash encoder (random weights:
@@ -127,17 +141,20 @@ RECIPES["fedcache-demo"] = Recipe(
     target_from=["FedCache", "FD"],
     isolated=True,
     claims=claims_of(("FedCache", "above", "FD", "best", "FedCache, Table VI and Fig. 6 (MAUA)")),
+    choices=_CHOICES[1:],
 )
 
 
 # The paper's sweeps that fit this machine, each point an arm pair (the method and the paper's
-# baseline at the same setting). FedCache's ablation (Sec. 6, Tables VII-IX) on the fedcache-fmnist
-# setting: FedCache against FD at Dirichlet 1, 3 and 10; at 0.33% and 1% of Fashion-MNIST per client
-# (200 and 600 samples; 5% and 20%, 3,000 and 12,000 samples a client, are 15 and 60 times the CPU);
-# and at R = 1, 4, 16 and 64 related samples (R = 256 exceeds the ~200 same-class samples of the other
-# clients at 200 samples a client).
+# baseline at the same setting) and Local there, the claim's control. FedCache's ablation (Sec. 6,
+# Tables VII-IX) on the fedcache-fmnist setting: FedCache against FD at Dirichlet 1, 3 and 10; at
+# 0.33% and 1% of Fashion-MNIST per client (200 and 600 samples; 5% and 20%, 3,000 and 12,000
+# samples a client, are 15 and 60 times the CPU); and at R = 1, 4, 16 and 64 related samples (R = 256
+# exceeds the ~200 same-class samples of the other clients at 200 samples a client).
 _FMNIST = RECIPES["fedcache-fmnist"]
 _PAIR = [arm for arm in _FMNIST.arms if arm.label in ("FedCache", "FD")]
+_WITH_CONTROL = [arm for arm in _FMNIST.arms if arm.label in ("Local", "FedCache", "FD")]
+"""The pair and Local at the same point: every claim's control (docs/RESULTS.md)."""
 
 
 def _at(arms: list[Arm], suffix: str, folder: str, **config: Any) -> list[Arm]:
@@ -161,11 +178,11 @@ def _sweep_claims(table: str, *suffixes: str) -> list[Claim]:
 RECIPES["fedcache-alpha"] = replace(
     _FMNIST,
     name="fedcache-alpha",
-    source=_FMNIST.source + "; FedCache and FD at Dirichlet 1.0, 3.0 and 10.0 (FedCache, Table VII)",
+    source=_FMNIST.source + "; FedCache, FD and Local at Dirichlet 1.0, 3.0 and 10.0 (FedCache, Table VII)",
     arms=[
         arm
         for alpha in ("1.0", "3.0", "10.0")
-        for arm in _at(_PAIR, f"alpha {alpha}", f"a{alpha}", partition=f"dirichlet:{alpha}")
+        for arm in _at(_WITH_CONTROL, f"alpha {alpha}", f"a{alpha}", partition=f"dirichlet:{alpha}")
     ],
     target_from=["FedCache (alpha 1.0)", "FD (alpha 1.0)"],
     claims=_sweep_claims("VII", " (alpha 1.0)", " (alpha 3.0)", " (alpha 10.0)"),
@@ -173,12 +190,12 @@ RECIPES["fedcache-alpha"] = replace(
 RECIPES["fedcache-share"] = replace(
     _FMNIST,
     name="fedcache-share",
-    source=_FMNIST.source + "; FedCache and FD at 200 and 600 samples a client, 0.33% and 1% of the "
+    source=_FMNIST.source + "; FedCache, FD and Local at 200 and 600 samples a client, 0.33% and 1% of the "
     "training set (FedCache, Table VIII)",
     arms=[
         arm
         for share, samples in (("0.33%", 200), ("1%", 600))
-        for arm in _at(_PAIR, share, f"n{samples}", samples_per_client=samples)
+        for arm in _at(_WITH_CONTROL, share, f"n{samples}", samples_per_client=samples)
     ],
     target_from=["FedCache (0.33%)", "FD (0.33%)"],
     claims=_sweep_claims("VIII", " (0.33%)", " (1%)"),
@@ -186,13 +203,14 @@ RECIPES["fedcache-share"] = replace(
 RECIPES["fedcache-r"] = replace(
     _FMNIST,
     name="fedcache-r",
-    source=_FMNIST.source + "; FedCache at R = 1, 4, 16 and 64 against FD (FedCache, Table IX)",
+    source=_FMNIST.source + "; FedCache at R = 1, 4, 16 and 64 against FD, and Local (FedCache, Table IX)",
     arms=[
         *(
             Arm(f"FedCache (R {r})", "fedcache", {**_PAIR[0].params, "neighbours": r}, folder=f"fedcache-r{r}")
             for r in (1, 4, 16, 64)
         ),
         _PAIR[1],
+        Arm("Local", "local"),
     ],
     target_from=["FedCache (R 16)", "FD"],
     claims=claims_of(

@@ -29,6 +29,15 @@ _ARMS = [
     Arm("FedGKT", "fedgkt"),
     Arm("FedICT (sim)", "fedict", {"lka": "sim"}, folder="fedict-sim"),
     Arm("FedICT (balanced)", "fedict", {"lka": "balanced"}, folder="fedict-balanced"),
+    # the same with the weights the authors' code computes (linear d^k / T and (d^S - d^k) / U) in place
+    # of Eq. 11 and 14's softmax (docs/methods/fedict.md#softmax-or-linear-weights)
+    Arm("FedICT (sim, code's weights)", "fedict", {"lka": "sim", "weight_form": "linear"}, folder="fedict-sim-linear"),
+    Arm(
+        "FedICT (balanced, code's weights)",
+        "fedict",
+        {"lka": "balanced", "weight_form": "linear"},
+        folder="fedict-balanced-linear",
+    ),
     Arm("FD", "fd"),
     Arm("FedAvg", "fedavg"),
 ]
@@ -39,6 +48,14 @@ _CLAIMS = claims_of(
     ("FedICT (sim)", "above", "FedAvg", "best", "FedICT, Table IV (average UA)"),
     ("FedICT (balanced)", "above", "FedGKT", "best", "FedICT, Table IV (average UA)"),
     ("FedICT (balanced)", "above", "FedAvg", "best", "FedICT, Table IV (average UA)"),
+    ("FedICT (sim, code's weights)", "above", "FedGKT", "best", "FedICT, Table IV (average UA)"),
+    ("FedICT (balanced, code's weights)", "above", "FedGKT", "best", "FedICT, Table IV (average UA)"),
+)
+_CHOICES = (
+    "FedICT's FPKD and class-balanced LKA weights are Eq. 11 and 14's softmax, which at T = 3 and U = 7 is "
+    "nearly uniform over the classes (a one-hot client: 0.134 against 0.096), so FedICT (sim) and FedICT "
+    "(balanced) against FedGKT test mostly a larger distillation weight; the arms with the code's weights use "
+    "the authors' linear form, whose class dependence is strong (docs/methods/fedict.md#softmax-or-linear-weights).",
 )
 
 RECIPES: dict[str, Recipe] = {}
@@ -52,6 +69,7 @@ for _alpha in ("0.5", "3.0"):
         _ARMS,
         target_from=["FedGKT", "FedICT (sim)"],
         claims=_CLAIMS,
+        choices=_CHOICES,
     )
 
 # Why FedICT (sim) trails FedGKT at alpha 3.0 on digits: the `paper` weights against the authors'
@@ -121,6 +139,7 @@ RECIPES["fedict-fmnist"] = Recipe(
     ],
     target_from=["FedGKT", "FedICT (sim)"],
     claims=_CLAIMS,
+    choices=_CHOICES,
 )
 RECIPES["fedict-watch"] = Recipe(
     "fedict-watch",
@@ -132,6 +151,7 @@ RECIPES["fedict-watch"] = Recipe(
     _ARMS,
     target_from=["FedGKT", "FedICT (sim)"],
     claims=[replace(claim, source="FedICT, Table VII (average UA on the sensor data, TMD)") for claim in _CLAIMS],
+    choices=_CHOICES,
 )
 
 # FedICT's Table V: heterogeneous clients A^C_1..A^C_5, one each, against FedGKT (FedAvg needs one
@@ -141,10 +161,45 @@ RECIPES["fedict-hetero"] = Recipe(
     "docs/methods/fedict.md#small-recipe with heterogeneous clients (digits, K = 5, Dirichlet 1.0, clients "
     "fedict_c1..fedict_c5 one each, server auto, batch 32, 30 rounds)",
     replace(_BASE, partition="dirichlet:1.0", models="fedict_c1,fedict_c2,fedict_c3,fedict_c4,fedict_c5"),
-    [arm for arm in _ARMS if arm.label in ("Local", "FedGKT", "FedICT (sim)", "FedICT (balanced)")],
+    [arm for arm in _ARMS if arm.algo in ("local", "fedgkt", "fedict")],
     target_from=["FedGKT", "FedICT (sim)"],
     claims=claims_of(
         ("FedICT (sim)", "above", "FedGKT", "best", "FedICT, Table V (clients' average UA)"),
         ("FedICT (balanced)", "above", "FedGKT", "best", "FedICT, Table V (clients' average UA)"),
+        ("FedICT (sim, code's weights)", "above", "FedGKT", "best", "FedICT, Table V (clients' average UA)"),
+        ("FedICT (balanced, code's weights)", "above", "FedGKT", "best", "FedICT, Table V (clients' average UA)"),
     ),
+    choices=_CHOICES,
+)
+
+# FedICT's Table VIII: each client's real distribution vector d^k against random ones (softmax of C draws
+# of U(0, 3), N(0, 3) or E(3)), with homogeneous and heterogeneous clients, at the table's Dirichlet 1.0.
+_RANDOM_VECTORS = (("U(0,3)", "uniform"), ("N(0,3)", "normal"), ("E(3)", "exponential"))
+
+
+def _table_viii(name: str, models: str, setting: str) -> Recipe:
+    arms = [Arm("Local", "local")]
+    claims = []
+    for lka in ("sim", "balanced"):
+        real = f"FedICT ({lka})"
+        arms.append(Arm(real, "fedict", {"lka": lka}, folder=f"fedict-{lka}"))
+        for label, meta in _RANDOM_VECTORS:
+            random = Arm(f"FedICT ({lka}, {label}@)", "fedict", {"lka": lka, "dist_meta": meta})
+            arms.append(replace(random, folder=f"fedict-{lka}-{meta}"))
+            claims.append((real, "above", f"FedICT ({lka}, {label}@)", "best", f"FedICT, Table VIII ({setting})"))
+    return Recipe(
+        name,
+        f"docs/methods/fedict.md#random-distribution-ablation (digits, K = 5, Dirichlet 1.0, {models} clients, "
+        "server auto, batch 32, 30 rounds; paper: CIFAR-10, K = 10, Dirichlet 1.0)",
+        replace(_BASE, partition="dirichlet:1.0", models=models),
+        arms,
+        target_from=["FedICT (sim)", "FedICT (balanced)"],
+        claims=claims_of(*claims),
+        choices=_CHOICES,
+    )
+
+
+RECIPES["fedict-vectors"] = _table_viii("fedict-vectors", "fedict_c1", "homogeneous models")
+RECIPES["fedict-vectors-hetero"] = _table_viii(
+    "fedict-vectors-hetero", "fedict_c1,fedict_c2,fedict_c3,fedict_c4,fedict_c5", "heterogeneous models"
 )

@@ -63,6 +63,9 @@ class Recipe:
     then has a peak-memory column), and print the mean accuracy of every round."""
     claims: list[Claim] = field(default_factory=list)
     """The papers' own comparisons between these arms; the table ends with each one's verdict."""
+    choices: tuple[str, ...] = ()
+    """edgefd's choices where the paper is ambiguous that the verdicts rest on, one sentence each
+    with the method page that argues it: printed under the claims."""
 
     def __post_init__(self) -> None:
         folders = [arm.folder or arm.algo for arm in self.arms]

@@ -5,7 +5,8 @@ seed's values (what `--verify` compares), the settings the arms share, and the c
 from __future__ import annotations
 
 import statistics
-from dataclasses import fields, replace
+from collections.abc import Iterable
+from dataclasses import asdict, fields, replace
 from typing import Any
 
 from edgefd.claims import METRIC_NAMES, METRICS, Claim, Verdict, judge
@@ -282,16 +283,66 @@ def claims_table(recipe: Recipe, by_seed: dict[str, dict[int, tuple[dict, list[d
             notes.append(f"{claim.text}: the baseline {claim.baseline} is below {' and '.join(stronger)} here.")
     if notes:
         rows += ["", *[f"- {note}" for note in notes]]
+    notes += shared_evidence(recipe)
+    if recipe.choices:
+        rows += ["", "Choices these verdicts rest on:", "", *[f"- {choice}" for choice in recipe.choices]]
     return rows
 
 
+def run_identity(recipe: Recipe, label: str) -> SimulationConfig:
+    """What an arm runs, whatever recipe it belongs to (seeds and folders aside): its config with the
+    method's params resolved, so that a param set to its default is the default."""
+    from edgefd.algorithms.base import get_method  # torch: not for --help
+    from edgefd.algorithms.params import make_params
+
+    arm = next(arm for arm in recipe.arms if arm.label == label)
+    params = asdict(make_params(get_method(arm.algo).params, dict(arm.params)))
+    return replace(recipe.base, **arm.config, algo=arm.algo, params=params, out="")
+
+
+def shared_evidence(recipe: Recipe) -> list[str]:
+    """The claims whose two arms are the very runs of another recipe's claim: one comparison judged
+    in several tables is one piece of evidence, not several."""
+    from edgefd.recipes import RECIPES
+
+    notes = []
+    for claim in recipe.claims:
+        pair = (run_identity(recipe, claim.method), run_identity(recipe, claim.baseline))
+        same = [
+            f"{other.name}'s {their.text}"
+            for other in RECIPES.values()
+            if other.name != recipe.name and other.seeds == recipe.seeds
+            for their in other.claims
+            if their.metric == claim.metric
+            and (run_identity(other, their.method), run_identity(other, their.baseline)) == pair
+        ]
+        if same:
+            notes.append(
+                f"{claim.text} judges the same runs as {', '.join(same)}: one comparison, not independent evidence."
+            )
+    return notes
+
+
+def control_label(claim: Claim, labels: Iterable[str]) -> str | None:
+    """The Local arm at the claim's setting: "Local", or in a sweep "Local (alpha 1.0)" beside "FD
+    (alpha 1.0)"; None where the recipe has none, or the claim already names Local."""
+    if any(label.startswith("Local") for label in (claim.method, claim.baseline)):
+        return None
+    labels = set(labels)
+    _, opening, suffix = claim.baseline.partition(" (")
+    at_point = f"Local ({suffix}" if opening else None
+    if at_point is not None and at_point in labels:
+        return at_point
+    return "Local" if "Local" in labels else None
+
+
 def _control(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> Verdict | None:
-    """The claim with Local in its method's place (None where the recipe has no Local arm, or the
-    claim already names Local)."""
-    if "Local" not in by_seed or "Local" in (claim.method, claim.baseline):
+    """The claim with Local (at the claim's setting) in its method's place, or None (`control_label`)."""
+    label = control_label(claim, by_seed)
+    if label is None:
         return None
     try:
-        return judge(replace(claim, method="Local"), by_seed)
+        return judge(replace(claim, method=label), by_seed)
     except ValueError:
         return None
 

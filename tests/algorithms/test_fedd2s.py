@@ -398,13 +398,14 @@ def test_end_to_end_on_digits_with_partial_participation(tmp_path):
 def test_fmnist_recipes_compare_the_issues_methods_single_threaded():
     from edgefd.recipes import RECIPES
 
-    fedd2s, dfl = RECIPES["fedd2s"], RECIPES["dfl-fmnist"]
-    assert [arm.algo for arm in fedd2s.arms] == ["local", "fd", "fedavg", "fedd2s", "fedd2s"]
+    fedd2s, dfl = RECIPES["fedd2s"], RECIPES["dfl-noniid"]
+    assert [arm.algo for arm in fedd2s.arms] == ["local", "fd", "fedavg", "fedmd", "fedd2s", "fedd2s"]
     assert fedd2s.arms[-1].params["schedule"] == "floor" and fedd2s.arms[-1].folder == "fedd2s-floor"
-    assert fedd2s.base.models == "fedd2s_m1" and fedd2s.base.partition == "dirichlet:0.1"
-    assert [arm.algo for arm in dfl.arms] == ["fedavg", "dfl"] and dfl.base.partition == "dominant:0.8"
+    assert fedd2s.base.models == "fedd2s_m1" and fedd2s.base.partition == "dirichlet:0.3"
+    assert [arm.algo for arm in dfl.arms][:4] == ["local", "fd", "fedavg", "dfl"]
+    assert dfl.base.partition == "dominant:0.8"
     for recipe in (fedd2s, dfl):
-        assert recipe.base.dataset == "fmnist" and recipe.base.threads == 1 and len(recipe.seeds) == 3
+        assert recipe.base.dataset == "fmnist" and recipe.base.threads == 1 and len(recipe.seeds) == 5
     assert make_params(FedD2SParams, dict(fedd2s.arms[-2].params)).phase_epochs is None  # = the run's --epochs
 
 

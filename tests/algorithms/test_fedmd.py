@@ -167,7 +167,7 @@ def test_end_to_end_tiny_run_with_partial_participation(tmp_path):
 
 def test_public_label_pretraining_is_on_by_default_when_the_class_counts_match(monkeypatch):
     assert simulation().clients["client-0"].pretrain_epochs == fedmd.AUTO_PRETRAIN_EPOCHS  # digits: 10 and 10
-    assert simulation({"pretrain_epochs": "0"}).clients["client-0"].pretrained  # the FedZKT recipes' choice
+    assert simulation({"pretrain_epochs": "0"}).clients["client-0"].pretrained  # 0: none
     real = load_dataset("digits")
     five = Dataset(
         "five",

@@ -237,6 +237,27 @@ def test_prox_term_by_hand_and_pull_towards_the_reference():
     assert 0 < distances[1.0] < 0.5 * distances[0.0]
 
 
+def test_the_literal_prox_scale_is_lambda_over_the_devices_samples():
+    """Eq. 9 sums the cross-entropy over D_k: against each minibatch's mean, lambda / |D_k|. So the
+    literal form at lambda = |D_k| trains exactly as the minibatch form at lambda = 1."""
+    client = simulation({"prox": 0.0}).clients["client-0"]
+    downlink = Payload(KIND, state_arrays(client.model))
+    samples = len(client.data.train_y)
+
+    def trained(**params):
+        trial = copy.deepcopy(client)
+        trial.params = FedZKTParams(**{**TINY_SERVER, **params})
+        trial.context.torch_generator.manual_seed(5)  # same batches for every trial
+        trial.train_round(2, downlink)
+        return state_arrays(trial.model)
+
+    minibatch = trained(prox=1.0)
+    literal = trained(prox=float(samples), prox_scale="literal")
+    assert all(np.array_equal(minibatch[name], literal[name]) for name in minibatch)
+    weak = trained(prox=1.0, prox_scale="literal")
+    assert not all(np.array_equal(minibatch[name], weak[name]) for name in minibatch)
+
+
 def test_prox_is_off_until_the_device_has_received_weights():
     sim = simulation({"prox": 1e6})  # would freeze the model if it applied in round 1
     client = sim.clients["client-1"]
