@@ -47,6 +47,8 @@ _CHOICES = (
 )
 
 RECIPES: dict[str, Recipe] = {}
+# Digits: a quick look, without claims. Local reaches 92.6% on its own label mix there, which leaves
+# sharing little to show; the claims are judged on Fashion-MNIST (fedcache-fmnist and the sweeps).
 RECIPES["fedcache"] = Recipe(
     name="fedcache",
     source="docs/methods/fedcache.md#scaled-recipes (digits, K = 10, Dirichlet 1.0, ResNet-8, batch 8, 30 rounds)",
@@ -65,8 +67,6 @@ RECIPES["fedcache"] = Recipe(
     ),
     arms=_ARMS,
     target_from=["FedCache", "FedAvg"],
-    claims=claims_of(_CLAIM, _AGAINST_FEDICT),
-    choices=_CHOICES,
 )
 
 # The same comparison on real images (issue 4), scaled to this 2-core machine.

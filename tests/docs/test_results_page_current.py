@@ -44,3 +44,21 @@ def test_no_verdict_is_typed_outside_the_generated_tables():
     assert typed == [], "a verdict belongs to the generated tables (edgefd/claims.py), not to the prose:\n" + "\n".join(
         typed
     )
+
+
+def test_every_table_written_with_a_record_is_current():
+    """`edgefd reproduce --check-docs`'s rule for the tables that carry a record (docs/RESULTS.code.json):
+    none may be stale, i.e. no file its runs depend on and no recipe changed since it was written.
+    The tables written before records were kept are judged by their revision and are being
+    written again (the page's "Is a table current?")."""
+    from edgefd.reproduce.code_record import read_records, record_staleness
+
+    records = read_records(PAGE)
+    assert CHECKED in records, f"{CHECKED}'s table carries its record"
+    root = PAGE.parents[1]
+    stale = {
+        name: "no such recipe" if name not in RECIPES else why
+        for name, record in records.items()
+        if name not in RECIPES or (why := record_staleness(record, RECIPES[name], root))
+    }
+    assert stale == {}, f"tables whose code or recipe changed since they were written (run --write-docs): {stale}"
