@@ -305,6 +305,29 @@ def test_every_claim_shows_local_in_its_place_and_says_when_local_alone_passes()
     assert "Local alone" not in text and "| no difference |" in text  # the control ties with FedAvg
     assert "- FedX above FedAvg: the baseline FedAvg is below FD here." in text
 
+    below = replace(recipe, claims=[Claim("FedAvg", "below", "FedX", "best", "FedX, Table 2")])
+    text = "\n".join(claims_table(below, claims_runs({"FedX": gain, "Local": gain, "FD": gain})))
+    assert "| no control (a below claim) | - |" in text and "Local alone" not in text
+
+
+def test_a_sweeps_weak_baseline_is_named_at_its_point():
+    from edgefd.claims import Claim
+    from edgefd.reproduce.table import claims_table
+
+    recipe = Recipe(
+        "swept",
+        "test",
+        SimulationConfig(),
+        [Arm("FedX (a 1)", "fd", folder="x"), Arm("FD (a 1)", "fd", folder="fd"), Arm("FedAvg (a 1)", "fedavg")],
+        target_from=["FedAvg (a 1)"],
+        claims=[Claim("FedX (a 1)", "above", "FedAvg (a 1)", "best", "FedX, Table 1")],
+    )
+    gain = [0.05, 0.06, 0.04, 0.05, 0.055]
+    runs = claims_runs({"FedX (a 1)": gain, "FD (a 1)": gain})
+    runs["FedAvg (a 1)"] = runs.pop("FedAvg")
+    text = "\n".join(claims_table(recipe, runs))
+    assert "- FedX (a 1) above FedAvg (a 1): the baseline FedAvg (a 1) is below FD (a 1) here." in text
+
 
 def test_a_claim_must_name_arms_of_its_recipe():
     import pytest
@@ -458,12 +481,15 @@ def test_a_sweeps_control_is_local_at_the_claims_point():
     assert control_label(Claim("FedCache (R 4)", "above", "FD", "best", "s"), labels) == "Local"
     assert control_label(Claim("FedCache", "above", "Local", "best", "s"), labels) is None  # names Local already
     assert control_label(Claim("FedCache", "above", "FD", "best", "s"), ["FedCache", "FD"]) is None
+    # an ablation or a handicap ("below") has no control: Local below the full method says nothing of it
+    assert control_label(Claim("FedZKT (p 0.2)", "below", "FedZKT (p 1.0)", "best", "s"), labels) is None
 
 
 def test_one_pair_of_runs_judged_in_several_tables_is_said_to_be_one_comparison():
-    from edgefd.reproduce.table import shared_evidence
+    from edgefd.reproduce.table import claims_table, shared_evidence
 
     said = shared_evidence(RECIPES["fedcache-alpha"])
+    assert f"- {said[0]}" in claims_table(RECIPES["fedcache-alpha"], {})
     assert len(said) == 1 and said[0].startswith("FedCache (alpha 1.0) above FD (alpha 1.0) judges the same runs as ")
     assert "fedcache-fmnist's FedCache above FD" in said[0] and "fedcache-r's FedCache (R 16) above FD" in said[0]
     assert shared_evidence(RECIPES["fedict-watch"]) == []
@@ -475,5 +501,5 @@ def test_the_choices_a_recipes_verdicts_rest_on_are_printed_under_its_claims():
     recipe = RECIPES["fedzkt-prox"]
     text = "\n".join(claims_table(recipe, {}))
     assert "Choices these verdicts rest on:" in text
-    assert "300 times Eq. 9's literal weight" in text
+    assert "|D_k| times Eq. 9's literal weight" in text
     assert all(recipe.choices for recipe in RECIPES.values() if recipe.name.startswith(("fedict-a", "fedzkt")))

@@ -50,9 +50,9 @@ _SOURCE = (
     "N_a 5000)"
 )
 _CHOICES = (
-    "FedZKT's proximal weight lambda = 1 applies to each minibatch's mean cross-entropy, 300 times Eq. 9's literal "
-    "weight against its loss summed over a device's 300 samples (prox_scale=minibatch; fedzkt-prox runs both: "
-    "docs/methods/fedzkt.md#proximal-term-scale).",
+    "FedZKT's proximal weight lambda = 1 applies to each minibatch's mean cross-entropy, |D_k| times Eq. 9's "
+    "literal weight against its loss summed over a device's |D_k| samples, up to 300 here (prox_scale=minibatch; "
+    "fedzkt-prox runs both: docs/methods/fedzkt.md#proximal-term-scale).",
     "FedMD pretrains 2 epochs on its public labels before round 1 (the FedMD paper's transfer step; its authors' "
     "code trains up to 20 epochs with early stopping: docs/methods/fedmd.md#public-label-pretraining).",
 )

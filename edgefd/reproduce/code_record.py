@@ -1,17 +1,20 @@
 """What a reproduction's numbers depend on, file by file, so that a results table goes stale only when
 code its runs execute changed.
 
-A run of method M depends on the modules that `edgefd simulate` imports (its table, also on those
-of the code that makes the table and judges the claims),
-found statically and followed to the end (an import inside a function counts; importing a package
-counts with every module in it, since packages here import their parts lazily), with one exception:
-the methods' modules (`edgefd.algorithms.<method>`, one per method) count only for their own runs,
-since a run looks its method up by name and never imports the others' code. The recipes
-(`edgefd.recipes`) count as the recipe itself (its settings, arms and claims), and the kernels' C++
-sources and build file count wherever the kernels are imported.
+A run of method M depends on the modules that `edgefd simulate` (and `edgefd`, which starts it in a
+process of its own) imports; its table, also on those of the code that makes the table and judges
+the claims. They are found statically and followed to the end (an import inside a function counts;
+importing a package counts with every module in it, since packages here import their parts lazily),
+with one exception: a method's module (the module or package of `edgefd.algorithms` that registers
+it) counts only for its own runs. A run imports every method's module (the registry does), but the
+import only defines the method's classes and registers them: only its own method's code runs. The
+recipes (`edgefd.recipes`) count as the recipe itself (its settings, arms and claims, and the notes
+its table takes from the other recipes), and the kernels' C++ sources and build file count wherever
+the kernels are imported.
 
-Each file counts by its fingerprint: a Python file's syntax tree without its docstrings (so a
-docstring, a comment or a layout change moves nothing), any other file's bytes.
+Each file counts by its fingerprint: a Python file's syntax tree without its string-only statements
+(docstrings, attribute docstrings), written out the same way by every Python version from 3.10 on,
+so a docstring, a comment or a layout change moves nothing; any other file's bytes.
 """
 
 from __future__ import annotations
@@ -25,15 +28,16 @@ from pathlib import Path
 from typing import Any
 
 PACKAGE = "edgefd"
-RUN_MODULES = ("edgefd.simulate",)
+RUN_MODULES = ("edgefd.simulate", "edgefd.cli")
 """Where a run starts: what a run's numbers depend on (a run folder's code.json)."""
-TABLE_MODULES = ("edgefd.reproduce.table", "edgefd.claims")
+TABLE_MODULES = ("edgefd.reproduce.table", "edgefd.claims", "edgefd.recipes.recipe")
 """Where a table starts from its runs: the code that turns them into the table and the verdicts (a
 change here makes the table stale, never a run)."""
 METHODS_PACKAGE = "edgefd.algorithms"
-NOT_METHODS = ("base", "describe", "params", "schema", "toolkit")
-"""The modules of `METHODS_PACKAGE` that every method shares (the others are one method each)."""
 RECIPES_PACKAGE = "edgefd.recipes"
+RECIPE_TYPE = "edgefd.recipes.recipe"
+"""What a recipe is (`Recipe`, and what its table lists as shared): the one recipes module a table
+depends on as code."""
 KERNELS_PACKAGE = "edgefd.kernels"
 NATIVE_SOURCES = ("csrc", "CMakeLists.txt")
 """The kernels' C++ sources and build file, beside the package (absent from an installed copy)."""
@@ -48,22 +52,38 @@ def fingerprint(path: Path) -> str:
     return _python_fingerprint(data, str(path)) if path.suffix == ".py" else hashlib.sha256(data).hexdigest()[:16]
 
 
+def _is_string_statement(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Constant)
+        and isinstance(statement.value.value, str)
+    )
+
+
+def _canonical(node: Any) -> str:
+    """A syntax tree written out field by field, leaving out the empty ones: Python versions add
+    fields that are empty in code they already parsed (``type_params`` in 3.12)."""
+    if isinstance(node, ast.AST):
+        fields = [
+            f"{name}={_canonical(value)}" for name, value in ast.iter_fields(node) if value is not None and value != []
+        ]
+        return f"{type(node).__name__}({','.join(fields)})"
+    if isinstance(node, list):
+        return "[" + ",".join(_canonical(item) for item in node) + "]"
+    return repr(node)
+
+
 @cache
 def _python_fingerprint(source: bytes, filename: str) -> str:
-    """The hash of ``source``'s syntax tree with every module, class and function docstring removed
-    (kept per text: a check reads the same files again and again)."""
+    """The hash of ``source``'s syntax tree less every statement that is only a string (kept per
+    text: a check reads the same files again and again)."""
     tree = ast.parse(source, filename=filename)
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+        for name in ("body", "orelse", "finalbody"):
+            statements = getattr(node, name, None)
+            if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
+                setattr(node, name, [s for s in statements if not _is_string_statement(s)] or [ast.Pass()])
+    return hashlib.sha256(_canonical(tree).encode()).hexdigest()[:16]
 
 
 class ModuleFiles:
@@ -108,12 +128,25 @@ class ModuleFiles:
         return named, parents - named
 
 
+def _top(module: str) -> str:
+    """``edgefd.algorithms.fedict.client`` -> ``edgefd.algorithms.fedict``."""
+    return ".".join(module.split(".")[: METHODS_PACKAGE.count(".") + 2])
+
+
+@cache
+def method_modules() -> frozenset[str]:
+    """The modules (or packages) of `METHODS_PACKAGE` that register a method; the others are shared."""
+    from edgefd.algorithms.base import list_methods  # torch: not for --help
+
+    return frozenset(_top(cls.__module__) for spec in list_methods() for cls in (spec.client, spec.server))
+
+
 def _method_of(name: str) -> str | None:
     """The method module ``name`` belongs to (``edgefd.algorithms.fd``), or None for shared code."""
     if not name.startswith(METHODS_PACKAGE + "."):
         return None
-    top = name[len(METHODS_PACKAGE) + 1 :].split(".")[0]
-    return None if top in NOT_METHODS else f"{METHODS_PACKAGE}.{top}"
+    top = _top(name)
+    return top if top in method_modules() else None
 
 
 def dependencies(modules: ModuleFiles, start: Iterable[str]) -> set[str]:
@@ -126,7 +159,7 @@ def dependencies(modules: ModuleFiles, start: Iterable[str]) -> set[str]:
         method = _method_of(name)
         if name not in modules.files or (method is not None and method not in allowed_methods):
             continue
-        if name.startswith(RECIPES_PACKAGE):
+        if name.startswith(RECIPES_PACKAGE) and name != RECIPE_TYPE:
             continue
         if name not in seen:
             seen.add(name)
@@ -142,10 +175,7 @@ def method_module(algo: str) -> str:
     """The module (or package) of ``METHODS_PACKAGE`` that registers ``algo``."""
     from edgefd.algorithms.base import get_method  # torch: not for --help
 
-    module = _method_of(get_method(algo).client.__module__)
-    if module is None:
-        raise ValueError(f"method {algo!r} is not registered by a module of {METHODS_PACKAGE}")
-    return module
+    return _top(get_method(algo).client.__module__)
 
 
 @cache
@@ -170,8 +200,12 @@ def code_record(algos: Iterable[str], package_dir: Path | None = None, table: bo
 
 
 def recipe_fingerprint(recipe: Any) -> str:
-    """The recipe's settings, arms and claims (its dataclasses' text)."""
-    return hashlib.sha256(repr(recipe).encode()).hexdigest()[:16]
+    """The recipe's settings, arms and claims (its dataclasses' text), and what its table says of
+    the other recipes (the claims that judge the same runs as theirs)."""
+    from edgefd.reproduce.table import shared_evidence
+
+    text = "\n".join([repr(recipe), *shared_evidence(recipe)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def changed_files(record: Record, root: Path) -> list[str]:

@@ -249,7 +249,9 @@ and a claim's baseline below either of them is a weak one."""
 
 def claims_table(recipe: Recipe, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> list[str]:
     """The papers' claims about the recipe's arms, each judged by the rule (`edgefd.claims`), with its
-    control: the same test passed by Local in the claim's place, where the recipe has a Local arm."""
+    control: the same test passed by Local in the claim's method's place, where the recipe has a Local arm
+    at the claim's setting and the claim says its method is above its baseline (a "below" claim is an
+    ablation or a handicap, which Local says nothing about)."""
     rows = [
         "The papers' claims, judged by the rule at the top of this page (mean paired difference over the "
         "seeds in points, its 95% interval, the noise floor); the control is Local in the claim's method's place:",
@@ -263,12 +265,10 @@ def claims_table(recipe: Recipe, by_seed: dict[str, dict[int, tuple[dict, list[d
         try:
             verdict = judge(claim, by_seed)
         except ValueError as error:  # a run too short for the claim's metric (--rounds for a quick look)
-            rows.append(f"| {claim.text} | {claim.source} | {METRIC_NAMES[claim.metric]} | not judged: {error} |||||")
+            named = f"| {claim.text} | {claim.source} | {METRIC_NAMES[claim.metric]}"
+            rows.append(f"{named} | not judged: {error} |" + " |" * 5)
             continue
-        control = _control(claim, by_seed)
-        control_cells = (
-            f"{control.difference_text()} | {control.outcome}" if control is not None else "no Local arm | -"
-        )
+        control, control_cells = _control(claim, by_seed)
         rows.append(
             f"| {claim.text} | {claim.source} | {METRIC_NAMES[claim.metric]} | {verdict.difference_text()} | "
             f"{100 * verdict.floor:.2f} | **{verdict.outcome}** | {verdict.per_seed_text()} | {control_cells} |"
@@ -277,13 +277,13 @@ def claims_table(recipe: Recipe, by_seed: dict[str, dict[int, tuple[dict, list[d
         if local_passes:
             notes.append(f"{claim.text}: Local alone passes the same test.")
         stronger = _stronger_simple_baselines(claim, by_seed)
-        if local_passes:
-            stronger = [name for name in stronger if name != "Local"]  # said by the control
+        if local_passes and control is not None:
+            stronger = [name for name in stronger if name != control.claim.method]  # said by the control
         if stronger:
             notes.append(f"{claim.text}: the baseline {claim.baseline} is below {' and '.join(stronger)} here.")
+    notes += shared_evidence(recipe)
     if notes:
         rows += ["", *[f"- {note}" for note in notes]]
-    notes += shared_evidence(recipe)
     if recipe.choices:
         rows += ["", "Choices these verdicts rest on:", "", *[f"- {choice}" for choice in recipe.choices]]
     return rows
@@ -323,42 +323,50 @@ def shared_evidence(recipe: Recipe) -> list[str]:
     return notes
 
 
-def control_label(claim: Claim, labels: Iterable[str]) -> str | None:
-    """The Local arm at the claim's setting: "Local", or in a sweep "Local (alpha 1.0)" beside "FD
-    (alpha 1.0)"; None where the recipe has none, or the claim already names Local."""
-    if any(label.startswith("Local") for label in (claim.method, claim.baseline)):
+def simple_arm(name: str, claim: Claim, labels: Iterable[str]) -> str | None:
+    """The simple baseline ``name`` (Local, FD) at the claim's setting: "Local", or in a sweep "Local
+    (alpha 1.0)" beside "FD (alpha 1.0)"; None where the recipe has none, or the claim names it."""
+    if any(label == name or label.startswith(f"{name} (") for label in (claim.method, claim.baseline)):
         return None
     labels = set(labels)
     _, opening, suffix = claim.baseline.partition(" (")
-    at_point = f"Local ({suffix}" if opening else None
+    at_point = f"{name} ({suffix}" if opening else None
     if at_point is not None and at_point in labels:
         return at_point
-    return "Local" if "Local" in labels else None
+    return name if name in labels else None
 
 
-def _control(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> Verdict | None:
-    """The claim with Local (at the claim's setting) in its method's place, or None (`control_label`)."""
+def control_label(claim: Claim, labels: Iterable[str]) -> str | None:
+    """The claim's control arm: Local at its setting (`simple_arm`), for a claim that its method is above."""
+    return simple_arm("Local", claim, labels) if claim.direction == "above" else None
+
+
+def _control(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> tuple[Verdict | None, str]:
+    """The claim with its control (`control_label`) in its method's place, and the table's two cells."""
     label = control_label(claim, by_seed)
     if label is None:
-        return None
+        return None, ("no control (a below claim) | -" if claim.direction == "below" else "no Local arm | -")
     try:
-        return judge(replace(claim, method=label), by_seed)
-    except ValueError:
-        return None
+        control = judge(replace(claim, method=label), by_seed)
+    except ValueError as error:
+        return None, f"not judged: {error} | -"
+    return control, f"{control.difference_text()} | {control.outcome}"
 
 
 def _stronger_simple_baselines(claim: Claim, by_seed: dict[str, dict[int, tuple[dict, list[dict]]]]) -> list[str]:
-    """The simple baselines (Local, FD) of the recipe that the rule finds above the claim's
+    """The simple baselines (Local, FD) at the claim's setting that the rule finds above the claim's
     baseline on the claim's metric: a claim won against a baseline weaker than them says little."""
     if claim.direction != "above":
         return []
     stronger = []
-    for simple in CONTROLS:
-        if simple in by_seed and simple not in (claim.method, claim.baseline):
-            try:
-                outcome = judge(replace(claim, method=simple), by_seed).outcome
-            except ValueError:
-                continue
-            if outcome == "reproduced":
-                stronger.append(simple)
+    for name in CONTROLS:
+        label = simple_arm(name, claim, by_seed)
+        if label is None or label == claim.method:
+            continue
+        try:
+            outcome = judge(replace(claim, method=label), by_seed).outcome
+        except ValueError:
+            continue
+        if outcome == "reproduced":
+            stronger.append(label)
     return stronger

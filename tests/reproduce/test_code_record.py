@@ -105,3 +105,33 @@ def test_a_changed_recipe_is_stale(copy, records):
     name = "fedict-watch"
     moved = replace(RECIPES[name], seeds=(0, 1, 2, 3, 4, 5))
     assert record_staleness(records[name], moved, copy) == "the recipe changed (its settings, arms or claims)"
+
+
+def test_attribute_docstrings_are_ignored_too_and_the_text_is_the_same_on_every_python(tmp_path):
+    import ast
+
+    from edgefd.reproduce.code_record import _canonical
+
+    module = tmp_path / "m.py"
+    module.write_text('RATE = 0.1\n"""The rate."""\n\nclass C:\n    x = 1\n    """An x."""\n')
+    before = fingerprint(module)
+    module.write_text('RATE = 0.1\n"""The rate, said otherwise."""\n\nclass C:\n    x = 1\n    """Another x."""\n')
+    assert fingerprint(module) == before
+    # Python 3.12 gives every function an empty type_params, 3.13 leaves empty fields out: one text
+    function = ast.parse("def f(x):\n    return x\n").body[0]
+    with_empty = ast.parse("def f(x):\n    return x\n").body[0]
+    with_empty.type_params = []  # as 3.12 parses it
+    with_empty._fields = (*function._fields, "type_params")
+    assert _canonical(with_empty) == _canonical(function)
+
+
+def test_a_new_shared_module_of_the_methods_package_counts_for_every_method(tmp_path):
+    """Only the modules that register a method are one method's: a new helper beside them is shared."""
+    root = tmp_path / "checkout"
+    shutil.copytree(CHECKOUT / "edgefd", root / "edgefd", ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    (root / "edgefd" / "algorithms" / "helper.py").write_text("SCALE = 2\n")
+    fd = root / "edgefd" / "algorithms" / "fd.py"
+    fd.write_text("from edgefd.algorithms.helper import SCALE  # noqa: F401\n" + fd.read_text())
+    record = code_record(["fd"], root / "edgefd")
+    assert "edgefd/algorithms/helper.py" in record
+    assert "edgefd/algorithms/fedzkt.py" not in record
