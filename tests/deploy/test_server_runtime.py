@@ -45,3 +45,21 @@ def test_edgefd_server_with_a_holdout_dir_scores_its_models_and_refuses_a_method
     write_holdout(empty, slice(0, 0))
     with pytest.raises(ValueError, match="no test_x, test_y rows"):
         ServerRuntime(config, settings(str(empty)))
+
+
+def test_a_server_without_matplotlib_ends_its_run_with_its_figures_and_no_curves(tmp_path, monkeypatch, caplog):
+    """A server installed from a device's requirements has no matplotlib: the run's summary is written
+    and the run ends well, without curves.png, saying why."""
+    import logging
+    import sys
+
+    from edgefd.metrics.results import RunWriter
+
+    runtime = ServerRuntime(replace(CONFIG, out=str(tmp_path / "run")), settings())
+    runtime.writer = RunWriter(runtime.out)
+    monkeypatch.setitem(sys.modules, "edgefd.metrics.plots", None)  # import fails as without matplotlib
+    with caplog.at_level(logging.WARNING, logger="edgefd.deploy.server_runtime"):
+        summary = runtime._summary(1.0)
+    assert summary["algo"] == "fedavg" and (runtime.out / "summary.json").is_file()
+    assert not (runtime.out / "curves.png").exists()
+    assert "pip install matplotlib draws it" in caplog.text
