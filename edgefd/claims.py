@@ -32,12 +32,13 @@ Direction = Literal["above", "below"]
 Outcome = Literal["reproduced", "opposite", "no difference", "inconclusive"]
 
 
-def last_rounds_mean(rounds: int) -> Any:
-    """A metric: the mean client accuracy averaged over the run's last ``rounds`` rounds (DFL's);
-    round 0, the evaluation before training, never counts."""
+def last_rounds_mean(rounds: int, key: str = "accuracy") -> Any:
+    """A metric: the mean client accuracy (``key``: on their own splits, or ``accuracy_full`` on the
+    whole test set) averaged over the run's last ``rounds`` rounds (DFL's); round 0, the evaluation
+    before training, never counts."""
 
     def metric(summary: Mapping[str, Any], lines: Sequence[Mapping[str, Any]]) -> float:
-        accuracies = [line["accuracy"] for line in lines if line["round"] >= 1 and line.get("accuracy") is not None]
+        accuracies = [line[key] for line in lines if line["round"] >= 1 and line.get(key) is not None]
         if len(accuracies) < rounds:
             raise ValueError(
                 f"the mean of the last {rounds} rounds needs {rounds} evaluated rounds, got {len(accuracies)}"
@@ -54,6 +55,7 @@ METRICS: dict[str, Any] = {
     "final-whole-test-set": lambda summary, lines: summary["final_accuracy_full"],
     "last-5-rounds": last_rounds_mean(5),
     "last-10-rounds": last_rounds_mean(10),
+    "last-5-rounds-whole-test-set": last_rounds_mean(5, "accuracy_full"),
 }
 """The metrics a claim may name: "best" is the maximum over rounds of the mean client accuracy (the
 papers' MAUA); "final" the last round's; "whole test set" the same on the whole test set."""
@@ -65,6 +67,7 @@ METRIC_NAMES = {
     "final-whole-test-set": "final accuracy on the whole test set",
     "last-5-rounds": "mean accuracy of the last 5 rounds",
     "last-10-rounds": "mean accuracy of the last 10 rounds",
+    "last-5-rounds-whole-test-set": "mean accuracy of the last 5 rounds on the whole test set",
 }
 
 
@@ -102,7 +105,7 @@ MIN_SEEDS = 5
 """The seeds a recipe runs at least: with fewer, the t interval is so wide that a real gain of a
 point or two is rarely called (and with one, there is none)."""
 
-WHOLE_TEST_SET_METRICS = ("best-whole-test-set", "final-whole-test-set")
+WHOLE_TEST_SET_METRICS = ("best-whole-test-set", "final-whole-test-set", "last-5-rounds-whole-test-set")
 """The metrics scored on the whole test set; the others on each client's own test split."""
 
 

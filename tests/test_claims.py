@@ -132,6 +132,20 @@ def test_the_metric_is_the_claims_and_so_is_its_test_set():
     assert judge(claim(metric="final-whole-test-set"), both).floor == pytest.approx(noise_floor(0.55, [400]))
 
 
+def test_the_last_rounds_on_the_whole_test_set_are_judged_on_it():
+    def scored(full):
+        summary, lines = run(0.9, accuracies=[0.9] * len(full))
+        return summary, [{**line, "accuracy_full": value} for line, value in zip(lines, [0.1, *full])]
+
+    runs = {
+        "FedCache": {s: scored([0.5] * 4 + [0.6 + s / 1000] * 5) for s in range(5)},
+        "Local": {s: scored([0.9] * 4 + [0.5] * 5) for s in range(5)},
+    }
+    verdict = judge(claim(metric="last-5-rounds-whole-test-set"), runs)
+    assert verdict.mean == pytest.approx(0.102) and verdict.outcome == "reproduced"
+    assert verdict.floor == pytest.approx(noise_floor(0.551, [10_000]), rel=1e-3)
+
+
 def test_a_run_without_its_test_sets_is_not_judged():
     runs = paired([0.01, 0.02])
     for arm in runs.values():
