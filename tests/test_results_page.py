@@ -142,6 +142,6 @@ def test_check_docs_judges_a_table_with_a_record_by_the_files_its_runs_depend_on
     assert "fedcache             current" in capsys.readouterr().out
     method.write_text("BETA = 2.0\n")
     cli.main(["reproduce", "--check-docs", str(page)])
-    assert "fedcache             stale: 1 file(s) its runs depend on changed, e.g. edgefd/method.py" in (
+    assert "fedcache             stale: 1 file(s) it depends on changed, e.g. edgefd/method.py" in (
         capsys.readouterr().out
     )

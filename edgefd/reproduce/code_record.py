@@ -249,5 +249,5 @@ def record_staleness(record: dict[str, Any], recipe: Any, root: Path) -> str | N
         return "the recipe changed (its settings, arms or claims)"
     changed = changed_files(record.get("files", {}), root)
     if changed:
-        return f"{len(changed)} file(s) its runs depend on changed, e.g. {changed[0]}"
+        return f"{len(changed)} file(s) it depends on changed, e.g. {changed[0]}"
     return None

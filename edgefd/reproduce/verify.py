@@ -89,7 +89,8 @@ def verify_rule(recipe: Recipe, page: Path) -> str:
 def check_docs(page: Path) -> int:
     """One line per recipe: its table in ``page`` is current or why it is stale; 1 if any is stale.
     A table with a record (``page``'s code.json, written with the table) is stale when its recipe or
-    a file its runs depend on changed; one without, when any code changed since its revision."""
+    a file it depends on (its runs' or the code that makes it) changed; one without, when any code
+    changed since its revision."""
     root = Path(_git_toplevel(page.resolve().parent) or page.resolve().parent)
     blocks = results_page.read_blocks(page)
     records = read_records(page)

@@ -87,7 +87,7 @@ def test_a_change_in_one_methods_code_marks_exactly_that_methods_tables(copy, re
         assert with_fedzkt and with_fedzkt != set(RECIPES)
         assert stale(records, copy) == with_fedzkt
         reason = record_staleness(records[sorted(with_fedzkt)[0]], RECIPES[sorted(with_fedzkt)[0]], copy)
-        assert reason == "1 file(s) its runs depend on changed, e.g. edgefd/algorithms/fedzkt.py"
+        assert reason == "1 file(s) it depends on changed, e.g. edgefd/algorithms/fedzkt.py"
     finally:
         fedzkt.write_text(kept)
     loop = copy / "edgefd" / "runtime" / "loop.py"
