@@ -33,7 +33,7 @@ def test_a_recipes_clean_arms_give_each_defences_cost_at_its_setting():
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
-    assert "digits, 20 clients, dominant:0.8, 2 rounds, dfl-noniid's setting" in out
+    assert "fmnist, 20 clients, dominant:0.8, 2 rounds, dfl-noniid's setting" in out
     assert "| attack | the paper's | defaults | median | trimmed mean (20%) |" in out
     rows = [line for line in out.splitlines() if line.startswith("| ")]
     assert [row.split("|")[1].strip() for row in rows[1:]] == ["clean"]  # the header, then clean alone
