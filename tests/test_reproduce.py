@@ -149,6 +149,13 @@ def test_a_finished_run_is_kept_only_while_the_code_it_depends_on_is_unchanged(t
     assert "the code it depends on changed since (1 file(s), e.g. edgefd/algorithms/fd.py): running it again" in said
     assert json.loads(recorded.read_text()) == code_record(["fd"])  # the new run's
 
+    record = json.loads(recorded.read_text())
+    del record["edgefd/runtime/loop.py"]  # as if the run was made before the code imported it
+    recorded.write_text(json.dumps(record))
+    run_recipe(recipe, tmp_path, (0,))
+    said = capsys.readouterr().out
+    assert "the code it depends on changed since (1 file(s), e.g. edgefd/runtime/loop.py): running it again" in said
+
     recorded.unlink()
     run_recipe(recipe, tmp_path, (0,))
     assert "no code.json (a run made before runs recorded their code): running it again" in capsys.readouterr().out

@@ -27,7 +27,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-PACKAGE = "edgefd"
 RUN_MODULES = ("edgefd.simulate", "edgefd.cli")
 """Where a run starts: what a run's numbers depend on (a run folder's code.json)."""
 TABLE_MODULES = ("edgefd.reproduce.table", "edgefd.claims", "edgefd.recipes.recipe")
@@ -103,7 +102,6 @@ class ModuleFiles:
     def subtree(self, name: str) -> list[str]:
         return [module for module in self.files if module == name or module.startswith(name + ".")]
 
-    @cache  # noqa: B019 - one ModuleFiles per package folder, kept for the process
     def imports_of(self, name: str) -> tuple[set[str], set[str]]:
         """The package's modules that ``name`` imports anywhere in its text: those it names (a
         package named for a name it holds counts whole) and their parent packages (their
@@ -111,21 +109,34 @@ class ModuleFiles:
         path = self.files[name]
         here = name if self.is_package(name) else name.rpartition(".")[0]
         named: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_bytes(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                named.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
-                    base = ".".join([*anchor, *([base] if base else [])])
-                submodules = {f"{base}.{alias.name}" for alias in node.names} & set(self.files)
-                named.update(submodules)
-                if len(submodules) < len(node.names):  # a name the module (or package) itself holds
-                    named.add(base)
+        for base, names in _import_statements(path.read_bytes(), str(path), here):
+            if not names:  # `import a.b`
+                named.add(base)
+                continue
+            submodules = {f"{base}.{alias}" for alias in names} & set(self.files)
+            named.update(submodules)
+            if len(submodules) < len(names):  # a name the module (or package) itself holds
+                named.add(base)
         named &= set(self.files)
         parents = {".".join(module.split(".")[:i]) for module in named for i in range(1, module.count(".") + 1)}
         return named, parents - named
+
+
+@cache
+def _import_statements(source: bytes, filename: str, here: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Every import in ``source`` as (the module, the names imported from it; none for `import m`),
+    relative imports resolved against the package ``here`` (kept per text, as fingerprints are)."""
+    found: list[tuple[str, tuple[str, ...]]] = []
+    for node in ast.walk(ast.parse(source, filename=filename)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, ()) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.append((base, tuple(alias.name for alias in node.names)))
+    return tuple(found)
 
 
 def _top(module: str) -> str:
@@ -178,15 +189,10 @@ def method_module(algo: str) -> str:
     return _top(get_method(algo).client.__module__)
 
 
-@cache
-def _modules(package_dir: Path) -> ModuleFiles:
-    return ModuleFiles(package_dir)
-
-
 def code_record(algos: Iterable[str], package_dir: Path | None = None, table: bool = False) -> Record:
     """The fingerprint of every file that runs of ``algos`` depend on (and, with ``table``, the
     table made of them)."""
-    modules = _modules((package_dir or Path(__file__).resolve().parents[1]).resolve())
+    modules = ModuleFiles((package_dir or Path(__file__).resolve().parents[1]).resolve())
     start = [*RUN_MODULES, *(TABLE_MODULES if table else ()), *(method_module(algo) for algo in algos)]
     names = dependencies(modules, start)
     paths = [modules.files[name] for name in names]
@@ -208,14 +214,10 @@ def recipe_fingerprint(recipe: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def changed_files(record: Record, root: Path) -> list[str]:
-    """The recorded files whose fingerprint differs under ``root`` now (or that are gone), in order."""
-    changed = []
-    for name, recorded in record.items():
-        path = root / name
-        if not path.is_file() or fingerprint(path) != recorded:
-            changed.append(name)
-    return changed
+def changed_files(recorded: Record, current: Record) -> list[str]:
+    """The files whose fingerprint differs between ``recorded`` and ``current``, in order: changed
+    ones, ones newly depended on (a new import) and ones no longer depended on."""
+    return sorted(name for name in recorded.keys() | current.keys() if recorded.get(name) != current.get(name))
 
 
 def table_record(recipe: Any, package_dir: Path | None = None) -> dict[str, Any]:
@@ -243,11 +245,13 @@ def write_record(page: Path, name: str, record: dict[str, Any]) -> None:
     records_path(page).write_text(json.dumps(dict(sorted(records.items())), indent=1, sort_keys=True) + "\n")
 
 
-def record_staleness(record: dict[str, Any], recipe: Any, root: Path) -> str | None:
-    """Why a table made under ``record`` is not what this code gives (None: it is)."""
-    if record.get("recipe") != recipe_fingerprint(recipe):
+def record_staleness(record: dict[str, Any], recipe: Any, package_dir: Path | None = None) -> str | None:
+    """Why a table made under ``record`` is not what the code in ``package_dir`` (default: this
+    package) gives now (None: it is)."""
+    current = table_record(recipe, package_dir)
+    if record.get("recipe") != current["recipe"]:
         return "the recipe changed (its settings, arms or claims)"
-    changed = changed_files(record.get("files", {}), root)
+    changed = changed_files(record.get("files", {}), current["files"])
     if changed:
         return f"{len(changed)} file(s) it depends on changed, e.g. {changed[0]}"
     return None

@@ -50,25 +50,26 @@ CODE_FILE = "code.json"
 """In a recipe's run folder: the fingerprints of the code the run depends on (`code_record`)."""
 
 
-def code_moved(folder: Path) -> str | None:
-    """Why the code a finished run in ``folder`` depends on is not this code's (None: it is)."""
+def code_moved(folder: Path, code: Record) -> str | None:
+    """Why the code a finished run in ``folder`` depends on is not ``code``, this code's record for
+    its method (None: it is)."""
     recorded = folder / CODE_FILE
     if not recorded.is_file():
         return f"no {CODE_FILE} (a run made before runs recorded their code)"
-    changed = changed_files(json.loads(recorded.read_text()), Path(__file__).resolve().parents[2])
+    changed = changed_files(json.loads(recorded.read_text()), code)
     if changed:
         return f"the code it depends on changed since ({len(changed)} file(s), e.g. {changed[0]})"
     return None
 
 
-def finished_run(folder: Path, config: SimulationConfig) -> dict[str, Any] | None:
+def finished_run(folder: Path, config: SimulationConfig, code: Record) -> dict[str, Any] | None:
     """The summary of a finished run in ``folder`` made from exactly ``config`` (its run.toml), from
     the code this run depends on as it is now (its code.json), and with the method params and local
     training (epochs, optimiser lifecycle, batch order) this code would use, else None."""
     toml, summary_file = folder / "run.toml", folder / SUMMARY_FILE
     if not (toml.is_file() and summary_file.is_file() and toml.read_text() == config_to_toml(config)):
         return None
-    moved = code_moved(folder)
+    moved = code_moved(folder, code)
     if moved is not None:
         print(f"{folder}: {moved}: running it again", flush=True)
         return None
@@ -148,7 +149,7 @@ def run_recipe(
     left: list[SimulationConfig] = []
     for label, seed, config in planned:
         folder = config.out_dir()
-        summary = None if rerun else finished_run(folder, config)
+        summary = None if rerun else finished_run(folder, config, records[config.algo])
         if summary is not None:
             print(f"{label} seed {seed}: kept the finished run in {folder} (same config)", flush=True)
         elif cluster is not None:

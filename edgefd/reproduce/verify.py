@@ -98,7 +98,7 @@ def check_docs(page: Path) -> int:
     for name in sorted(RECIPES):
         block = blocks.get(name)
         if block is not None and block.revision != "none" and name in records:
-            why = record_staleness(records[name], RECIPES[name], root)
+            why = record_staleness(records[name], RECIPES[name], root / "edgefd")
         else:
             why = results_page.staleness(root, block)
         stale += why is not None

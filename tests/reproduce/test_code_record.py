@@ -28,7 +28,7 @@ def records(copy):
 
 
 def stale(records, root):
-    return {name for name, record in records.items() if record_staleness(record, RECIPES[name], root)}
+    return {name for name, record in records.items() if record_staleness(record, RECIPES[name], root / "edgefd")}
 
 
 def edit(path: Path, old: str, new: str) -> str:
@@ -86,7 +86,7 @@ def test_a_change_in_one_methods_code_marks_exactly_that_methods_tables(copy, re
         with_fedzkt = {name for name, recipe in RECIPES.items() if any(arm.algo == "fedzkt" for arm in recipe.arms)}
         assert with_fedzkt and with_fedzkt != set(RECIPES)
         assert stale(records, copy) == with_fedzkt
-        reason = record_staleness(records[sorted(with_fedzkt)[0]], RECIPES[sorted(with_fedzkt)[0]], copy)
+        reason = record_staleness(records[sorted(with_fedzkt)[0]], RECIPES[sorted(with_fedzkt)[0]], copy / "edgefd")
         assert reason == "1 file(s) it depends on changed, e.g. edgefd/algorithms/fedzkt.py"
     finally:
         fedzkt.write_text(kept)
@@ -99,12 +99,28 @@ def test_a_change_in_one_methods_code_marks_exactly_that_methods_tables(copy, re
         loop.write_text(kept)
 
 
+def test_a_new_module_that_runs_import_marks_their_tables_though_no_recorded_file_changed(copy, records):
+    """A table compares the record the code gives now with its own, not only the files it recorded:
+    a module new in a package that runs import whole (the methods' registry imports every module
+    of `edgefd.algorithms`) counts though no file of the record changed."""
+    helper = copy / "edgefd" / "algorithms" / "a_test_helper.py"
+    try:
+        helper.write_text("SCALE = 2\n")
+        assert stale(records, copy) == set(RECIPES)
+        reason = record_staleness(records["fedict-watch"], RECIPES["fedict-watch"], copy / "edgefd")
+        assert reason == "1 file(s) it depends on changed, e.g. edgefd/algorithms/a_test_helper.py"
+    finally:
+        helper.unlink(missing_ok=True)
+    assert stale(records, copy) == set()
+
+
 def test_a_changed_recipe_is_stale(copy, records):
     from dataclasses import replace
 
     name = "fedict-watch"
     moved = replace(RECIPES[name], seeds=(0, 1, 2, 3, 4, 5))
-    assert record_staleness(records[name], moved, copy) == "the recipe changed (its settings, arms or claims)"
+    reason = record_staleness(records[name], moved, copy / "edgefd")
+    assert reason == "the recipe changed (its settings, arms or claims)"
 
 
 def test_attribute_docstrings_are_ignored_too_and_the_text_is_the_same_on_every_python(tmp_path):
