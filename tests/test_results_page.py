@@ -117,17 +117,16 @@ def test_check_docs_names_every_recipe_and_fails_on_a_stale_one(repo, capsys):
 def test_check_docs_judges_a_table_with_a_record_by_the_files_its_runs_depend_on(repo, capsys):
     """A table written with its record (RESULTS.code.json) is stale when a file its runs depend on
     changed, not when any code did; the others keep the revision rule."""
-    from edgefd.reproduce.code_record import fingerprint, recipe_fingerprint, records_path, write_record
+    from edgefd.reproduce.code_record import records_path, table_record, write_record
 
     page = repo / "docs" / "RESULTS.md"
     text = results_page.block_text("cmd", results_page.code_revision(repo), 1, "| table |", "any")
     results_page.write_block(page, "fedcache", text)
     method = repo / "edgefd" / "method.py"
-    write_record(
-        page,
-        "fedcache",
-        {"recipe": recipe_fingerprint(RECIPES["fedcache"]), "files": {"edgefd/method.py": fingerprint(method)}},
-    )
+    (repo / "edgefd" / "simulate.py").write_text("from edgefd import method  # noqa: F401\n")  # where runs start
+    record = table_record(RECIPES["fedcache"], repo / "edgefd")
+    assert set(record["files"]) == {"edgefd/simulate.py", "edgefd/method.py"}
+    write_record(page, "fedcache", record)
     assert records_path(page) == repo / "docs" / "RESULTS.code.json"
     (repo / "edgefd" / "other.py").write_text("UNRELATED = 1\n")
     git(repo, "add", ".")
